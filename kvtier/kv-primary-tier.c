@@ -1,0 +1,1085 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+
+#include "config.h"
+
+#include "kv-primary-tier.h"
+
+#include "kv-lru-policy.h"
+
+/* Up to this many keys a prepare_store batch is deduplicated by a linear
+ * scan; larger batches use a hash set. */
+#define KV_DEDUP_LINEAR_MAX 16
+
+/* The state of one stored chunk (vLLM's BlockStatus): ref_cnt −1 while its
+ * slot is being written, 0 when ready and evictable, n > 0 while n readers
+ * (GPU loads, cascade reads) pin it. */
+typedef struct
+{
+  KvKey  *key;
+  guint32 slot;
+  gint32  ref_cnt;
+} KvEntry;
+
+/**
+ * KvPrimaryTier:
+ *
+ * The CPU primary tier: chunk states, slot allocation, eviction and events
+ * over the slots of a [class@Kv.HostBuffer], as vLLM's
+ * `CPUPrimaryTierOffloadingManager`.
+ *
+ * Each stored chunk holds one slot and a reference count: −1 while its
+ * bytes are being written (a store from the GPU or a promotion from a
+ * secondary tier; [method@Kv.PrimaryTier.lookup] answers
+ * %KV_LOOKUP_RESULT_HIT_PENDING), 0 when it is ready and may be evicted, and
+ * n > 0 while n readers pin it (`kv_primary_tier_prepare_load()` for the
+ * GPU, `kv_primary_tier_prepare_read()` for a cascade to a secondary tier).
+ * Those two fill a caller-allocated array and are for C only; bindings pin
+ * loads with [method@Kv.TieringManager.prepare_load].
+ *
+ * Slots come from a bump allocator first (never-used slots, in order) and
+ * then from a last-in-first-out list of freed slots.
+ * [method@Kv.PrimaryTier.prepare_store] evicts just enough ready, unpinned
+ * chunks to fit a batch, chosen by the [iface@Kv.CachePolicy], and never one
+ * of the batch's own keys; when that is impossible it fails without changing
+ * anything.
+ *
+ * With [property@Kv.PrimaryTier:enable-events], storing and evicting queue
+ * [struct@Kv.Event]s (medium %KV_MEDIUM_CPU) that
+ * [method@Kv.PrimaryTier.take_events] drains.
+ *
+ * Every method runs on the owner thread; per-key work is O(1).
+ */
+struct _KvPrimaryTier
+{
+  GObject parent_instance;
+
+  KvHostBuffer *buffer;
+  KvCachePolicy *policy;
+  /* looked up once: the policy is called several times per key */
+  KvCachePolicyInterface *policy_iface;
+  gboolean enable_events;
+
+  guint n_slots;
+  gsize slot_size;
+
+  /* KvKey (the entry's own key) → KvEntry, tagged while pending. No destroy
+   * functions: replacing the tagged value must not free the entry. */
+  GHashTable *entries;
+
+  /* bump allocator: slots [0, n_bumped) have been handed out at least once */
+  guint n_bumped;
+  /* freed slots, reused last in first out */
+  GArray *free_list;
+
+  guint n_evictable;
+  guint n_write_pending;
+
+  /* KvEvent, oldest first */
+  GPtrArray *events;
+};
+
+enum {
+  PROP_0,
+  PROP_BUFFER,
+  PROP_POLICY,
+  PROP_ENABLE_EVENTS,
+  PROP_N_SLOTS,
+  PROP_SLOT_SIZE,
+  N_PROPS
+};
+
+static GParamSpec *properties[N_PROPS];
+
+G_DEFINE_FINAL_TYPE (KvPrimaryTier, kv_primary_tier, G_TYPE_OBJECT)
+
+/* The table's value is the entry pointer, tagged with this bit while the
+ * entry is being written (ref_cnt −1). lookup() then answers from the table
+ * alone, without touching the entry: one cache miss less on the
+ * manager's per-key hot path. Entries are malloc'ed, so the bit is free. */
+#define KV_ENTRY_PENDING_TAG ((guintptr) 1)
+
+static inline KvEntry *
+entry_from_value (gpointer value)
+{
+  return (KvEntry *) ((guintptr) value & ~KV_ENTRY_PENDING_TAG);
+}
+
+static inline KvEntry *
+primary_get_entry (KvPrimaryTier *self,
+                   const KvKey   *key)
+{
+  return entry_from_value (g_hash_table_lookup (self->entries, key));
+}
+
+static void
+kv_entry_free (gpointer data)
+{
+  KvEntry *entry = entry_from_value (data);
+
+  kv_key_unref (entry->key);
+  g_free (entry);
+}
+
+static void
+free_keys (KvKey **keys)
+{
+  if (keys == NULL)
+    return;
+  for (KvKey **k = keys; *k != NULL; k++)
+    kv_key_unref (*k);
+  g_free (keys);
+}
+
+static inline guint
+primary_n_free (KvPrimaryTier *self)
+{
+  return self->free_list->len + self->n_slots - self->n_bumped;
+}
+
+static guint32
+primary_take_slot (KvPrimaryTier *self)
+{
+  guint32 slot;
+
+  if (self->n_bumped < self->n_slots)
+    return self->n_bumped++;
+
+  g_assert (self->free_list->len > 0);
+  slot = g_array_index (self->free_list, guint32, self->free_list->len - 1);
+  g_array_set_size (self->free_list, self->free_list->len - 1);
+  return slot;
+}
+
+static void
+primary_queue_event (KvPrimaryTier *self,
+                     KvKey * const *keys,
+                     guint          n_keys,
+                     gboolean       removed)
+{
+  if (!self->enable_events || n_keys == 0)
+    return;
+
+  /* No locality: like vLLM's CPU manager, the primary leaves it unset. */
+  g_ptr_array_add (self->events,
+                   kv_event_new (keys, n_keys, KV_MEDIUM_CPU, removed,
+                                 KV_LOCALITY_UNSPECIFIED));
+}
+
+/* Removes an entry and frees its slot. The policy is not told. */
+static void
+primary_remove_entry (KvPrimaryTier *self,
+                      KvEntry       *entry)
+{
+  if (entry->ref_cnt == 0)
+    self->n_evictable--;
+  else if (entry->ref_cnt < 0)
+    self->n_write_pending--;
+
+  g_array_append_val (self->free_list, entry->slot);
+  g_hash_table_remove (self->entries, entry->key);
+  kv_entry_free (entry);
+}
+
+static void
+primary_clear_entries (KvPrimaryTier *self)
+{
+  GHashTableIter iter;
+  gpointer value;
+
+  g_hash_table_iter_init (&iter, self->entries);
+  while (g_hash_table_iter_next (&iter, NULL, &value))
+    {
+      g_hash_table_iter_steal (&iter);
+      kv_entry_free (value);
+    }
+}
+
+static void
+kv_primary_tier_constructed (GObject *object)
+{
+  KvPrimaryTier *self = KV_PRIMARY_TIER (object);
+  GParamSpec *pspec;
+
+  G_OBJECT_CLASS (kv_primary_tier_parent_class)->constructed (object);
+
+  if (self->buffer == NULL)
+    {
+      g_critical ("KvPrimaryTier needs a “buffer”");
+      return;
+    }
+
+  self->n_slots = kv_host_buffer_get_n_slots (self->buffer);
+  self->slot_size = kv_host_buffer_get_slot_size (self->buffer);
+
+  if (self->policy == NULL)
+    self->policy = kv_lru_policy_new ();
+  self->policy_iface = KV_CACHE_POLICY_GET_IFACE (self->policy);
+
+  /* A capacity-aware policy created without a size (such as
+   * kv_cache_policy_new_for_name ("arc")) gets the slot count. */
+  pspec = g_object_class_find_property (G_OBJECT_GET_CLASS (self->policy), "capacity");
+  if (pspec != NULL && pspec->value_type == G_TYPE_UINT &&
+      (pspec->flags & G_PARAM_WRITABLE) != 0 &&
+      (pspec->flags & G_PARAM_CONSTRUCT_ONLY) == 0)
+    {
+      guint capacity = 0;
+
+      g_object_get (self->policy, "capacity", &capacity, NULL);
+      if (capacity == 0)
+        g_object_set (self->policy, "capacity", self->n_slots, NULL);
+    }
+}
+
+static void
+kv_primary_tier_dispose (GObject *object)
+{
+  KvPrimaryTier *self = KV_PRIMARY_TIER (object);
+
+  g_clear_object (&self->buffer);
+  g_clear_object (&self->policy);
+
+  G_OBJECT_CLASS (kv_primary_tier_parent_class)->dispose (object);
+}
+
+static void
+kv_primary_tier_finalize (GObject *object)
+{
+  KvPrimaryTier *self = KV_PRIMARY_TIER (object);
+
+  primary_clear_entries (self);
+  g_clear_pointer (&self->entries, g_hash_table_unref);
+  g_clear_pointer (&self->free_list, g_array_unref);
+  g_clear_pointer (&self->events, g_ptr_array_unref);
+
+  G_OBJECT_CLASS (kv_primary_tier_parent_class)->finalize (object);
+}
+
+static void
+kv_primary_tier_get_property (GObject    *object,
+                              guint       prop_id,
+                              GValue     *value,
+                              GParamSpec *pspec)
+{
+  KvPrimaryTier *self = KV_PRIMARY_TIER (object);
+
+  switch (prop_id)
+    {
+    case PROP_BUFFER:
+      g_value_set_object (value, self->buffer);
+      break;
+    case PROP_POLICY:
+      g_value_set_object (value, self->policy);
+      break;
+    case PROP_ENABLE_EVENTS:
+      g_value_set_boolean (value, self->enable_events);
+      break;
+    case PROP_N_SLOTS:
+      g_value_set_uint (value, self->n_slots);
+      break;
+    case PROP_SLOT_SIZE:
+      g_value_set_uint64 (value, self->slot_size);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+kv_primary_tier_set_property (GObject      *object,
+                              guint         prop_id,
+                              const GValue *value,
+                              GParamSpec   *pspec)
+{
+  KvPrimaryTier *self = KV_PRIMARY_TIER (object);
+
+  switch (prop_id)
+    {
+    case PROP_BUFFER:
+      self->buffer = g_value_dup_object (value);
+      break;
+    case PROP_POLICY:
+      self->policy = g_value_dup_object (value);
+      break;
+    case PROP_ENABLE_EVENTS:
+      self->enable_events = g_value_get_boolean (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+kv_primary_tier_class_init (KvPrimaryTierClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+
+  object_class->constructed = kv_primary_tier_constructed;
+  object_class->dispose = kv_primary_tier_dispose;
+  object_class->finalize = kv_primary_tier_finalize;
+  object_class->get_property = kv_primary_tier_get_property;
+  object_class->set_property = kv_primary_tier_set_property;
+
+  /**
+   * KvPrimaryTier:buffer:
+   *
+   * The slot memory. Required.
+   */
+  properties[PROP_BUFFER] =
+    g_param_spec_object ("buffer", NULL, NULL,
+                         KV_TYPE_HOST_BUFFER,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                         G_PARAM_EXPLICIT_NOTIFY | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvPrimaryTier:policy:
+   *
+   * The eviction policy; a new [class@Kv.LruPolicy] when not given. A policy
+   * with a writable `capacity` property set to 0 (such as an
+   * [class@Kv.ArcPolicy] from [func@Kv.CachePolicy.new_for_name]) gets the
+   * slot count as its capacity.
+   */
+  properties[PROP_POLICY] =
+    g_param_spec_object ("policy", NULL, NULL,
+                         KV_TYPE_CACHE_POLICY,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                         G_PARAM_EXPLICIT_NOTIFY | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvPrimaryTier:enable-events:
+   *
+   * Whether stores and evictions queue [struct@Kv.Event]s for
+   * [method@Kv.PrimaryTier.take_events].
+   */
+  properties[PROP_ENABLE_EVENTS] =
+    g_param_spec_boolean ("enable-events", NULL, NULL,
+                          FALSE,
+                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                          G_PARAM_EXPLICIT_NOTIFY | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvPrimaryTier:n-slots:
+   *
+   * The number of slots: the buffer's [property@Kv.HostBuffer:n-slots].
+   */
+  properties[PROP_N_SLOTS] =
+    g_param_spec_uint ("n-slots", NULL, NULL,
+                       0, G_MAXUINT32, 0,
+                       G_PARAM_READABLE | G_PARAM_EXPLICIT_NOTIFY |
+                       G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvPrimaryTier:slot-size:
+   *
+   * The size of a slot (a chunk) in bytes: the buffer's
+   * [property@Kv.HostBuffer:slot-size].
+   */
+  properties[PROP_SLOT_SIZE] =
+    g_param_spec_uint64 ("slot-size", NULL, NULL,
+                         0, G_MAXUINT64, 0,
+                         G_PARAM_READABLE | G_PARAM_EXPLICIT_NOTIFY |
+                       G_PARAM_STATIC_STRINGS);
+
+  g_object_class_install_properties (object_class, N_PROPS, properties);
+}
+
+static void
+kv_primary_tier_init (KvPrimaryTier *self)
+{
+  self->entries = g_hash_table_new (kv_key_hash, kv_key_equal);
+  self->free_list = g_array_new (FALSE, FALSE, sizeof (guint32));
+  self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
+}
+
+/**
+ * kv_primary_tier_new:
+ * @buffer: the slot memory
+ * @policy: (nullable): the eviction policy, or %NULL for LRU
+ * @enable_events: whether to queue store and eviction events
+ *
+ * Creates a primary tier over the slots of @buffer. May be called from any
+ * thread; the tier is then used on one owner thread.
+ *
+ * Returns: (transfer full): a new primary tier
+ */
+KvPrimaryTier *
+kv_primary_tier_new (KvHostBuffer  *buffer,
+                     KvCachePolicy *policy,
+                     gboolean       enable_events)
+{
+  g_return_val_if_fail (KV_IS_HOST_BUFFER (buffer), NULL);
+  g_return_val_if_fail (policy == NULL || KV_IS_CACHE_POLICY (policy), NULL);
+
+  return g_object_new (KV_TYPE_PRIMARY_TIER,
+                       "buffer", buffer,
+                       "policy", policy,
+                       "enable-events", enable_events,
+                       NULL);
+}
+
+/**
+ * kv_primary_tier_get_buffer:
+ * @self: a primary tier
+ *
+ * Gets the slot memory. May be called from any thread.
+ *
+ * Returns: (transfer none): the buffer
+ */
+KvHostBuffer *
+kv_primary_tier_get_buffer (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
+
+  return self->buffer;
+}
+
+/**
+ * kv_primary_tier_get_policy:
+ * @self: a primary tier
+ *
+ * Gets the eviction policy. Owner thread only.
+ *
+ * Returns: (transfer none): the policy
+ */
+KvCachePolicy *
+kv_primary_tier_get_policy (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
+
+  return self->policy;
+}
+
+/**
+ * kv_primary_tier_get_n_slots:
+ * @self: a primary tier
+ *
+ * Gets the number of slots. May be called from any thread.
+ *
+ * Returns: the value of [property@Kv.PrimaryTier:n-slots]
+ */
+guint
+kv_primary_tier_get_n_slots (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return self->n_slots;
+}
+
+/**
+ * kv_primary_tier_get_slot_size:
+ * @self: a primary tier
+ *
+ * Gets the size of a slot in bytes. May be called from any thread.
+ *
+ * Returns: the value of [property@Kv.PrimaryTier:slot-size]
+ */
+gsize
+kv_primary_tier_get_slot_size (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return self->slot_size;
+}
+
+/**
+ * kv_primary_tier_lookup:
+ * @self: a primary tier
+ * @key: a key
+ *
+ * Says whether the chunk of @key is stored. One hash lookup: no
+ * allocation, no system call, no change of recency. Owner thread only.
+ *
+ * Returns: %KV_LOOKUP_RESULT_MISS when absent,
+ *   %KV_LOOKUP_RESULT_HIT_PENDING while its slot is being written, else
+ *   %KV_LOOKUP_RESULT_HIT
+ */
+KvLookupResult
+kv_primary_tier_lookup (KvPrimaryTier *self,
+                        const KvKey   *key)
+{
+  gpointer value;
+
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
+
+  value = g_hash_table_lookup (self->entries, key);
+  if (value == NULL)
+    return KV_LOOKUP_RESULT_MISS;
+  if (((guintptr) value & KV_ENTRY_PENDING_TAG) != 0)
+    return KV_LOOKUP_RESULT_HIT_PENDING;
+  return KV_LOOKUP_RESULT_HIT;
+}
+
+static gboolean
+primary_pin (KvPrimaryTier  *self,
+             KvKey * const  *keys,
+             guint           n_keys,
+             guint32        *chunk_ids,
+             GError        **error)
+{
+  /* Validate everything first so that a failure pins nothing. */
+  for (guint i = 0; i < n_keys; i++)
+    {
+      const KvEntry *entry = primary_get_entry (self, keys[i]);
+
+      if (entry == NULL || entry->ref_cnt < 0)
+        {
+          g_autofree char *hex = kv_key_to_string (keys[i]);
+
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NOT_FOUND,
+                       entry == NULL ? "Chunk %s is not in the primary tier"
+                                     : "Chunk %s is still being written to the primary tier",
+                       hex);
+          return FALSE;
+        }
+    }
+
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvEntry *entry = primary_get_entry (self, keys[i]);
+
+      if (entry->ref_cnt == 0)
+        {
+          self->n_evictable--;
+          self->policy_iface->mark_non_evictable (self->policy, entry->key);
+        }
+      entry->ref_cnt++;
+      if (chunk_ids != NULL)
+        chunk_ids[i] = entry->slot;
+    }
+
+  return TRUE;
+}
+
+/**
+ * kv_primary_tier_prepare_load: (skip)
+ * @self: a primary tier
+ * @keys: (array length=n_keys): keys of ready chunks, to copy to the GPU
+ * @n_keys: the length of @keys
+ * @chunk_ids: (out caller-allocates) (array length=n_keys) (optional): room
+ *   for @n_keys slot indices, filled with the slot of each key
+ * @error: return location for an error
+ *
+ * Pins the chunks of @keys for a load: they cannot be evicted until
+ * [method@Kv.PrimaryTier.complete_load]. Every key must be stored and
+ * ready; otherwise nothing is pinned. Owner thread only.
+ *
+ * C only: @chunk_ids is a caller-allocated array whose length is an input,
+ * which introspection cannot describe.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ *   (%KV_TIER_ERROR_NOT_FOUND, naming the key) when a key is absent or still
+ *   being written
+ */
+gboolean
+kv_primary_tier_prepare_load (KvPrimaryTier  *self,
+                              KvKey * const  *keys,
+                              guint           n_keys,
+                              guint32        *chunk_ids,
+                              GError        **error)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return primary_pin (self, keys, n_keys, chunk_ids, error);
+}
+
+/**
+ * kv_primary_tier_prepare_read: (skip)
+ * @self: a primary tier
+ * @keys: (array length=n_keys): keys of ready chunks, to copy to a
+ *   secondary tier
+ * @n_keys: the length of @keys
+ * @chunk_ids: (out caller-allocates) (array length=n_keys) (optional): room
+ *   for @n_keys slot indices, filled with the slot of each key
+ * @error: return location for an error
+ *
+ * Pins the chunks of @keys for a cascade read by a secondary tier, exactly
+ * as `kv_primary_tier_prepare_load()` does, and records no access:
+ * copying a chunk to another tier does not make it recently used. Release
+ * them with [method@Kv.PrimaryTier.complete_load]. Owner thread only. C
+ * only, like `kv_primary_tier_prepare_load()`.
+ *
+ * Returns: %TRUE on success, %FALSE with @error set
+ *   (%KV_TIER_ERROR_NOT_FOUND, naming the key) when a key is absent or still
+ *   being written
+ */
+gboolean
+kv_primary_tier_prepare_read (KvPrimaryTier  *self,
+                              KvKey * const  *keys,
+                              guint           n_keys,
+                              guint32        *chunk_ids,
+                              GError        **error)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return primary_pin (self, keys, n_keys, chunk_ids, error);
+}
+
+/**
+ * kv_primary_tier_complete_load:
+ * @self: a primary tier
+ * @keys: (array length=n_keys): keys pinned by
+ *   `kv_primary_tier_prepare_load()` or
+ *   `kv_primary_tier_prepare_read()`
+ * @n_keys: the length of @keys
+ *
+ * Unpins the chunks of @keys (loads and cascade reads alike). A chunk whose
+ * last pin goes becomes evictable again as the most recently used. A key
+ * that is absent or not pinned is a caller bug: it is reported with a
+ * critical warning and skipped. Owner thread only.
+ */
+void
+kv_primary_tier_complete_load (KvPrimaryTier *self,
+                               KvKey * const *keys,
+                               guint          n_keys)
+{
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvEntry *entry = primary_get_entry (self, keys[i]);
+
+      if (entry == NULL || entry->ref_cnt <= 0)
+        {
+          g_autofree char *hex = kv_key_to_string (keys[i]);
+
+          g_critical ("kv_primary_tier_complete_load: chunk %s is not pinned", hex);
+          continue;
+        }
+
+      entry->ref_cnt--;
+      if (entry->ref_cnt == 0)
+        {
+          self->n_evictable++;
+          self->policy_iface->mark_evictable (self->policy, entry->key);
+        }
+    }
+}
+
+/**
+ * kv_primary_tier_touch:
+ * @self: a primary tier
+ * @keys: (array length=n_keys): keys a request used, in request order
+ * @n_keys: the length of @keys
+ *
+ * Marks @keys recently used in the policy; @keys[0] ends up the most recent.
+ * Owner thread only.
+ */
+void
+kv_primary_tier_touch (KvPrimaryTier *self,
+                       KvKey * const *keys,
+                       guint          n_keys)
+{
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+
+  self->policy_iface->touch (self->policy, keys, n_keys);
+}
+
+/**
+ * kv_primary_tier_prepare_store:
+ * @self: a primary tier
+ * @keys: (array length=n_keys): keys of chunks to store
+ * @n_keys: the length of @keys
+ * @error: return location for an error
+ *
+ * Allocates slots for the chunks of @keys that are not stored yet. Keys
+ * already present (ready or not) and repeated keys are left out. When too
+ * few slots are free, just enough ready, unpinned chunks are evicted, never
+ * one of @keys. The new chunks start not ready
+ * ([method@Kv.PrimaryTier.lookup] answers %KV_LOOKUP_RESULT_HIT_PENDING)
+ * until [method@Kv.PrimaryTier.complete_store].
+ *
+ * When the chunks cannot all fit, nothing changes and %NULL is returned.
+ * Evictions queue one removal event if events are enabled. Owner thread
+ * only.
+ *
+ * Returns: (transfer full): the keys to store with their slots and the
+ *   evicted keys (all empty when every key is present already), or %NULL
+ *   with @error set (%KV_TIER_ERROR_NO_SPACE)
+ */
+KvPrepareStoreResult *
+kv_primary_tier_prepare_store (KvPrimaryTier  *self,
+                               KvKey * const  *keys,
+                               guint           n_keys,
+                               GError        **error)
+{
+  g_autoptr(GPtrArray) to_store = NULL;
+  g_autoptr(GHashTable) seen = NULL;
+  g_autofree guint32 *chunk_ids = NULL;
+  KvKey **evicted = NULL;
+  guint n_evicted = 0;
+  guint n_free;
+  KvPrepareStoreResult *result;
+
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  to_store = g_ptr_array_sized_new (n_keys);
+  if (n_keys > KV_DEDUP_LINEAR_MAX)
+    seen = g_hash_table_new (kv_key_hash, kv_key_equal);
+
+  for (guint i = 0; i < n_keys; i++)
+    {
+      gboolean duplicate = FALSE;
+
+      if (g_hash_table_contains (self->entries, keys[i]))
+        continue;
+
+      if (seen != NULL)
+        duplicate = !g_hash_table_add (seen, keys[i]);
+      else
+        for (guint j = 0; j < to_store->len && !duplicate; j++)
+          duplicate = kv_key_equal (g_ptr_array_index (to_store, j), keys[i]);
+
+      if (!duplicate)
+        g_ptr_array_add (to_store, keys[i]);
+    }
+
+  if (to_store->len == 0)
+    return kv_prepare_store_result_new (NULL, NULL, 0, NULL, 0);
+
+  n_free = primary_n_free (self);
+  if (to_store->len > n_free)
+    {
+      guint need = to_store->len - n_free;
+
+      if (need > self->n_evictable)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "Cannot store %u chunks in the primary tier: %u slots free, "
+                       "%u more needed but only %u chunks are evictable",
+                       to_store->len, n_free, need, self->n_evictable);
+          return NULL;
+        }
+
+      evicted = self->policy_iface->evict (self->policy, need, keys, n_keys);
+      if (evicted == NULL)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "Cannot store %u chunks in the primary tier: %u slots free "
+                       "and %u evictable chunks not being stored are needed",
+                       to_store->len, n_free, need);
+          return NULL;
+        }
+
+      /* Remove the evicted chunks; keep only those in the list. */
+      for (guint i = 0; evicted[i] != NULL; i++)
+        {
+          KvEntry *entry = primary_get_entry (self, evicted[i]);
+
+          if (entry == NULL || entry->ref_cnt != 0)
+            {
+              g_autofree char *hex = kv_key_to_string (evicted[i]);
+
+              g_critical ("Cache policy %s evicted chunk %s, which is not an "
+                          "evictable chunk of the primary tier",
+                          G_OBJECT_TYPE_NAME (self->policy), hex);
+              kv_key_unref (evicted[i]);
+              continue;
+            }
+          primary_remove_entry (self, entry);
+          evicted[n_evicted++] = evicted[i];
+        }
+      evicted[n_evicted] = NULL;
+
+      primary_queue_event (self, evicted, n_evicted, TRUE);
+
+      /* Only a misbehaving policy leaves too few slots. */
+      if (primary_n_free (self) < to_store->len)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "Cannot store %u chunks in the primary tier: the cache "
+                       "policy freed too few slots", to_store->len);
+          free_keys (evicted);
+          return NULL;
+        }
+    }
+
+  chunk_ids = g_new (guint32, to_store->len);
+  for (guint i = 0; i < to_store->len; i++)
+    {
+      KvEntry *entry = g_new (KvEntry, 1);
+
+      entry->key = kv_key_ref (g_ptr_array_index (to_store, i));
+      entry->slot = primary_take_slot (self);
+      entry->ref_cnt = -1;
+      g_hash_table_insert (self->entries, entry->key,
+                           (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
+      self->n_write_pending++;
+      self->policy_iface->insert (self->policy, entry->key, FALSE);
+      chunk_ids[i] = entry->slot;
+    }
+
+  result = kv_prepare_store_result_new ((KvKey * const *) to_store->pdata, chunk_ids,
+                                        to_store->len, evicted, n_evicted);
+
+  free_keys (evicted);
+
+  return result;
+}
+
+/**
+ * kv_primary_tier_complete_store:
+ * @self: a primary tier
+ * @keys: (array length=n_keys): keys given to
+ *   [method@Kv.PrimaryTier.prepare_store]
+ * @n_keys: the length of @keys
+ * @success: whether the chunks' bytes were written
+ *
+ * Finishes a store. On success every key of @keys that is stored but not
+ * ready becomes ready and evictable, and one store event lists them (if
+ * events are enabled); on failure those keys are removed and their slots
+ * freed. Ready keys and absent keys are left alone either way. Owner thread
+ * only.
+ */
+void
+kv_primary_tier_complete_store (KvPrimaryTier *self,
+                                KvKey * const *keys,
+                                guint          n_keys,
+                                gboolean       success)
+{
+  g_autoptr(GPtrArray) stored = NULL;
+
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+
+  if (success && self->enable_events)
+    stored = g_ptr_array_sized_new (n_keys);
+
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvEntry *entry = primary_get_entry (self, keys[i]);
+
+      if (entry == NULL || entry->ref_cnt >= 0)
+        continue;
+
+      if (success)
+        {
+          entry->ref_cnt = 0;
+          /* Same key: only the value (now untagged) is replaced. */
+          g_hash_table_insert (self->entries, entry->key, entry);
+          self->n_write_pending--;
+          self->n_evictable++;
+          self->policy_iface->mark_evictable (self->policy, entry->key);
+          if (stored != NULL)
+            g_ptr_array_add (stored, entry->key);
+        }
+      else
+        {
+          self->policy_iface->remove (self->policy, entry->key);
+          primary_remove_entry (self, entry);
+        }
+    }
+
+  if (stored != NULL)
+    primary_queue_event (self, (KvKey * const *) stored->pdata, stored->len, FALSE);
+}
+
+/**
+ * kv_primary_tier_on_request_finished:
+ * @self: a primary tier
+ * @request: a request that will make no more calls
+ *
+ * Tells the tier that @request is finished. The built-in policies keep no
+ * per-request state, so this does nothing today; it is where a
+ * request-aware policy would forget the request. Owner thread only.
+ */
+void
+kv_primary_tier_on_request_finished (KvPrimaryTier *self,
+                                     KvRequest     *request)
+{
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+  g_return_if_fail (KV_IS_REQUEST (request));
+}
+
+/**
+ * kv_primary_tier_take_events:
+ * @self: a primary tier
+ *
+ * Takes the queued store and eviction events, oldest first. Owner thread
+ * only.
+ *
+ * Returns: (array zero-terminated=1) (transfer full): the events; empty
+ *   when there are none or events are disabled
+ */
+KvEvent **
+kv_primary_tier_take_events (KvPrimaryTier *self)
+{
+  GPtrArray *events;
+
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
+
+  events = g_steal_pointer (&self->events);
+  self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
+
+  g_ptr_array_set_free_func (events, NULL);
+  g_ptr_array_add (events, NULL);
+  return (KvEvent **) g_ptr_array_free (events, FALSE);
+}
+
+/**
+ * kv_primary_tier_reset:
+ * @self: a primary tier
+ *
+ * Forgets every chunk, pinned or not, and every queued event; all slots
+ * become free and fresh again. The caller must make sure no transfer still
+ * uses a slot. Owner thread only.
+ */
+void
+kv_primary_tier_reset (KvPrimaryTier *self)
+{
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+
+  self->policy_iface->clear (self->policy);
+  primary_clear_entries (self);
+  g_array_set_size (self->free_list, 0);
+  self->n_bumped = 0;
+  self->n_evictable = 0;
+  self->n_write_pending = 0;
+  g_ptr_array_set_size (self->events, 0);
+}
+
+/**
+ * kv_primary_tier_get_ref_count:
+ * @self: a primary tier
+ * @key: a key
+ * @out_ref_count: (out) (optional): the reference count: −1 while being
+ *   written, 0 when evictable, n > 0 while pinned n times
+ *
+ * Gets the reference count of a stored chunk. Owner thread only.
+ *
+ * Returns: %TRUE if @key is stored
+ */
+gboolean
+kv_primary_tier_get_ref_count (KvPrimaryTier *self,
+                               const KvKey   *key,
+                               gint          *out_ref_count)
+{
+  const KvEntry *entry;
+
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
+  g_return_val_if_fail (key != NULL, FALSE);
+
+  entry = primary_get_entry (self, key);
+  if (entry == NULL)
+    return FALSE;
+  if (out_ref_count != NULL)
+    *out_ref_count = entry->ref_cnt;
+  return TRUE;
+}
+
+/**
+ * kv_primary_tier_get_chunk_id:
+ * @self: a primary tier
+ * @key: a key
+ * @out_chunk_id: (out) (optional): the slot of @key
+ *
+ * Gets the slot of a stored chunk. Owner thread only.
+ *
+ * Returns: %TRUE if @key is stored
+ */
+gboolean
+kv_primary_tier_get_chunk_id (KvPrimaryTier *self,
+                              const KvKey   *key,
+                              guint32       *out_chunk_id)
+{
+  const KvEntry *entry;
+
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
+  g_return_val_if_fail (key != NULL, FALSE);
+
+  entry = primary_get_entry (self, key);
+  if (entry == NULL)
+    return FALSE;
+  if (out_chunk_id != NULL)
+    *out_chunk_id = entry->slot;
+  return TRUE;
+}
+
+/**
+ * kv_primary_tier_get_n_free:
+ * @self: a primary tier
+ *
+ * Counts the slots that hold no chunk. Owner thread only.
+ *
+ * Returns: the number of free slots
+ */
+guint
+kv_primary_tier_get_n_free (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return primary_n_free (self);
+}
+
+/**
+ * kv_primary_tier_get_n_allocated:
+ * @self: a primary tier
+ *
+ * Counts the slots that hold a chunk, ready or being written. Owner thread
+ * only.
+ *
+ * Returns: the number of allocated slots
+ */
+guint
+kv_primary_tier_get_n_allocated (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return self->n_bumped - self->free_list->len;
+}
+
+/**
+ * kv_primary_tier_get_n_stored:
+ * @self: a primary tier
+ *
+ * Counts the stored chunks, ready or being written. Owner thread only.
+ *
+ * Returns: the number of chunks
+ */
+guint
+kv_primary_tier_get_n_stored (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return g_hash_table_size (self->entries);
+}
+
+/**
+ * kv_primary_tier_get_n_evictable:
+ * @self: a primary tier
+ *
+ * Counts the ready, unpinned chunks (reference count 0). Owner thread only.
+ *
+ * Returns: the number of evictable chunks
+ */
+guint
+kv_primary_tier_get_n_evictable (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return self->n_evictable;
+}
+
+/**
+ * kv_primary_tier_get_n_write_pending:
+ * @self: a primary tier
+ *
+ * Counts the chunks whose slots are being written (reference count −1).
+ * Owner thread only.
+ *
+ * Returns: the number of chunks not ready yet
+ */
+guint
+kv_primary_tier_get_n_write_pending (KvPrimaryTier *self)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+
+  return self->n_write_pending;
+}

@@ -1,0 +1,181 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#if !defined(KVTIER_INSIDE) && !defined(KVTIER_COMPILATION)
+#error "Only <kvtier.h> can be included directly."
+#endif
+
+#include <gio/gio.h>
+
+#include "kv-backpressure-detector.h"
+#include "kv-event.h"
+#include "kv-host-buffer.h"
+#include "kv-job-result.h"
+#include "kv-key.h"
+#include "kv-metric-registry.h"
+#include "kv-parent-manager.h"
+#include "kv-request.h"
+#include "kv-schedule-end.h"
+#include "kv-stats.h"
+#include "kv-transfer-job.h"
+#include "kv-types.h"
+
+G_BEGIN_DECLS
+
+#define KV_TYPE_SECONDARY_TIER (kv_secondary_tier_get_type ())
+
+KVTIER_AVAILABLE_IN_ALL
+G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER, GObject)
+
+/**
+ * KvSecondaryTierClass:
+ * @parent_class: the parent class
+ * @medium: the medium of every instance of a class written in C (bindings
+ *   set the construct-only [property@Kv.SecondaryTier:medium] instead).
+ * @lookup: is @key stored here? %KV_LOOKUP_RESULT_HIT, %KV_LOOKUP_RESULT_MISS
+ *   or %KV_LOOKUP_RESULT_RETRY; must not block. Required.
+ * @submit_store: start copying the job's primary slots into the tier; must
+ *   not block. Report the job later with [method@Kv.SecondaryTier.complete_job].
+ *   Required.
+ * @submit_load: start filling the job's (allocated, not yet readable) primary
+ *   slots; must not block. Required.
+ * @get_finished_jobs: results of jobs finished since the last call. The
+ *   default drains the queue filled by [method@Kv.SecondaryTier.complete_job].
+ * @has_pending_work: whether the engine must keep stepping for this tier.
+ * @take_events: events of the tier's own storage. The default drains the
+ *   queue filled by [method@Kv.SecondaryTier.push_event].
+ * @touch: recency hint for @keys.
+ * @on_new_request: the tier's offload policy for @request. Required.
+ * @on_request_finished: no submit or touch for @request will follow.
+ * @serve_external_requests: once per step, before promotions are submitted.
+ * @on_schedule_end: once per step, after promotions are submitted.
+ * @drain_jobs: block until every submitted job has been reported with
+ *   [method@Kv.SecondaryTier.complete_job]. Required.
+ * @shutdown: release threads and connections; every job is reported first.
+ * @job_finished: class closure of [signal@Kv.SecondaryTier::job-finished].
+ * @register_metrics: add the definitions of the tier's own metrics to
+ *   @registry (called once per class by
+ *   [method@Kv.TieringManager.create_metric_registry]).
+ * @get_stats: the tier's own metrics since the last call (return and
+ *   reset), or %NULL.
+ *
+ * The virtual methods of a secondary tier. Every one runs on the owner
+ * thread (the thread that drives the [class@Kv.TieringManager]).
+ */
+struct _KvSecondaryTierClass
+{
+  GObjectClass parent_class;
+
+  KvMedium medium;
+
+  KvLookupResult  (*lookup)                  (KvSecondaryTier *self,
+                                              KvKey           *key,
+                                              KvRequest       *request);
+  gboolean        (*submit_store)            (KvSecondaryTier *self,
+                                              KvTransferJob   *job,
+                                              GError         **error);
+  gboolean        (*submit_load)             (KvSecondaryTier *self,
+                                              KvTransferJob   *job,
+                                              GError         **error);
+  KvJobResult   **(*get_finished_jobs)       (KvSecondaryTier *self);
+  gboolean        (*has_pending_work)        (KvSecondaryTier *self);
+  KvEvent       **(*take_events)             (KvSecondaryTier *self);
+  void            (*touch)                   (KvSecondaryTier *self,
+                                              KvKey          **keys,
+                                              KvRequest       *request);
+  KvOffloadPolicy (*on_new_request)          (KvSecondaryTier *self,
+                                              KvRequest       *request);
+  void            (*on_request_finished)     (KvSecondaryTier *self,
+                                              KvRequest       *request);
+  void            (*serve_external_requests) (KvSecondaryTier *self,
+                                              KvParentManager *parent);
+  void            (*on_schedule_end)         (KvSecondaryTier *self,
+                                              KvScheduleEnd   *schedule_end);
+  gboolean        (*drain_jobs)              (KvSecondaryTier *self,
+                                              GError         **error);
+  gboolean        (*shutdown)                (KvSecondaryTier *self,
+                                              GError         **error);
+
+  /* signals */
+  void            (*job_finished)            (KvSecondaryTier *self,
+                                              KvJobResult     *result);
+
+  gboolean        (*register_metrics)        (KvSecondaryTier  *self,
+                                              KvMetricRegistry *registry,
+                                              GError          **error);
+  KvStats        *(*get_stats)               (KvSecondaryTier *self);
+
+  /*< private >*/
+  gpointer _reserved[10];
+};
+
+KVTIER_AVAILABLE_IN_ALL
+const char             *kv_secondary_tier_get_tier_type             (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvHostBuffer           *kv_secondary_tier_get_primary               (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gsize                   kv_secondary_tier_get_block_size_bytes      (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvMedium                kv_secondary_tier_get_medium                (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvLocality              kv_secondary_tier_get_locality              (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvBackpressureDetector *kv_secondary_tier_get_backpressure_detector (KvSecondaryTier *self);
+
+KVTIER_AVAILABLE_IN_ALL
+KvLookupResult   kv_secondary_tier_lookup                  (KvSecondaryTier *self,
+                                                            KvKey           *key,
+                                                            KvRequest       *request);
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_submit_store            (KvSecondaryTier *self,
+                                                            KvTransferJob   *job,
+                                                            GError         **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_submit_load             (KvSecondaryTier *self,
+                                                            KvTransferJob   *job,
+                                                            GError         **error);
+KVTIER_AVAILABLE_IN_ALL
+KvJobResult    **kv_secondary_tier_get_finished_jobs       (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_has_pending_work        (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvEvent        **kv_secondary_tier_take_events             (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_touch                   (KvSecondaryTier *self,
+                                                            KvKey * const   *keys,
+                                                            guint            n_keys,
+                                                            KvRequest       *request);
+KVTIER_AVAILABLE_IN_ALL
+KvOffloadPolicy  kv_secondary_tier_on_new_request          (KvSecondaryTier *self,
+                                                            KvRequest       *request);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_on_request_finished     (KvSecondaryTier *self,
+                                                            KvRequest       *request);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_serve_external_requests (KvSecondaryTier *self,
+                                                            KvParentManager *parent);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_on_schedule_end         (KvSecondaryTier *self,
+                                                            KvScheduleEnd   *schedule_end);
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_drain_jobs              (KvSecondaryTier *self,
+                                                            GError         **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_shutdown                (KvSecondaryTier *self,
+                                                            GError         **error);
+
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_register_metrics        (KvSecondaryTier  *self,
+                                                            KvMetricRegistry *registry,
+                                                            GError          **error);
+KVTIER_AVAILABLE_IN_ALL
+KvStats         *kv_secondary_tier_get_stats               (KvSecondaryTier *self);
+
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_complete_job            (KvSecondaryTier *self,
+                                                            KvJobResult     *result);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_push_event              (KvSecondaryTier *self,
+                                                            KvEvent         *event);
+
+G_END_DECLS

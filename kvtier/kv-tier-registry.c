@@ -1,0 +1,1193 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-tier-registry.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <gmodule.h>
+
+#include "kv-config-private.h"
+#include "kv-host-device.h"
+
+#define ORIGIN_BUILT_IN "built-in"
+#define ORIGIN_RUN_TIME "run time"
+
+/**
+ * kv_tier_registry_error_quark:
+ *
+ * The error domain of the tier registry, also available as
+ * %KV_TIER_REGISTRY_ERROR. Error codes are from
+ * [error@Kv.TierRegistryError].
+ *
+ * May be called from any thread.
+ *
+ * Returns: the error domain quark
+ */
+G_DEFINE_QUARK (kv-tier-registry-error-quark, kv_tier_registry_error)
+
+/* ------------------------------------------------------------------------ */
+/* KvPluginModule: the GTypeModule of one plugin file. Private to this file:
+ * it exists only so plugins can register G_DEFINE_DYNAMIC_TYPE types. Once
+ * loaded, a module is used forever (GObject types cannot be unloaded) and
+ * kept in a process-wide table, so a second registry that loads the same
+ * file calls its register function again instead of opening it twice. */
+
+#define KV_TYPE_PLUGIN_MODULE (kv_plugin_module_get_type ())
+G_DECLARE_FINAL_TYPE (KvPluginModule, kv_plugin_module, KV, PLUGIN_MODULE, GTypeModule)
+
+struct _KvPluginModule
+{
+  GTypeModule           parent_instance;
+
+  GModule              *module;
+  KvPluginRegisterFunc  register_func;
+  KvTierRegistry       *loading_into;  /* set while the first use() runs */
+};
+
+G_DEFINE_FINAL_TYPE (KvPluginModule, kv_plugin_module, G_TYPE_TYPE_MODULE)
+
+static gboolean
+kv_plugin_module_load (GTypeModule *type_module)
+{
+  KvPluginModule *self = KV_PLUGIN_MODULE (type_module);
+
+  if (self->loading_into != NULL)
+    self->register_func (self->loading_into, type_module);
+  return TRUE;
+}
+
+static void
+kv_plugin_module_unload (GTypeModule *type_module)
+{
+  /* Never reached: modules stay in use, hence resident. */
+}
+
+static void
+kv_plugin_module_class_init (KvPluginModuleClass *klass)
+{
+  GTypeModuleClass *module_class = G_TYPE_MODULE_CLASS (klass);
+
+  module_class->load = kv_plugin_module_load;
+  module_class->unload = kv_plugin_module_unload;
+}
+
+static void
+kv_plugin_module_init (KvPluginModule *self)
+{
+}
+
+G_LOCK_DEFINE_STATIC (plugin_modules);
+static GHashTable *plugin_modules;   /* canonical path → KvPluginModule */
+
+/* ------------------------------------------------------------------------ */
+
+typedef struct
+{
+  char  *name;
+  GType  type;
+  char  *origin;   /* plugin path, ORIGIN_BUILT_IN or ORIGIN_RUN_TIME */
+} TypeEntry;
+
+static void
+type_entry_free (TypeEntry *entry)
+{
+  g_free (entry->name);
+  g_free (entry->origin);
+  g_free (entry);
+}
+
+/**
+ * KvTierRegistry:
+ *
+ * The map from type names, as used in configuration files (`type = fs`),
+ * to the GTypes of secondary tiers and devices.
+ *
+ * Every registry knows the library's built-in device type `host`
+ * ([class@Kv.HostDevice]). Tier types come from:
+ *
+ * - C plugins: GModules in `$libdir/kvtier-1/plugins` and in the
+ *   directories of the colon-separated `KVTIER_PLUGIN_PATH` (searched
+ *   first), loaded by [method@Kv.TierRegistry.load_plugins] or one by one
+ *   with [method@Kv.TierRegistry.load_plugin]. A plugin exports
+ *   `const guint32 kvtier_plugin_abi_version` (checked against
+ *   %KV_PLUGIN_ABI_VERSION before anything in the module runs) and a
+ *   [callback@Kv.PluginRegisterFunc] named `kvtier_plugin_register`. Modules
+ *   stay resident;
+ * - classes written in Python or JavaScript, registered at run time with
+ *   [method@Kv.TierRegistry.register_tier_type] and their GType
+ *   (`MyTier.__gtype__` in Python, `MyTier.$gtype` in GJS).
+ *
+ * [method@Kv.TierRegistry.describe_tier_type] lists a type's configurable
+ * properties by introspection, and [method@Kv.TierRegistry.create_tier]
+ * builds a tier from a dictionary of them; [class@Kv.Config] uses both.
+ *
+ * A registry may be used from any thread; plugin registration functions
+ * run on the thread that loads them.
+ */
+struct _KvTierRegistry
+{
+  GObject     parent_instance;
+
+  GRecMutex   lock;
+  GHashTable *tiers;     /* name → TypeEntry */
+  GHashTable *devices;   /* name → TypeEntry */
+  GHashTable *modules;   /* KvPluginModule set: loaded into this registry */
+
+  /* While a plugin's register function runs (under plugin_modules). */
+  const char *loading_path;
+  GError     *loading_error;
+};
+
+G_DEFINE_FINAL_TYPE (KvTierRegistry, kv_tier_registry, G_TYPE_OBJECT)
+
+static void
+kv_tier_registry_finalize (GObject *object)
+{
+  KvTierRegistry *self = KV_TIER_REGISTRY (object);
+
+  g_hash_table_unref (self->tiers);
+  g_hash_table_unref (self->devices);
+  /* The modules belong to the process-wide table: never unref'd. */
+  g_hash_table_unref (self->modules);
+  g_rec_mutex_clear (&self->lock);
+
+  G_OBJECT_CLASS (kv_tier_registry_parent_class)->finalize (object);
+}
+
+static void
+kv_tier_registry_class_init (KvTierRegistryClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+
+  object_class->finalize = kv_tier_registry_finalize;
+}
+
+static gboolean register_type (KvTierRegistry  *self,
+                               gboolean         is_device,
+                               const char      *name,
+                               GType            type,
+                               const char      *origin,
+                               GError         **error);
+
+static void
+kv_tier_registry_init (KvTierRegistry *self)
+{
+  g_rec_mutex_init (&self->lock);
+  self->tiers = g_hash_table_new_full (g_str_hash, g_str_equal, NULL,
+                                       (GDestroyNotify) type_entry_free);
+  self->devices = g_hash_table_new_full (g_str_hash, g_str_equal, NULL,
+                                         (GDestroyNotify) type_entry_free);
+  self->modules = g_hash_table_new (NULL, NULL);
+
+  register_type (self, TRUE, "host", KV_TYPE_HOST_DEVICE, ORIGIN_BUILT_IN, NULL);
+}
+
+/**
+ * kv_tier_registry_new:
+ *
+ * Creates a registry that knows only the built-in types; load plugins with
+ * [method@Kv.TierRegistry.load_plugins].
+ *
+ * Returns: (transfer full): a new registry
+ */
+KvTierRegistry *
+kv_tier_registry_new (void)
+{
+  return g_object_new (KV_TYPE_TIER_REGISTRY, NULL);
+}
+
+/**
+ * kv_tier_registry_get_default:
+ *
+ * Gets the process-wide registry. The first call creates it and loads the
+ * plugins of [func@Kv.TierRegistry.get_plugin_dirs]; a plugin that fails
+ * to load is reported with a warning and skipped. May be called from any
+ * thread.
+ *
+ * Returns: (transfer none): the default registry
+ */
+KvTierRegistry *
+kv_tier_registry_get_default (void)
+{
+  static gsize initialized;
+  static KvTierRegistry *registry;
+
+  if (g_once_init_enter (&initialized))
+    {
+      g_autoptr(GError) error = NULL;
+
+      registry = kv_tier_registry_new ();
+      if (!kv_tier_registry_load_plugins (registry, &error))
+        g_warning ("%s", error->message);
+      g_once_init_leave (&initialized, 1);
+    }
+
+  return registry;
+}
+
+static const char *
+kind_name (gboolean is_device)
+{
+  return is_device ? "Device" : "Tier";
+}
+
+static gboolean
+valid_type_name (const char *name)
+{
+  if (name == NULL || *name == '\0')
+    return FALSE;
+  for (const char *p = name; *p; p++)
+    if (!g_ascii_isalnum (*p) && *p != '-' && *p != '_' && *p != '.')
+      return FALSE;
+  return TRUE;
+}
+
+static gboolean
+register_type (KvTierRegistry  *self,
+               gboolean         is_device,
+               const char      *name,
+               GType            type,
+               const char      *origin,
+               GError         **error)
+{
+  GType base = is_device ? KV_TYPE_DEVICE : KV_TYPE_SECONDARY_TIER;
+  GHashTable *table = is_device ? self->devices : self->tiers;
+  g_autoptr(GError) local_error = NULL;
+  TypeEntry *entry;
+
+  g_rec_mutex_lock (&self->lock);
+
+  if (!valid_type_name (name))
+    g_set_error (&local_error, KV_TIER_REGISTRY_ERROR,
+                 KV_TIER_REGISTRY_ERROR_FAILED,
+                 "Invalid %s type name '%s': use letters, digits, '-', '_' and '.'",
+                 is_device ? "device" : "tier", name);
+  else if (!g_type_is_a (type, base) || G_TYPE_IS_ABSTRACT (type))
+    g_set_error (&local_error, KV_TIER_REGISTRY_ERROR,
+                 KV_TIER_REGISTRY_ERROR_INVALID_TYPE,
+                 "%s '%s': %s is not a concrete %s subclass",
+                 kind_name (is_device), name,
+                 type != G_TYPE_INVALID ? g_type_name (type) : "(invalid type)",
+                 g_type_name (base));
+  else if (g_hash_table_contains (table, name))
+    g_set_error (&local_error, KV_TIER_REGISTRY_ERROR,
+                 KV_TIER_REGISTRY_ERROR_DUPLICATE,
+                 "%s '%s' is already registered.", kind_name (is_device), name);
+
+  if (local_error == NULL)
+    {
+      entry = g_new0 (TypeEntry, 1);
+      entry->name = g_strdup (name);
+      entry->type = type;
+      entry->origin = g_strdup (origin != NULL ? origin
+                                : self->loading_path != NULL ? self->loading_path
+                                : ORIGIN_RUN_TIME);
+      g_hash_table_insert (table, entry->name, entry);
+    }
+  else if (self->loading_path != NULL && self->loading_error == NULL)
+    {
+      /* The plugin's register function returns nothing: remember the
+       * failure so load_plugin() can report it. */
+      self->loading_error = g_error_copy (local_error);
+      g_prefix_error (&self->loading_error, "Plugin “%s”: ", self->loading_path);
+    }
+
+  g_rec_mutex_unlock (&self->lock);
+
+  if (local_error != NULL)
+    {
+      g_propagate_error (error, g_steal_pointer (&local_error));
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/**
+ * kv_tier_registry_register_tier_type:
+ * @self: a registry
+ * @name: the type name used in configurations (letters, digits, `-`, `_`,
+ *   `.`)
+ * @type: a concrete [class@Kv.SecondaryTier] subclass
+ * @error: return location for a #GError
+ *
+ * Registers a tier class under @name. Plugins call it from their register
+ * function; Python and JavaScript code calls it with its class's GType, after
+ * which configurations can use @name.
+ *
+ * Returns: %TRUE on success; %FALSE with @error set when @name is taken
+ *   (%KV_TIER_REGISTRY_ERROR_DUPLICATE) or @type is not a concrete tier
+ *   class
+ */
+gboolean
+kv_tier_registry_register_tier_type (KvTierRegistry  *self,
+                                     const char      *name,
+                                     GType            type,
+                                     GError         **error)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), FALSE);
+  g_return_val_if_fail (name != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return register_type (self, FALSE, name, type, NULL, error);
+}
+
+/**
+ * kv_tier_registry_register_device_type:
+ * @self: a registry
+ * @name: the type name used in the `[device]` section of configurations
+ * @type: a concrete [class@Kv.Device] subclass
+ * @error: return location for a #GError
+ *
+ * Registers a device class under @name (the CUDA plugin registers `cuda`).
+ *
+ * Returns: %TRUE on success; %FALSE with @error set when @name is taken
+ *   (%KV_TIER_REGISTRY_ERROR_DUPLICATE) or @type is not a concrete device
+ *   class
+ */
+gboolean
+kv_tier_registry_register_device_type (KvTierRegistry  *self,
+                                       const char      *name,
+                                       GType            type,
+                                       GError         **error)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), FALSE);
+  g_return_val_if_fail (name != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return register_type (self, TRUE, name, type, NULL, error);
+}
+
+static char **
+list_names (KvTierRegistry *self,
+            GHashTable     *table)
+{
+  GPtrArray *names = g_ptr_array_new ();
+  GHashTableIter iter;
+  gpointer key;
+
+  g_rec_mutex_lock (&self->lock);
+  g_hash_table_iter_init (&iter, table);
+  while (g_hash_table_iter_next (&iter, &key, NULL))
+    g_ptr_array_add (names, g_strdup (key));
+  g_rec_mutex_unlock (&self->lock);
+
+  g_ptr_array_add (names, NULL);
+  return (char **) g_ptr_array_free (names, FALSE);
+}
+
+static int
+compare_names (gconstpointer a,
+               gconstpointer b)
+{
+  return g_strcmp0 (*(const char * const *) a, *(const char * const *) b);
+}
+
+static char **
+sorted_names (KvTierRegistry *self,
+              GHashTable     *table)
+{
+  char **names = list_names (self, table);
+
+  qsort (names, g_strv_length (names), sizeof (char *), compare_names);
+  return names;
+}
+
+/**
+ * kv_tier_registry_list_tier_types:
+ * @self: a registry
+ *
+ * Lists the registered tier type names, sorted.
+ *
+ * Returns: (transfer full) (array zero-terminated=1): the names
+ */
+char **
+kv_tier_registry_list_tier_types (KvTierRegistry *self)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+
+  return sorted_names (self, self->tiers);
+}
+
+/**
+ * kv_tier_registry_list_device_types:
+ * @self: a registry
+ *
+ * Lists the registered device type names, sorted.
+ *
+ * Returns: (transfer full) (array zero-terminated=1): the names
+ */
+char **
+kv_tier_registry_list_device_types (KvTierRegistry *self)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+
+  return sorted_names (self, self->devices);
+}
+
+static char *
+format_choices (char **names)
+{
+  GString *s = g_string_new ("[");
+
+  for (guint i = 0; names[i] != NULL; i++)
+    g_string_append_printf (s, "%s'%s'", i > 0 ? ", " : "", names[i]);
+  g_string_append_c (s, ']');
+  return g_string_free (s, FALSE);
+}
+
+static gboolean
+lookup_entry (KvTierRegistry  *self,
+              gboolean         is_device,
+              const char      *name,
+              TypeEntry       *out,
+              GError         **error)
+{
+  GHashTable *table = is_device ? self->devices : self->tiers;
+  TypeEntry *entry;
+
+  g_rec_mutex_lock (&self->lock);
+  entry = name != NULL ? g_hash_table_lookup (table, name) : NULL;
+  if (entry != NULL)
+    {
+      out->name = g_strdup (entry->name);
+      out->type = entry->type;
+      out->origin = g_strdup (entry->origin);
+    }
+  g_rec_mutex_unlock (&self->lock);
+
+  if (entry == NULL)
+    {
+      g_auto(GStrv) names = sorted_names (self, table);
+      g_autofree char *choices = format_choices (names);
+
+      if (is_device)
+        g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                     KV_TIER_REGISTRY_ERROR_UNKNOWN_TYPE,
+                     "Unknown device type: '%s'. Supported types: %s.",
+                     name != NULL ? name : "", choices);
+      else
+        g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                     KV_TIER_REGISTRY_ERROR_UNKNOWN_TYPE,
+                     "Unknown secondary tier type: '%s'. Supported types: %s."
+                     " Out-of-tree tiers come from plugin directories"
+                     " (KVTIER_PLUGIN_PATH) or register their class at run time.",
+                     name != NULL ? name : "", choices);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/**
+ * kv_tier_registry_lookup_tier_type:
+ * @self: a registry
+ * @name: a tier type name
+ * @error: return location for a #GError
+ *
+ * Looks up the class registered under @name.
+ *
+ * Returns: the GType, or %G_TYPE_INVALID with @error set
+ *   (%KV_TIER_REGISTRY_ERROR_UNKNOWN_TYPE, the message lists the supported
+ *   types)
+ */
+GType
+kv_tier_registry_lookup_tier_type (KvTierRegistry  *self,
+                                   const char      *name,
+                                   GError         **error)
+{
+  TypeEntry entry = { 0 };
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), G_TYPE_INVALID);
+  g_return_val_if_fail (error == NULL || *error == NULL, G_TYPE_INVALID);
+
+  if (!lookup_entry (self, FALSE, name, &entry, error))
+    return G_TYPE_INVALID;
+  g_free (entry.name);
+  g_free (entry.origin);
+  return entry.type;
+}
+
+/**
+ * kv_tier_registry_lookup_device_type:
+ * @self: a registry
+ * @name: a device type name
+ * @error: return location for a #GError
+ *
+ * Looks up the device class registered under @name.
+ *
+ * Returns: the GType, or %G_TYPE_INVALID with @error set
+ *   (%KV_TIER_REGISTRY_ERROR_UNKNOWN_TYPE, the message lists the supported
+ *   types)
+ */
+GType
+kv_tier_registry_lookup_device_type (KvTierRegistry  *self,
+                                     const char      *name,
+                                     GError         **error)
+{
+  TypeEntry entry = { 0 };
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), G_TYPE_INVALID);
+  g_return_val_if_fail (error == NULL || *error == NULL, G_TYPE_INVALID);
+
+  if (!lookup_entry (self, TRUE, name, &entry, error))
+    return G_TYPE_INVALID;
+  g_free (entry.name);
+  g_free (entry.origin);
+  return entry.type;
+}
+
+static GVariant *
+describe_property (GParamSpec *pspec)
+{
+  GVariantDict dict;
+  g_autofree char *type = kv_config_describe_value_type (pspec);
+  g_autofree char *def = kv_config_value_to_string (pspec, g_param_spec_get_default_value (pspec));
+  const char *blurb = g_param_spec_get_blurb (pspec);
+  GType vtype = G_PARAM_SPEC_VALUE_TYPE (pspec);
+
+  g_variant_dict_init (&dict, NULL);
+  g_variant_dict_insert (&dict, "name", "s", pspec->name);
+  g_variant_dict_insert (&dict, "type", "s", type);
+  g_variant_dict_insert (&dict, "value-type", "s", g_type_name (vtype));
+  g_variant_dict_insert (&dict, "default", "s", def != NULL ? def : "");
+  g_variant_dict_insert (&dict, "blurb", "s", blurb != NULL ? blurb : "");
+  g_variant_dict_insert (&dict, "construct-only", "b",
+                         (pspec->flags & G_PARAM_CONSTRUCT_ONLY) != 0);
+
+  if (G_IS_PARAM_SPEC_ENUM (pspec) || G_IS_PARAM_SPEC_FLAGS (pspec))
+    {
+      GVariantBuilder choices;
+
+      g_variant_builder_init (&choices, G_VARIANT_TYPE_STRING_ARRAY);
+      if (G_IS_PARAM_SPEC_ENUM (pspec))
+        {
+          GEnumClass *klass = G_PARAM_SPEC_ENUM (pspec)->enum_class;
+
+          for (guint i = 0; i < klass->n_values; i++)
+            g_variant_builder_add (&choices, "s", klass->values[i].value_nick);
+        }
+      else
+        {
+          GFlagsClass *klass = G_PARAM_SPEC_FLAGS (pspec)->flags_class;
+
+          for (guint i = 0; i < klass->n_values; i++)
+            g_variant_builder_add (&choices, "s", klass->values[i].value_nick);
+        }
+      g_variant_dict_insert_value (&dict, "choices", g_variant_builder_end (&choices));
+    }
+
+#define RANGE(PSPEC_TYPE, CAST, FMT)                                          \
+  else if (G_IS_PARAM_SPEC_##PSPEC_TYPE (pspec))                             \
+    {                                                                        \
+      g_autofree char *lo = g_strdup_printf (FMT, CAST (pspec)->minimum);    \
+      g_autofree char *hi = g_strdup_printf (FMT, CAST (pspec)->maximum);    \
+      g_variant_dict_insert (&dict, "minimum", "s", lo);                     \
+      g_variant_dict_insert (&dict, "maximum", "s", hi);                     \
+    }
+  if (FALSE)
+    ;
+  RANGE (INT, G_PARAM_SPEC_INT, "%d")
+  RANGE (UINT, G_PARAM_SPEC_UINT, "%u")
+  RANGE (LONG, G_PARAM_SPEC_LONG, "%ld")
+  RANGE (ULONG, G_PARAM_SPEC_ULONG, "%lu")
+  RANGE (INT64, G_PARAM_SPEC_INT64, "%" G_GINT64_FORMAT)
+  RANGE (UINT64, G_PARAM_SPEC_UINT64, "%" G_GUINT64_FORMAT)
+  RANGE (DOUBLE, G_PARAM_SPEC_DOUBLE, "%g")
+  RANGE (FLOAT, G_PARAM_SPEC_FLOAT, "%g")
+#undef RANGE
+
+  return g_variant_dict_end (&dict);
+}
+
+static GVariant *
+describe (KvTierRegistry  *self,
+          gboolean         is_device,
+          const char      *name,
+          GError         **error)
+{
+  TypeEntry entry = { 0 };
+  GVariantDict dict;
+  GVariantBuilder props;
+  g_autoptr(GTypeClass) klass = NULL;
+  g_autofree GParamSpec **pspecs = NULL;
+  guint n_pspecs;
+
+  if (!lookup_entry (self, is_device, name, &entry, error))
+    return NULL;
+
+  klass = g_type_class_ref (entry.type);
+  pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
+
+  g_variant_builder_init (&props, G_VARIANT_TYPE ("aa{sv}"));
+  for (guint i = 0; i < n_pspecs; i++)
+    if (kv_config_param_is_configurable (pspecs[i]))
+      g_variant_builder_add_value (&props, describe_property (pspecs[i]));
+
+  g_variant_dict_init (&dict, NULL);
+  g_variant_dict_insert (&dict, "name", "s", entry.name);
+  g_variant_dict_insert (&dict, "kind", "s", is_device ? "device" : "tier");
+  g_variant_dict_insert (&dict, "gtype", "s", g_type_name (entry.type));
+  g_variant_dict_insert (&dict, "origin", "s", entry.origin);
+  g_variant_dict_insert_value (&dict, "properties", g_variant_builder_end (&props));
+
+  g_free (entry.name);
+  g_free (entry.origin);
+  return g_variant_ref_sink (g_variant_dict_end (&dict));
+}
+
+/**
+ * kv_tier_registry_describe_tier_type:
+ * @self: a registry
+ * @name: a tier type name
+ * @error: return location for a #GError
+ *
+ * Describes a tier type by introspection of its class. The dictionary
+ * (`a{sv}`) holds `name`, `kind` (`"tier"`), `gtype` (the GType name),
+ * `origin` (the plugin's path, `"built-in"` or `"run time"`) and
+ * `properties`, an array of dictionaries, one per property a configuration
+ * may set, each with `name`, `type` (`"size"`, `"uint"`, `"boolean"`,
+ * `"enum"`, `"string list"`...), `value-type` (the GType name), `default`
+ * and `blurb` (strings), `construct-only` (boolean), `choices` (enums and
+ * flags) and `minimum`/`maximum` (numbers, as strings).
+ *
+ * Returns: (transfer full): the description, or %NULL with @error set when
+ *   @name is unknown
+ */
+GVariant *
+kv_tier_registry_describe_tier_type (KvTierRegistry  *self,
+                                     const char      *name,
+                                     GError         **error)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  return describe (self, FALSE, name, error);
+}
+
+/**
+ * kv_tier_registry_describe_device_type:
+ * @self: a registry
+ * @name: a device type name
+ * @error: return location for a #GError
+ *
+ * Describes a device type, like [method@Kv.TierRegistry.describe_tier_type]
+ * (`kind` is `"device"`).
+ *
+ * Returns: (transfer full): the description, or %NULL with @error set when
+ *   @name is unknown
+ */
+GVariant *
+kv_tier_registry_describe_device_type (KvTierRegistry  *self,
+                                       const char      *name,
+                                       GError         **error)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  return describe (self, TRUE, name, error);
+}
+
+/* Opens, checks and registers one module. A file that is not a kvtier
+ * plugin fails with KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN, which directory
+ * scans skip. */
+static gboolean
+load_plugin_file (KvTierRegistry  *self,
+                  const char      *path,
+                  GError         **error)
+{
+  g_autofree char *real = NULL;
+  KvPluginModule *plugin;
+  gboolean ok = TRUE;
+
+  real = realpath (path, NULL);
+  if (real == NULL)
+    {
+      int errsv = errno;
+
+      g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                   KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
+                   "Cannot load plugin “%s”: %s", path, g_strerror (errsv));
+      return FALSE;
+    }
+
+  G_LOCK (plugin_modules);
+
+  if (plugin_modules == NULL)
+    plugin_modules = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+
+  plugin = g_hash_table_lookup (plugin_modules, real);
+  if (plugin == NULL)
+    {
+      GModule *module;
+      gpointer abi_symbol = NULL;
+      gpointer register_symbol = NULL;
+      guint32 abi;
+
+      /* Bind now: a plugin with unresolved symbols fails here, cleanly. */
+      module = g_module_open (real, G_MODULE_BIND_LOCAL);
+      if (module == NULL)
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                       KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
+                       "“%s” is not a loadable module: %s", path,
+                       g_module_error ());
+          G_UNLOCK (plugin_modules);
+          return FALSE;
+        }
+
+      if (!g_module_symbol (module, "kvtier_plugin_abi_version", &abi_symbol) ||
+          abi_symbol == NULL)
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                       KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
+                       "“%s” is not a kvtier plugin: it does not export"
+                       " kvtier_plugin_abi_version", path);
+          g_module_close (module);
+          G_UNLOCK (plugin_modules);
+          return FALSE;
+        }
+
+      /* Checked before any of the plugin's code runs. */
+      abi = *(const guint32 *) abi_symbol;
+      if (abi != KV_PLUGIN_ABI_VERSION)
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                       KV_TIER_REGISTRY_ERROR_ABI_MISMATCH,
+                       "Plugin “%s” was built for kvtier plugin ABI %u, but"
+                       " this kvtier loads ABI %u: rebuild the plugin",
+                       path, abi, (guint) KV_PLUGIN_ABI_VERSION);
+          g_module_close (module);
+          G_UNLOCK (plugin_modules);
+          return FALSE;
+        }
+
+      if (!g_module_symbol (module, "kvtier_plugin_register", &register_symbol) ||
+          register_symbol == NULL)
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                       KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
+                       "“%s” is not a kvtier plugin: it does not export"
+                       " kvtier_plugin_register", path);
+          g_module_close (module);
+          G_UNLOCK (plugin_modules);
+          return FALSE;
+        }
+
+      g_module_make_resident (module);
+      plugin = g_object_new (KV_TYPE_PLUGIN_MODULE, NULL);
+      plugin->module = module;
+      plugin->register_func = register_symbol;
+      g_type_module_set_name (G_TYPE_MODULE (plugin), real);
+      g_hash_table_insert (plugin_modules, g_strdup (real), plugin);
+    }
+
+  g_rec_mutex_lock (&self->lock);
+  if (!g_hash_table_contains (self->modules, plugin))
+    {
+      g_hash_table_add (self->modules, plugin);
+      self->loading_path = real;
+      g_clear_error (&self->loading_error);
+
+      if (plugin->loading_into == NULL && G_TYPE_MODULE (plugin)->use_count == 0)
+        {
+          /* First load in this process: use() runs load(), which registers
+           * the types. The use is never dropped, so the module stays. */
+          plugin->loading_into = self;
+          if (!g_type_module_use (G_TYPE_MODULE (plugin)) && self->loading_error == NULL)
+            self->loading_error = g_error_new (KV_TIER_REGISTRY_ERROR,
+                                               KV_TIER_REGISTRY_ERROR_FAILED,
+                                               "Plugin “%s” failed to register its types",
+                                               path);
+          plugin->loading_into = NULL;
+        }
+      else
+        {
+          plugin->register_func (self, G_TYPE_MODULE (plugin));
+        }
+
+      self->loading_path = NULL;
+      if (self->loading_error != NULL)
+        {
+          g_propagate_error (error, g_steal_pointer (&self->loading_error));
+          ok = FALSE;
+        }
+    }
+  g_rec_mutex_unlock (&self->lock);
+
+  G_UNLOCK (plugin_modules);
+  return ok;
+}
+
+/**
+ * kv_tier_registry_load_plugin:
+ * @self: a registry
+ * @path: (type filename): a plugin module
+ * @error: return location for a #GError
+ *
+ * Loads one plugin: opens the module with local binding, checks its
+ * exported `kvtier_plugin_abi_version` against %KV_PLUGIN_ABI_VERSION
+ * before anything in it runs, calls its `kvtier_plugin_register` and keeps
+ * it resident. Loading a plugin that this registry already loaded does
+ * nothing.
+ *
+ * Returns: %TRUE on success; %FALSE with @error set when @path is not a
+ *   kvtier plugin (%KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN), was built for
+ *   another ABI (%KV_TIER_REGISTRY_ERROR_ABI_MISMATCH) or registered a name
+ *   that is taken (%KV_TIER_REGISTRY_ERROR_DUPLICATE)
+ */
+gboolean
+kv_tier_registry_load_plugin (KvTierRegistry  *self,
+                              const char      *path,
+                              GError         **error)
+{
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), FALSE);
+  g_return_val_if_fail (path != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return load_plugin_file (self, path, error);
+}
+
+/**
+ * kv_tier_registry_get_plugin_dirs:
+ *
+ * Lists the directories [method@Kv.TierRegistry.load_plugins] searches, in
+ * order: those of `KVTIER_PLUGIN_PATH` (colon-separated), then
+ * `$libdir/kvtier-1/plugins`.
+ *
+ * Returns: (transfer full) (array zero-terminated=1) (element-type filename):
+ *   the directories
+ */
+char **
+kv_tier_registry_get_plugin_dirs (void)
+{
+  GPtrArray *dirs = g_ptr_array_new ();
+  const char *env = g_getenv ("KVTIER_PLUGIN_PATH");
+
+  if (env != NULL)
+    {
+      g_auto(GStrv) parts = g_strsplit (env, G_SEARCHPATH_SEPARATOR_S, -1);
+
+      for (guint i = 0; parts[i] != NULL; i++)
+        if (parts[i][0] != '\0')
+          g_ptr_array_add (dirs, g_strdup (parts[i]));
+    }
+  g_ptr_array_add (dirs, g_strdup (KVTIER_PLUGINDIR));
+  g_ptr_array_add (dirs, NULL);
+  return (char **) g_ptr_array_free (dirs, FALSE);
+}
+
+/**
+ * kv_tier_registry_load_plugins:
+ * @self: a registry
+ * @error: return location for a #GError
+ *
+ * Loads every plugin in [func@Kv.TierRegistry.get_plugin_dirs]: each
+ * `*.so` file of each directory, in name order. A file name already loaded
+ * from an earlier directory is skipped, so `KVTIER_PLUGIN_PATH` overrides
+ * installed plugins; files that are not kvtier plugins (such as
+ * `libkvtier-1.so` itself) and missing directories are skipped silently
+ * (with a debug message). The other plugins still load when one fails.
+ *
+ * Returns: %TRUE when every plugin loaded; %FALSE with @error set (naming
+ *   every file that failed) when a plugin has the wrong ABI or registered a
+ *   name that is taken
+ */
+gboolean
+kv_tier_registry_load_plugins (KvTierRegistry  *self,
+                               GError         **error)
+{
+  g_auto(GStrv) dirs = NULL;
+  g_autoptr(GHashTable) seen = NULL;
+  g_autoptr(GString) failures = NULL;
+  gint first_code = -1;
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  dirs = kv_tier_registry_get_plugin_dirs ();
+  seen = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+
+  for (guint d = 0; dirs[d] != NULL; d++)
+    {
+      g_autoptr(GDir) dir = NULL;
+      g_autoptr(GPtrArray) names = NULL;
+      g_autoptr(GError) dir_error = NULL;
+      const char *name;
+
+      dir = g_dir_open (dirs[d], 0, &dir_error);
+      if (dir == NULL)
+        {
+          g_debug ("Skipping plugin directory %s: %s", dirs[d], dir_error->message);
+          continue;
+        }
+
+      names = g_ptr_array_new_with_free_func (g_free);
+      while ((name = g_dir_read_name (dir)) != NULL)
+        if (g_str_has_suffix (name, "." G_MODULE_SUFFIX))
+          g_ptr_array_add (names, g_strdup (name));
+      g_ptr_array_sort (names, compare_names);
+
+      for (guint i = 0; i < names->len; i++)
+        {
+          const char *base = g_ptr_array_index (names, i);
+          g_autofree char *path = g_build_filename (dirs[d], base, NULL);
+          g_autoptr(GError) load_error = NULL;
+
+          if (!g_file_test (path, G_FILE_TEST_IS_REGULAR))
+            continue;
+          if (g_hash_table_contains (seen, base))
+            {
+              g_debug ("Skipping %s: a plugin of that name was loaded from"
+                       " an earlier directory", path);
+              continue;
+            }
+
+          if (load_plugin_file (self, path, &load_error))
+            {
+              g_hash_table_add (seen, g_strdup (base));
+              continue;
+            }
+
+          if (g_error_matches (load_error, KV_TIER_REGISTRY_ERROR,
+                               KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN))
+            {
+              g_debug ("Skipping %s", load_error->message);
+              continue;
+            }
+
+          g_hash_table_add (seen, g_strdup (base));
+          if (failures == NULL)
+            {
+              failures = g_string_new (load_error->message);
+              first_code = load_error->code;
+            }
+          else
+            g_string_append_printf (failures, "; %s", load_error->message);
+        }
+    }
+
+  if (failures != NULL)
+    {
+      g_set_error_literal (error, KV_TIER_REGISTRY_ERROR, first_code, failures->str);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+collect_properties (const char      *kind,
+                    const char      *type_name,
+                    GObjectClass    *klass,
+                    GVariant        *properties,
+                    GPtrArray       *names,
+                    GArray          *values,
+                    GError         **error)
+{
+  GVariantIter iter;
+  const char *key;
+  GVariant *value;
+
+  if (properties == NULL)
+    return TRUE;
+
+  g_variant_iter_init (&iter, properties);
+  while (g_variant_iter_next (&iter, "{&sv}", &key, &value))
+    {
+      g_autoptr(GVariant) owned = value;
+      g_autoptr(GError) local_error = NULL;
+      GParamSpec *pspec = g_object_class_find_property (klass, key);
+      GValue gvalue = G_VALUE_INIT;
+
+      if (pspec == NULL || !kv_config_param_is_configurable (pspec))
+        {
+          g_autoptr(GString) accepted = g_string_new (NULL);
+          g_autofree GParamSpec **pspecs = NULL;
+          guint n_pspecs;
+
+          pspecs = g_object_class_list_properties (klass, &n_pspecs);
+          for (guint i = 0; i < n_pspecs; i++)
+            if (kv_config_param_is_configurable (pspecs[i]))
+              g_string_append_printf (accepted, "%s%s", accepted->len > 0 ? ", " : "",
+                                      pspecs[i]->name);
+          g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                       KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY,
+                       "%s type '%s' has no configurable property '%s'"
+                       " (accepted: %s)", kind, type_name, key,
+                       accepted->len > 0 ? accepted->str : "none");
+          return FALSE;
+        }
+
+      if (!kv_config_value_from_variant (pspec, value, &gvalue, &local_error))
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR,
+                       KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY,
+                       "%s type '%s', property '%s': %s", kind, type_name, key,
+                       local_error->message);
+          return FALSE;
+        }
+
+      g_ptr_array_add (names, (gpointer) pspec->name);
+      g_array_append_val (values, gvalue);
+    }
+  return TRUE;
+}
+
+static GObject *
+create_object (GType          type,
+               const char    *kind,
+               const char    *type_name,
+               GPtrArray     *names,
+               GArray        *values,
+               GVariant      *properties,
+               GError       **error)
+{
+  g_autoptr(GTypeClass) klass = g_type_class_ref (type);
+  GObject *object = NULL;
+
+  if (collect_properties (kind, type_name, G_OBJECT_CLASS (klass), properties,
+                          names, values, error))
+    {
+      object = g_object_new_with_properties (type, names->len,
+                                             (const char **) names->pdata,
+                                             (const GValue *) values->data);
+      if (G_IS_INITABLE (object) && !g_initable_init (G_INITABLE (object), NULL, error))
+        g_clear_object (&object);
+    }
+
+  for (guint i = 0; i < values->len; i++)
+    g_value_unset (&g_array_index (values, GValue, i));
+  return object;
+}
+
+/**
+ * kv_tier_registry_create_tier:
+ * @self: a registry
+ * @type_name: a registered tier type name
+ * @primary: the primary tier's buffer
+ * @detector: (nullable): the tier's backpressure detector, or %NULL for
+ *   none
+ * @properties: (nullable): an `a{sv}` dictionary of the tier's
+ *   configurable properties; values are strings in configuration syntax
+ *   (`"64GiB"`, `"true"`, an enum nick) or typed values (`b`, integers,
+ *   `d`, `s`, `as`) checked against the property's range
+ * @error: return location for a #GError
+ *
+ * Creates a tier of the type registered under @type_name, with its
+ * `tier-type` set to @type_name. A floating @properties is consumed. Tiers
+ * that implement [iface@Gio.Initable] are initialized.
+ *
+ * Returns: (transfer full): the new tier, or %NULL with @error set when the
+ *   type is unknown, a property is unknown or its value is wrong
+ *   (%KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY), or initialization failed
+ */
+KvSecondaryTier *
+kv_tier_registry_create_tier (KvTierRegistry          *self,
+                              const char              *type_name,
+                              KvHostBuffer            *primary,
+                              KvBackpressureDetector  *detector,
+                              GVariant                *properties,
+                              GError                 **error)
+{
+  g_autoptr(GVariant) props = NULL;
+  g_autoptr(GPtrArray) names = NULL;
+  g_autoptr(GArray) values = NULL;
+  GValue value = G_VALUE_INIT;
+  GType type;
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+  g_return_val_if_fail (type_name != NULL, NULL);
+  g_return_val_if_fail (KV_IS_HOST_BUFFER (primary), NULL);
+  g_return_val_if_fail (detector == NULL || KV_IS_BACKPRESSURE_DETECTOR (detector), NULL);
+  g_return_val_if_fail (properties == NULL ||
+                        g_variant_is_of_type (properties, G_VARIANT_TYPE_VARDICT), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  if (properties != NULL)
+    props = g_variant_ref_sink (properties);
+
+  type = kv_tier_registry_lookup_tier_type (self, type_name, error);
+  if (type == G_TYPE_INVALID)
+    return NULL;
+
+  names = g_ptr_array_new ();
+  values = g_array_new (FALSE, TRUE, sizeof (GValue));
+
+  g_ptr_array_add (names, (gpointer) "primary");
+  g_value_init (&value, KV_TYPE_HOST_BUFFER);
+  g_value_set_object (&value, primary);
+  g_array_append_val (values, value);
+
+  g_ptr_array_add (names, (gpointer) "tier-type");
+  memset (&value, 0, sizeof value);
+  g_value_init (&value, G_TYPE_STRING);
+  g_value_set_string (&value, type_name);
+  g_array_append_val (values, value);
+
+  if (detector != NULL)
+    {
+      g_ptr_array_add (names, (gpointer) "backpressure-detector");
+      memset (&value, 0, sizeof value);
+      g_value_init (&value, KV_TYPE_BACKPRESSURE_DETECTOR);
+      g_value_set_object (&value, detector);
+      g_array_append_val (values, value);
+    }
+
+  return KV_SECONDARY_TIER (create_object (type, "Tier", type_name, names,
+                                           values, props, error));
+}
+
+/**
+ * kv_tier_registry_create_device:
+ * @self: a registry
+ * @type_name: a registered device type name
+ * @primary: the primary tier's buffer
+ * @properties: (nullable): an `a{sv}` dictionary of the device's
+ *   configurable properties, as for [method@Kv.TierRegistry.create_tier]
+ * @error: return location for a #GError
+ *
+ * Creates and initializes a device of the type registered under
+ * @type_name. A floating @properties is consumed.
+ *
+ * Returns: (transfer full): the new device, or %NULL with @error set when
+ *   the type is unknown, a property is wrong, or initialization failed
+ *   (for example when a chunk does not fit in a primary slot)
+ */
+KvDevice *
+kv_tier_registry_create_device (KvTierRegistry  *self,
+                                const char      *type_name,
+                                KvHostBuffer    *primary,
+                                GVariant        *properties,
+                                GError         **error)
+{
+  g_autoptr(GVariant) props = NULL;
+  g_autoptr(GPtrArray) names = NULL;
+  g_autoptr(GArray) values = NULL;
+  GValue value = G_VALUE_INIT;
+  GType type;
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+  g_return_val_if_fail (type_name != NULL, NULL);
+  g_return_val_if_fail (KV_IS_HOST_BUFFER (primary), NULL);
+  g_return_val_if_fail (properties == NULL ||
+                        g_variant_is_of_type (properties, G_VARIANT_TYPE_VARDICT), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  if (properties != NULL)
+    props = g_variant_ref_sink (properties);
+
+  type = kv_tier_registry_lookup_device_type (self, type_name, error);
+  if (type == G_TYPE_INVALID)
+    return NULL;
+
+  names = g_ptr_array_new ();
+  values = g_array_new (FALSE, TRUE, sizeof (GValue));
+
+  g_ptr_array_add (names, (gpointer) "primary");
+  g_value_init (&value, KV_TYPE_HOST_BUFFER);
+  g_value_set_object (&value, primary);
+  g_array_append_val (values, value);
+
+  return KV_DEVICE (create_object (type, "Device", type_name, names, values,
+                                   props, error));
+}

@@ -1,0 +1,1885 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-tiering-manager.h"
+#include "kv-tiering-manager-private.h"
+
+#include <errno.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "kv-metric-registry.h"
+#include "kv-secondary-tier-private.h"
+#include "kv-stats.h"
+#include "kv-tier-parent-private.h"
+#include "kv-tiering-metrics-private.h"
+
+/**
+ * KvTieringManager:
+ *
+ * The orchestrator of a primary tier and any number of secondary tiers: it
+ * answers lookups, starts promotions (secondary → primary), fans stores out
+ * to every tier (cascades), tracks every transfer job until its tier reports
+ * it, and finalizes requests in the order the tiers' contract requires.
+ *
+ * The manager reproduces the observable behaviour of vLLM's
+ * `TieringOffloadingManager`:
+ *
+ * - job completions are consumed at most once per step, at the first entry
+ *   point of the step ([method@Kv.TieringManager.lookup],
+ *   [method@Kv.TieringManager.prepare_store] or, as a catch-all,
+ *   [method@Kv.TieringManager.on_schedule_end]);
+ * - a key that is pending in the primary tier answers
+ *   %KV_LOOKUP_RESULT_HIT_PENDING without asking any secondary tier, so one
+ *   chunk is promoted once however many requests look it up;
+ * - promotions are allocated at lookup time and submitted at the end of the
+ *   step, one job per (tier, request);
+ * - a successful store to the primary tier is cascaded to every tier (one
+ *   job per tier, each pinning the chunks), unless the tier's backpressure
+ *   detector drops it;
+ * - a tier hears [vfunc@Kv.SecondaryTier.on_request_finished] only when no
+ *   more store job for the request can follow.
+ *
+ * Threading: every method runs on the owner thread, the thread that drives
+ * the manager, and every tier method is called there. Tiers complete jobs
+ * from any thread; when they do, the fd returned by
+ * [method@Kv.TieringManager.get_wakeup_fd] becomes readable, so an idle
+ * engine can sleep until work arrives instead of polling.
+ */
+
+typedef struct
+{
+  guint64 id;
+  KvTransferJob *job;
+  guint tier;
+} JobEntry;
+
+typedef struct
+{
+  KvRequest *request;
+  GPtrArray *keys;        /* KvKey, owned */
+  GArray *chunk_ids;      /* guint32 */
+} PendingPromotion;
+
+typedef struct
+{
+  KvRequest *request;
+  guint pending_primary_stores;
+  gboolean finished;
+  guint origin;           /* tier that started a remote request, or NONE */
+  GArray *request_level_tiers;  /* guint tier indices; NULL when none */
+  GPtrArray *parked_keys; /* KvKey, owned: request-level cascade keys still pending */
+} RequestState;
+
+typedef struct
+{
+  KvSecondaryTier *tier;
+  KvTierParent *parent;
+  KvMedium medium;
+  KvLocality locality;
+  /* promotions allocated this step, submitted at its end, in insertion order */
+  GPtrArray *pending_loads;         /* PendingPromotion */
+  GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
+  /* results the manager produced itself for jobs a tier refused at submit */
+  GPtrArray *refused;               /* KvJobResult */
+} TierSlot;
+
+struct _KvTieringManager
+{
+  GObject parent_instance;
+
+  KvPrimaryTier *primary;
+  KvClock *clock;
+  GArray *tiers;            /* TierSlot */
+
+  guint64 next_job_id;
+  GHashTable *jobs;         /* guint64* (JobEntry.id) → JobEntry */
+  GHashTable *requests;     /* req id → RequestState */
+  guint n_parked_requests;
+
+  KvTieringMetrics *metrics;  /* created when the manager starts serving */
+
+  gboolean enable_metrics;
+  gboolean processed_jobs_this_step;
+  gboolean started;
+  gboolean shut_down;
+
+  int wakeup_fd;
+  gint wakeup_pending;      /* atomic: something was written to wakeup_fd */
+};
+
+enum {
+  PROP_0,
+  PROP_PRIMARY,
+  PROP_CLOCK,
+  PROP_ENABLE_METRICS,
+  N_PROPS
+};
+
+static GParamSpec *properties[N_PROPS];
+
+G_DEFINE_FINAL_TYPE (KvTieringManager, kv_tiering_manager, G_TYPE_OBJECT)
+
+static void
+job_entry_free (gpointer data)
+{
+  JobEntry *entry = data;
+
+  kv_transfer_job_unref (entry->job);
+  g_free (entry);
+}
+
+static void
+pending_promotion_free (gpointer data)
+{
+  PendingPromotion *p = data;
+
+  g_object_unref (p->request);
+  g_ptr_array_unref (p->keys);
+  g_array_unref (p->chunk_ids);
+  g_free (p);
+}
+
+static void
+request_state_free (gpointer data)
+{
+  RequestState *state = data;
+
+  g_object_unref (state->request);
+  g_clear_pointer (&state->request_level_tiers, g_array_unref);
+  g_clear_pointer (&state->parked_keys, g_ptr_array_unref);
+  g_free (state);
+}
+
+static void
+tier_slot_clear (gpointer data)
+{
+  TierSlot *slot = data;
+
+  g_clear_object (&slot->tier);
+  g_clear_object (&slot->parent);
+  g_clear_pointer (&slot->pending_loads, g_ptr_array_unref);
+  g_clear_pointer (&slot->pending_loads_by_req, g_hash_table_unref);
+  g_clear_pointer (&slot->refused, g_ptr_array_unref);
+}
+
+static inline TierSlot *
+tier_slot (KvTieringManager *self,
+           guint             index)
+{
+  return &g_array_index (self->tiers, TierSlot, index);
+}
+
+/* Runs on whatever thread completed a job: only touches the eventfd. */
+static void
+kv_tiering_manager_tier_queued (gpointer user_data)
+{
+  KvTieringManager *self = user_data;
+  guint64 one = 1;
+
+  if (g_atomic_int_compare_and_exchange (&self->wakeup_pending, 0, 1))
+    {
+      if (write (self->wakeup_fd, &one, sizeof one) < 0 && errno != EAGAIN)
+        g_warning ("Could not signal the kvtier wake-up fd: %s", g_strerror (errno));
+    }
+}
+
+static void
+kv_tiering_manager_clear_wakeup (KvTieringManager *self)
+{
+  guint64 value;
+
+  if (g_atomic_int_compare_and_exchange (&self->wakeup_pending, 1, 0))
+    {
+      /* Non-blocking: a concurrent writer may already have been drained. */
+      if (read (self->wakeup_fd, &value, sizeof value) < 0 && errno != EAGAIN)
+        g_warning ("Could not drain the kvtier wake-up fd: %s", g_strerror (errno));
+    }
+}
+
+static void
+kv_tiering_manager_dispose (GObject *object)
+{
+  KvTieringManager *self = KV_TIERING_MANAGER (object);
+
+  if (self->tiers != NULL)
+    {
+      for (guint i = 0; i < self->tiers->len; i++)
+        {
+          TierSlot *slot = tier_slot (self, i);
+
+          if (slot->tier != NULL)
+            _kv_secondary_tier_set_queued_func (slot->tier, NULL, NULL);
+        }
+      g_clear_pointer (&self->tiers, g_array_unref);
+    }
+  g_clear_pointer (&self->jobs, g_hash_table_unref);
+  g_clear_pointer (&self->requests, g_hash_table_unref);
+  g_clear_pointer (&self->metrics, kv_tiering_metrics_free);
+  g_clear_object (&self->primary);
+  g_clear_object (&self->clock);
+
+  G_OBJECT_CLASS (kv_tiering_manager_parent_class)->dispose (object);
+}
+
+static void
+kv_tiering_manager_finalize (GObject *object)
+{
+  KvTieringManager *self = KV_TIERING_MANAGER (object);
+
+  if (self->wakeup_fd >= 0)
+    close (self->wakeup_fd);
+
+  G_OBJECT_CLASS (kv_tiering_manager_parent_class)->finalize (object);
+}
+
+static void
+kv_tiering_manager_get_property (GObject    *object,
+                                 guint       prop_id,
+                                 GValue     *value,
+                                 GParamSpec *pspec)
+{
+  KvTieringManager *self = KV_TIERING_MANAGER (object);
+
+  switch (prop_id)
+    {
+    case PROP_PRIMARY:
+      g_value_set_object (value, self->primary);
+      break;
+    case PROP_CLOCK:
+      g_value_set_object (value, self->clock);
+      break;
+    case PROP_ENABLE_METRICS:
+      g_value_set_boolean (value, self->enable_metrics);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+kv_tiering_manager_set_property (GObject      *object,
+                                 guint         prop_id,
+                                 const GValue *value,
+                                 GParamSpec   *pspec)
+{
+  KvTieringManager *self = KV_TIERING_MANAGER (object);
+
+  switch (prop_id)
+    {
+    case PROP_PRIMARY:
+      self->primary = g_value_dup_object (value);
+      break;
+    case PROP_CLOCK:
+      if (g_value_get_object (value) != NULL)
+        g_set_object (&self->clock, g_value_get_object (value));
+      break;
+    case PROP_ENABLE_METRICS:
+      self->enable_metrics = g_value_get_boolean (value);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+kv_tiering_manager_constructed (GObject *object)
+{
+  KvTieringManager *self = KV_TIERING_MANAGER (object);
+
+  G_OBJECT_CLASS (kv_tiering_manager_parent_class)->constructed (object);
+
+  if (self->primary == NULL)
+    g_critical ("KvTieringManager needs a primary tier (the construct property \"primary\")");
+  if (self->clock == NULL)
+    self->clock = g_object_ref (kv_clock_get_default ());
+}
+
+static void
+kv_tiering_manager_class_init (KvTieringManagerClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+
+  object_class->constructed = kv_tiering_manager_constructed;
+  object_class->dispose = kv_tiering_manager_dispose;
+  object_class->finalize = kv_tiering_manager_finalize;
+  object_class->get_property = kv_tiering_manager_get_property;
+  object_class->set_property = kv_tiering_manager_set_property;
+
+  /**
+   * KvTieringManager:primary:
+   *
+   * The primary tier: the only tier the device reads and writes.
+   */
+  properties[PROP_PRIMARY] =
+    g_param_spec_object ("primary", NULL, NULL,
+                         KV_TYPE_PRIMARY_TIER,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvTieringManager:clock:
+   *
+   * The clock that stamps jobs' submit times, which backpressure detectors
+   * compare with their own clock. Tests pass a manual clock; the default is
+   * [func@Kv.Clock.get_default].
+   */
+  properties[PROP_CLOCK] =
+    g_param_spec_object ("clock", NULL, NULL,
+                         KV_TYPE_CLOCK,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvTieringManager:enable-metrics:
+   *
+   * Whether the manager records vLLM's tiering metrics (lookup counters and
+   * delay histograms, job bytes and times, usage gauges). Engines that do
+   * not log statistics turn it off and save a per-request table insert and
+   * two clock reads per lookup; [method@Kv.TieringManager.get_stats] then
+   * returns only the tiers' own metrics.
+   */
+  properties[PROP_ENABLE_METRICS] =
+    g_param_spec_boolean ("enable-metrics", NULL, NULL,
+                          TRUE,
+                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | G_PARAM_STATIC_STRINGS);
+
+  g_object_class_install_properties (object_class, N_PROPS, properties);
+}
+
+static void
+kv_tiering_manager_init (KvTieringManager *self)
+{
+  self->enable_metrics = TRUE;
+  self->tiers = g_array_new (FALSE, TRUE, sizeof (TierSlot));
+  g_array_set_clear_func (self->tiers, tier_slot_clear);
+  self->jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, job_entry_free);
+  self->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
+  self->wakeup_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (self->wakeup_fd < 0)
+    g_critical ("Could not create the kvtier wake-up eventfd: %s", g_strerror (errno));
+}
+
+/**
+ * kv_tiering_manager_new:
+ * @primary: the primary tier
+ *
+ * Creates a manager over @primary with no secondary tier yet; add tiers with
+ * [method@Kv.TieringManager.add_tier] before the first request.
+ *
+ * Returns: (transfer full): a new manager
+ */
+KvTieringManager *
+kv_tiering_manager_new (KvPrimaryTier *primary)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (primary), NULL);
+
+  return g_object_new (KV_TYPE_TIERING_MANAGER, "primary", primary, NULL);
+}
+
+/**
+ * kv_tiering_manager_add_tier:
+ * @self: a manager
+ * @tier: a secondary tier over the same primary buffer
+ * @error: return location for an error
+ *
+ * Appends @tier to the manager's ordered list of secondary tiers: tiers
+ * added first are asked first on lookups. Tiers can only be added before the
+ * manager serves its first request, and each tier must have been created
+ * with the primary tier's [class@Kv.HostBuffer] as its
+ * [property@Kv.SecondaryTier:primary].
+ *
+ * Returns: %TRUE if the tier was added
+ */
+gboolean
+kv_tiering_manager_add_tier (KvTieringManager  *self,
+                             KvSecondaryTier   *tier,
+                             GError           **error)
+{
+  TierSlot slot = { 0 };
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (tier), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  if (self->started || self->shut_down)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
+                   "Cannot add tier '%s': the manager is already %s",
+                   kv_secondary_tier_get_tier_type (tier),
+                   self->shut_down ? "shut down" : "serving requests");
+      return FALSE;
+    }
+  if (kv_secondary_tier_get_primary (tier) != kv_primary_tier_get_buffer (self->primary))
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "Cannot add tier '%s': its \"primary\" buffer is not the primary tier's buffer",
+                   kv_secondary_tier_get_tier_type (tier));
+      return FALSE;
+    }
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      if (tier_slot (self, i)->tier == tier)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                       "Tier '%s' was already added to this manager",
+                       kv_secondary_tier_get_tier_type (tier));
+          return FALSE;
+        }
+    }
+
+  slot.tier = g_object_ref (tier);
+  slot.parent = kv_tier_parent_new (self, self->tiers->len);
+  slot.medium = kv_secondary_tier_get_medium (tier);
+  slot.locality = kv_secondary_tier_get_locality (tier);
+  slot.pending_loads = g_ptr_array_new_with_free_func (pending_promotion_free);
+  slot.pending_loads_by_req = g_hash_table_new (g_str_hash, g_str_equal);
+  slot.refused = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
+  g_array_append_val (self->tiers, slot);
+
+  _kv_secondary_tier_set_queued_func (tier, kv_tiering_manager_tier_queued, self);
+  return TRUE;
+}
+
+/**
+ * kv_tiering_manager_get_primary:
+ * @self: a manager
+ *
+ * Gets the primary tier the manager was created for. Any thread.
+ *
+ * Returns: (transfer none): the primary tier
+ */
+KvPrimaryTier *
+kv_tiering_manager_get_primary (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  return self->primary;
+}
+
+/**
+ * kv_tiering_manager_get_n_tiers:
+ * @self: a manager
+ *
+ * Counts the secondary tiers added with
+ * [method@Kv.TieringManager.add_tier]. Owner thread.
+ *
+ * Returns: the number of secondary tiers
+ */
+guint
+kv_tiering_manager_get_n_tiers (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), 0);
+  return self->tiers->len;
+}
+
+/**
+ * kv_tiering_manager_get_tier:
+ * @self: a manager
+ * @index: a secondary tier index, from 0
+ *
+ * Gets a secondary tier, in the order they were added (the order stores
+ * cascade and lookups ask them). Owner thread.
+ *
+ * Returns: (transfer none): the secondary tier at @index; metric labels name
+ *   it `"<index + 1>:<tier-type>"`
+ */
+KvSecondaryTier *
+kv_tiering_manager_get_tier (KvTieringManager *self,
+                             guint             index)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  g_return_val_if_fail (index < self->tiers->len, NULL);
+  return tier_slot (self, index)->tier;
+}
+
+/**
+ * kv_tiering_manager_get_clock:
+ * @self: a manager
+ *
+ * Gets the clock the manager stamps jobs with (submit times, transfer
+ * times of the metrics). Owner thread.
+ *
+ * Returns: (transfer none): the clock that stamps jobs
+ */
+KvClock *
+kv_tiering_manager_get_clock (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  return self->clock;
+}
+
+/* The tier list is fixed from the first request on, so the metric labels
+ * ("0:primary", "1:<type>", ...) are too. */
+static void
+ensure_started (KvTieringManager *self)
+{
+  g_autoptr(GPtrArray) labels = NULL;
+
+  if (G_LIKELY (self->started))
+    return;
+  self->started = TRUE;
+  if (!self->enable_metrics)
+    return;
+
+  labels = g_ptr_array_new_with_free_func (g_free);
+  g_ptr_array_add (labels, kv_tiering_metrics_make_tier_label (0, "primary"));
+  for (guint i = 0; i < self->tiers->len; i++)
+    g_ptr_array_add (labels, kv_tiering_metrics_make_tier_label (i + 1,
+                                                                 kv_secondary_tier_get_tier_type (tier_slot (self, i)->tier)));
+  g_ptr_array_add (labels, NULL);
+  self->metrics = kv_tiering_metrics_new ((const char * const *) labels->pdata,
+                                          kv_primary_tier_get_n_slots (self->primary),
+                                          kv_primary_tier_get_slot_size (self->primary),
+                                          self->clock);
+}
+
+/* ---- jobs ---------------------------------------------------------------- */
+
+static KvTransferJob *
+register_job (KvTieringManager *self,
+              KvKey * const    *keys,
+              const guint32    *chunk_ids,
+              guint             n_keys,
+              gboolean          is_promotion,
+              KvRequest        *request,
+              guint             tier)
+{
+  JobEntry *entry = g_new (JobEntry, 1);
+
+  entry->id = self->next_job_id++;
+  entry->job = kv_transfer_job_new (entry->id, keys, chunk_ids, n_keys, is_promotion, request);
+  kv_transfer_job_set_submit_time (entry->job, kv_clock_get_time (self->clock));
+  entry->tier = tier;
+  g_hash_table_insert (self->jobs, &entry->id, entry);
+  if (self->metrics != NULL)
+    kv_tiering_metrics_on_job_registered (self->metrics, tier + 1, is_promotion, n_keys);
+  return entry->job;
+}
+
+/* A tier that refuses a submission still gets its job reported exactly
+ * once: the manager queues a failed result that the next poll consumes as
+ * if the tier had reported it. */
+static void
+refuse_job (KvTieringManager *self,
+            guint             tier,
+            KvTransferJob    *job,
+            const GError     *error)
+{
+  TierSlot *slot = tier_slot (self, tier);
+
+  g_warning ("Tier #%u (%s) refused %s job %" G_GUINT64_FORMAT ": %s",
+             tier + 1, kv_secondary_tier_get_tier_type (slot->tier),
+             kv_transfer_job_is_promotion (job) ? "load" : "store",
+             kv_transfer_job_get_id (job), error->message);
+  g_ptr_array_add (slot->refused, kv_job_result_new (kv_transfer_job_get_id (job), FALSE));
+  kv_tiering_manager_tier_queued (self);
+}
+
+/* Pins @keys for reading and registers a store job under @tier. */
+KvTransferJob *
+_kv_tiering_manager_create_store_job (KvTieringManager  *self,
+                                      KvKey * const     *keys,
+                                      guint              n_keys,
+                                      KvRequest         *request,
+                                      guint              tier,
+                                      GError           **error)
+{
+  guint32 stack_ids[64];
+  g_autofree guint32 *heap_ids = NULL;
+  guint32 *chunk_ids = stack_ids;
+
+  g_return_val_if_fail (tier < self->tiers->len, NULL);
+
+  if (n_keys > G_N_ELEMENTS (stack_ids))
+    chunk_ids = heap_ids = g_new (guint32, n_keys);
+  if (!kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, error))
+    return NULL;
+  return register_job (self, keys, chunk_ids, n_keys, FALSE, request, tier);
+}
+
+static void
+submit_store_job (KvTieringManager *self,
+                  guint             tier,
+                  KvTransferJob    *job)
+{
+  g_autoptr(GError) error = NULL;
+
+  if (!kv_secondary_tier_submit_store (tier_slot (self, tier)->tier, job, &error))
+    refuse_job (self, tier, job, error);
+}
+
+/* Cascades @keys (ready in the primary tier) to @tier unless its
+ * backpressure detector drops the store: a dropped store consumes no job id
+ * and pins nothing (reference §6.5). */
+static void
+cascade_to_tier (KvTieringManager *self,
+                 KvKey * const    *keys,
+                 guint             n_keys,
+                 KvRequest        *request,
+                 guint             tier)
+{
+  KvBackpressureDetector *detector;
+  g_autoptr(GError) error = NULL;
+  KvTransferJob *job;
+
+  detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, tier)->tier);
+  if (detector != NULL && !kv_backpressure_detector_should_store (detector, n_keys))
+    return;
+
+  job = _kv_tiering_manager_create_store_job (self, keys, n_keys, request, tier, &error);
+  if (job == NULL)
+    {
+      g_warning ("Cannot cascade %u chunks of request %s to tier #%u (%s): %s",
+                 n_keys, kv_request_get_id (request), tier + 1,
+                 kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier),
+                 error->message);
+      return;
+    }
+  submit_store_job (self, tier, job);
+}
+
+static void
+complete_promotion (KvTieringManager *self,
+                    KvTransferJob    *job,
+                    KvJobResult      *result)
+{
+  guint n_keys, n_ok;
+  KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
+  KvKey * const *ok;
+
+  if (kv_job_result_get_success (result))
+    {
+      kv_primary_tier_complete_store (self->primary, keys, n_keys, TRUE);
+      return;
+    }
+
+  ok = kv_job_result_get_successful_keys (result, &n_ok);
+  if (n_ok == 0)
+    {
+      kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
+      return;
+    }
+
+  {
+    g_autoptr(GHashTable) landed = g_hash_table_new (kv_key_hash, kv_key_equal);
+    g_autoptr(GPtrArray) good = g_ptr_array_sized_new (n_ok);
+    g_autoptr(GPtrArray) bad = g_ptr_array_sized_new (n_keys);
+
+    for (guint i = 0; i < n_keys; i++)
+      g_hash_table_add (landed, keys[i]);
+    for (guint i = 0; i < n_ok; i++)
+      {
+        /* A tier may only report keys of the job as landed: anything else
+         * is a tier bug, and trusting it would mark foreign slots ready. */
+        if (!g_hash_table_remove (landed, ok[i]))
+          {
+            g_autofree char *hex = kv_key_to_string (ok[i]);
+
+            g_warning ("Job %" G_GUINT64_FORMAT " reported key %s as loaded, but it is not "
+                       "a key of the job; treating the whole promotion as failed",
+                       kv_transfer_job_get_id (job), hex);
+            kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
+            return;
+          }
+        g_ptr_array_add (good, ok[i]);
+      }
+    for (guint i = 0; i < n_keys; i++)
+      if (g_hash_table_contains (landed, keys[i]))
+        g_ptr_array_add (bad, keys[i]);
+
+    kv_primary_tier_complete_store (self->primary, (KvKey **) good->pdata, good->len, TRUE);
+    kv_primary_tier_complete_store (self->primary, (KvKey **) bad->pdata, bad->len, FALSE);
+  }
+}
+
+static void
+process_result (KvTieringManager *self,
+                guint             tier,
+                KvJobResult      *result)
+{
+  TierSlot *slot = tier_slot (self, tier);
+  guint64 id = kv_job_result_get_job_id (result);
+  JobEntry *entry;
+  KvTransferJob *job;
+
+  entry = g_hash_table_lookup (self->jobs, &id);
+  if (entry == NULL)
+    {
+      g_warning ("Tier #%u (%s) reported job %" G_GUINT64_FORMAT ", which is not in flight "
+                 "(unknown, or already reported); ignoring it",
+                 tier + 1, kv_secondary_tier_get_tier_type (slot->tier), id);
+      return;
+    }
+  if (entry->tier != tier)
+    {
+      g_warning ("Tier #%u (%s) reported job %" G_GUINT64_FORMAT ", which belongs to tier #%u; "
+                 "ignoring it", tier + 1, kv_secondary_tier_get_tier_type (slot->tier),
+                 id, entry->tier + 1);
+      return;
+    }
+
+  job = kv_transfer_job_ref (entry->job);
+  g_hash_table_remove (self->jobs, &id);
+  if (self->metrics != NULL)
+    kv_tiering_metrics_on_job_finished (self->metrics, tier + 1, kv_transfer_job_is_promotion (job),
+                                        kv_transfer_job_get_n_keys (job), result);
+
+  if (kv_transfer_job_is_promotion (job))
+    {
+      complete_promotion (self, job, result);
+    }
+  else
+    {
+      guint n_keys;
+      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
+      KvBackpressureDetector *detector;
+
+      /* Cascade reads unpin whether or not the tier managed to store. */
+      kv_primary_tier_complete_load (self->primary, keys, n_keys);
+
+      detector = kv_secondary_tier_get_backpressure_detector (slot->tier);
+      if (detector != NULL && kv_job_result_get_success (result))
+        {
+          gint64 bytes = kv_job_result_get_transfer_bytes (result);
+
+          if (bytes < 0)
+            bytes = (gint64) n_keys * (gint64) kv_primary_tier_get_slot_size (self->primary);
+          kv_backpressure_detector_update (detector, kv_transfer_job_get_submit_time (job),
+                                           (guint64) bytes);
+        }
+    }
+
+  _kv_secondary_tier_emit_job_finished (slot->tier, result);
+  kv_transfer_job_unref (job);
+}
+
+static void
+process_finished_jobs (KvTieringManager *self)
+{
+  kv_tiering_manager_clear_wakeup (self);
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+      g_autoptr(GPtrArray) refused = NULL;
+      KvJobResult **results;
+
+      if (slot->refused->len > 0)
+        {
+          refused = g_steal_pointer (&slot->refused);
+          slot->refused = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
+          for (guint j = 0; j < refused->len; j++)
+            process_result (self, i, g_ptr_array_index (refused, j));
+        }
+
+      results = kv_secondary_tier_get_finished_jobs (slot->tier);
+      for (KvJobResult **r = results; *r != NULL; r++)
+        {
+          process_result (self, i, *r);
+          kv_job_result_unref (*r);
+        }
+      g_free (results);
+    }
+}
+
+/* Completions are consumed at most once per step, at its first entry point
+ * (reference §5.2): a tier that completes synchronously inside a step sees
+ * its results applied in the next step. */
+static inline void
+maybe_process_finished_jobs (KvTieringManager *self)
+{
+  if (G_LIKELY (self->processed_jobs_this_step))
+    return;
+  self->processed_jobs_this_step = TRUE;
+  ensure_started (self);
+  process_finished_jobs (self);
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static RequestState *
+lookup_request (KvTieringManager *self,
+                KvRequest        *request)
+{
+  return g_hash_table_lookup (self->requests, kv_request_get_id (request));
+}
+
+static void
+maybe_finalize_request (KvTieringManager *self,
+                        RequestState     *state)
+{
+  if (!state->finished || state->pending_primary_stores > 0 ||
+      (state->parked_keys != NULL && state->parked_keys->len > 0))
+    return;
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    if (i != state->origin)
+      kv_secondary_tier_on_request_finished (tier_slot (self, i)->tier, state->request);
+
+  if (self->metrics != NULL)
+    kv_tiering_metrics_on_request_finished (self->metrics, kv_request_get_id (state->request));
+  g_hash_table_remove (self->requests, kv_request_get_id (state->request));
+}
+
+KvOffloadPolicy
+_kv_tiering_manager_on_new_request_excluding (KvTieringManager *self,
+                                              KvRequest        *request,
+                                              guint             exclude_tier)
+{
+  RequestState *state;
+
+  ensure_started (self);
+
+  state = g_new0 (RequestState, 1);
+  state->request = g_object_ref (request);
+  state->origin = exclude_tier;
+  /* A request id seen again starts over, as the reference does. */
+  g_hash_table_replace (self->requests, (gpointer) kv_request_get_id (request), state);
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      if (i == exclude_tier)
+        continue;
+      if (kv_secondary_tier_on_new_request (tier_slot (self, i)->tier, request) ==
+          KV_OFFLOAD_POLICY_REQUEST_LEVEL)
+        {
+          if (state->request_level_tiers == NULL)
+            state->request_level_tiers = g_array_new (FALSE, FALSE, sizeof (guint));
+          g_array_append_val (state->request_level_tiers, i);
+        }
+    }
+
+  return state->request_level_tiers != NULL ? KV_OFFLOAD_POLICY_REQUEST_LEVEL
+                                            : KV_OFFLOAD_POLICY_CHUNK_LEVEL;
+}
+
+/**
+ * kv_tiering_manager_on_new_request:
+ * @self: a manager
+ * @request: a request the scheduler starts serving
+ *
+ * Starts tracking @request and asks every tier for its offload policy.
+ * Call it before any [method@Kv.TieringManager.prepare_store] for the
+ * request. A request id already tracked starts over.
+ *
+ * Returns: %KV_OFFLOAD_POLICY_REQUEST_LEVEL if any tier wants the whole
+ *   request, else %KV_OFFLOAD_POLICY_CHUNK_LEVEL
+ */
+KvOffloadPolicy
+kv_tiering_manager_on_new_request (KvTieringManager *self,
+                                   KvRequest        *request)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), KV_OFFLOAD_POLICY_CHUNK_LEVEL);
+  g_return_val_if_fail (KV_IS_REQUEST (request), KV_OFFLOAD_POLICY_CHUNK_LEVEL);
+  g_return_val_if_fail (!self->shut_down, KV_OFFLOAD_POLICY_CHUNK_LEVEL);
+
+  return _kv_tiering_manager_on_new_request_excluding (self, request, KV_TIER_INDEX_NONE);
+}
+
+void
+_kv_tiering_manager_on_request_finished_excluding (KvTieringManager *self,
+                                                   KvRequest        *request,
+                                                   guint             exclude_tier)
+{
+  RequestState *state;
+
+  /* The primary tier hears about it at once; secondary tiers only when no
+   * more store job for the request can follow. */
+  kv_primary_tier_on_request_finished (self->primary, request);
+
+  state = lookup_request (self, request);
+  if (state == NULL)
+    {
+      g_warning ("on_request_finished: request %s is not tracked (on_new_request was not "
+                 "called, or it already finished)", kv_request_get_id (request));
+      return;
+    }
+  if (exclude_tier != KV_TIER_INDEX_NONE)
+    state->origin = exclude_tier;
+  state->finished = TRUE;
+  maybe_finalize_request (self, state);
+}
+
+/**
+ * kv_tiering_manager_on_request_finished:
+ * @self: a manager
+ * @request: a request previously passed to
+ *   [method@Kv.TieringManager.on_new_request]
+ *
+ * Says that the scheduler will make no more submit-side call for @request.
+ * Transfers may still be in flight; the tiers are told once the last store
+ * of the request has been cascaded.
+ */
+void
+kv_tiering_manager_on_request_finished (KvTieringManager *self,
+                                        KvRequest        *request)
+{
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (KV_IS_REQUEST (request));
+  g_return_if_fail (!self->shut_down);
+
+  _kv_tiering_manager_on_request_finished_excluding (self, request, KV_TIER_INDEX_NONE);
+}
+
+/* ---- lookup and promotion ------------------------------------------------ */
+
+static PendingPromotion *
+pending_promotion_for (TierSlot  *slot,
+                       KvRequest *request)
+{
+  PendingPromotion *p = g_hash_table_lookup (slot->pending_loads_by_req, kv_request_get_id (request));
+
+  if (p != NULL)
+    return p;
+
+  p = g_new (PendingPromotion, 1);
+  p->request = g_object_ref (request);
+  p->keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  p->chunk_ids = g_array_new (FALSE, FALSE, sizeof (guint32));
+  g_ptr_array_add (slot->pending_loads, p);
+  g_hash_table_insert (slot->pending_loads_by_req, (gpointer) kv_request_get_id (p->request), p);
+  return p;
+}
+
+/* Allocates a primary slot for @key (state −1, so any later lookup of the
+ * key this step answers HIT_PENDING) and defers the load to the end of the
+ * step. FALSE when the primary tier has no room: the caller answers MISS,
+ * never RETRY forever. */
+static gboolean
+initiate_promotion (KvTieringManager *self,
+                    guint             tier,
+                    KvKey            *key,
+                    KvRequest        *request)
+{
+  g_autoptr(KvPrepareStoreResult) prepared = NULL;
+  PendingPromotion *p;
+  KvKey * const *keys;
+  const guint32 *chunk_ids;
+  guint n_keys;
+
+  prepared = kv_primary_tier_prepare_store (self->primary, &key, 1, NULL);
+  if (prepared == NULL)
+    {
+      if (self->metrics != NULL)
+        kv_tiering_metrics_on_promotion_allocation_failure (self->metrics);
+      return FALSE;
+    }
+
+  keys = kv_prepare_store_result_get_keys_to_store (prepared, &n_keys);
+  if (n_keys == 0)
+    return FALSE;
+  chunk_ids = kv_prepare_store_result_get_chunk_ids (prepared, NULL);
+
+  p = pending_promotion_for (tier_slot (self, tier), request);
+  g_ptr_array_add (p->keys, kv_key_ref (keys[0]));
+  g_array_append_val (p->chunk_ids, chunk_ids[0]);
+  return TRUE;
+}
+
+static KvLookupResult
+lookup_secondary (KvTieringManager *self,
+                  KvKey            *key,
+                  KvRequest        *request,
+                  guint             exclude_tier)
+{
+  KvTierFilter *filter = kv_request_get_load_tier_filter (request);
+  gboolean any_retry = FALSE;
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+      KvLookupResult result;
+      gint64 start;
+
+      if (i == exclude_tier || !kv_tier_filter_allows (filter, slot->medium, slot->locality))
+        continue;
+
+      if (self->metrics != NULL)
+        {
+          start = g_get_monotonic_time ();
+          result = kv_secondary_tier_lookup (slot->tier, key, request);
+          kv_tiering_metrics_on_lookup (self->metrics, request, key, i + 1, result,
+                                        g_get_monotonic_time () - start);
+        }
+      else
+        {
+          result = kv_secondary_tier_lookup (slot->tier, key, request);
+        }
+      switch (result)
+        {
+        case KV_LOOKUP_RESULT_HIT:
+          return initiate_promotion (self, i, key, request) ? KV_LOOKUP_RESULT_HIT_PENDING
+                                                             : KV_LOOKUP_RESULT_MISS;
+        case KV_LOOKUP_RESULT_RETRY:
+          /* keep asking: a later tier's HIT still wins */
+          any_retry = TRUE;
+          break;
+        case KV_LOOKUP_RESULT_MISS:
+        case KV_LOOKUP_RESULT_HIT_PENDING:
+        default:
+          break;
+        }
+    }
+
+  return any_retry ? KV_LOOKUP_RESULT_RETRY : KV_LOOKUP_RESULT_MISS;
+}
+
+KvLookupResult
+_kv_tiering_manager_lookup_excluding (KvTieringManager *self,
+                                      KvKey            *key,
+                                      KvRequest        *request,
+                                      guint             exclude_tier)
+{
+  KvLookupResult result;
+  gint64 start;
+
+  maybe_process_finished_jobs (self);
+
+  if (self->metrics != NULL)
+    {
+      start = g_get_monotonic_time ();
+      result = kv_primary_tier_lookup (self->primary, key);
+      kv_tiering_metrics_on_lookup (self->metrics, request, key, 0, result,
+                                    g_get_monotonic_time () - start);
+    }
+  else
+    {
+      result = kv_primary_tier_lookup (self->primary, key);
+    }
+  /* A pending primary key is being written or promoted already: asking the
+   * secondary tiers again would promote it twice. */
+  if (result != KV_LOOKUP_RESULT_MISS)
+    return result;
+
+  return lookup_secondary (self, key, request, exclude_tier);
+}
+
+/**
+ * kv_tiering_manager_lookup:
+ * @self: a manager
+ * @key: the key of a chunk
+ * @request: the request looking it up
+ *
+ * Looks @key up in the primary tier and then, in order, in the secondary
+ * tiers that @request's load tier filter allows. A secondary hit allocates a
+ * primary slot and queues a promotion that is submitted at the end of the
+ * step; the chunk then answers %KV_LOOKUP_RESULT_HIT_PENDING until the tier
+ * has loaded it, and %KV_LOOKUP_RESULT_HIT from the step after that.
+ *
+ * The primary-hit path does no allocation and no system call.
+ *
+ * Returns: HIT, HIT_PENDING, RETRY (some tier does not know yet; ask again
+ *   next step) or MISS (also when the primary tier has no room to promote)
+ */
+KvLookupResult
+kv_tiering_manager_lookup (KvTieringManager *self,
+                           KvKey            *key,
+                           KvRequest        *request)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (KV_IS_REQUEST (request), KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (!self->shut_down, KV_LOOKUP_RESULT_MISS);
+
+  return _kv_tiering_manager_lookup_excluding (self, key, request, KV_TIER_INDEX_NONE);
+}
+
+/**
+ * kv_tiering_manager_lookup_many: (skip)
+ * @self: a manager
+ * @keys: (array length=n_keys): keys of chunks, usually a request's prefix
+ * @n_keys: the number of keys
+ * @request: the request looking them up
+ * @results: (out caller-allocates) (array length=n_keys): the result of each lookup
+ *
+ * Looks up each key as [method@Kv.TieringManager.lookup] would, in order.
+ * For C callers that look up long prefixes: it checks its arguments once
+ * and allocates nothing. C only (@results is a caller-allocated array whose
+ * length is an input, which introspection cannot describe); bindings call
+ * [method@Kv.TieringManager.lookup] per key.
+ */
+void
+kv_tiering_manager_lookup_many (KvTieringManager *self,
+                                KvKey * const    *keys,
+                                guint             n_keys,
+                                KvRequest        *request,
+                                KvLookupResult   *results)
+{
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+  g_return_if_fail (KV_IS_REQUEST (request));
+  g_return_if_fail (results != NULL || n_keys == 0);
+  g_return_if_fail (!self->shut_down);
+
+  for (guint i = 0; i < n_keys; i++)
+    results[i] = _kv_tiering_manager_lookup_excluding (self, keys[i], request, KV_TIER_INDEX_NONE);
+}
+
+static void
+flush_pending_promotions (KvTieringManager *self)
+{
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+      g_autoptr(GPtrArray) batch = NULL;
+
+      if (slot->pending_loads->len == 0)
+        continue;
+
+      batch = g_steal_pointer (&slot->pending_loads);
+      slot->pending_loads = g_ptr_array_new_with_free_func (pending_promotion_free);
+      g_hash_table_remove_all (slot->pending_loads_by_req);
+
+      /* Promotions are never gated by backpressure. */
+      for (guint j = 0; j < batch->len; j++)
+        {
+          PendingPromotion *p = g_ptr_array_index (batch, j);
+          g_autoptr(GError) error = NULL;
+          KvTransferJob *job;
+
+          job = register_job (self, (KvKey **) p->keys->pdata, (guint32 *) p->chunk_ids->data,
+                              p->keys->len, TRUE, p->request, i);
+          if (!kv_secondary_tier_submit_load (slot->tier, job, &error))
+            refuse_job (self, i, job, error);
+        }
+    }
+}
+
+/* ---- GPU-facing load path ------------------------------------------------ */
+
+/**
+ * kv_tiering_manager_prepare_load:
+ * @self: a manager
+ * @keys: (array length=n_keys): keys that answered HIT in this step
+ * @n_keys: the number of keys
+ * @request: the request loading them
+ * @n_chunk_ids: (out) (optional): where to store the number of slots (@n_keys)
+ * @error: return location for an error
+ *
+ * Pins @keys in the primary tier for a device load until
+ * [method@Kv.TieringManager.complete_load].
+ *
+ * Returns: (array length=n_chunk_ids) (transfer full): the primary slot of
+ *   each key, in order; %NULL (nothing pinned) if a key is not ready
+ */
+guint32 *
+kv_tiering_manager_prepare_load (KvTieringManager  *self,
+                                 KvKey * const     *keys,
+                                 guint              n_keys,
+                                 KvRequest         *request,
+                                 guint             *n_chunk_ids,
+                                 GError           **error)
+{
+  g_autofree guint32 *chunk_ids = NULL;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
+  g_return_val_if_fail (KV_IS_REQUEST (request), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  /* never NULL on success, even for no key */
+  chunk_ids = g_new (guint32, MAX (n_keys, 1));
+  if (!kv_primary_tier_prepare_load (self->primary, keys, n_keys, chunk_ids, error))
+    return NULL;
+  if (n_chunk_ids != NULL)
+    *n_chunk_ids = n_keys;
+  return g_steal_pointer (&chunk_ids);
+}
+
+/**
+ * kv_tiering_manager_touch:
+ * @self: a manager
+ * @keys: (array length=n_keys): keys the request used
+ * @n_keys: the number of keys
+ * @request: the request
+ *
+ * Marks @keys recently used in the primary tier (the first key ends up the
+ * most recent) and passes the hint to every secondary tier once.
+ */
+void
+kv_tiering_manager_touch (KvTieringManager *self,
+                          KvKey * const    *keys,
+                          guint             n_keys,
+                          KvRequest        *request)
+{
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+  g_return_if_fail (KV_IS_REQUEST (request));
+
+  kv_primary_tier_touch (self->primary, keys, n_keys);
+  for (guint i = 0; i < self->tiers->len; i++)
+    kv_secondary_tier_touch (tier_slot (self, i)->tier, keys, n_keys, request);
+}
+
+/**
+ * kv_tiering_manager_complete_load:
+ * @self: a manager
+ * @keys: (array length=n_keys): keys pinned by
+ *   [method@Kv.TieringManager.prepare_load]
+ * @n_keys: the number of keys
+ * @request: the request
+ *
+ * Unpins @keys once the device has read them.
+ */
+void
+kv_tiering_manager_complete_load (KvTieringManager *self,
+                                  KvKey * const    *keys,
+                                  guint             n_keys,
+                                  KvRequest        *request)
+{
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+
+  kv_primary_tier_complete_load (self->primary, keys, n_keys);
+}
+
+/* ---- store path ---------------------------------------------------------- */
+
+static void
+park_key (RequestState *state,
+          KvKey        *key,
+          guint        *n_parked_requests)
+{
+  if (state->parked_keys == NULL)
+    state->parked_keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  if (state->parked_keys->len == 0)
+    (*n_parked_requests)++;
+  g_ptr_array_add (state->parked_keys, kv_key_ref (key));
+}
+
+/* Request-level tiers want the whole request, including chunks that were
+ * already in the primary tier: cascade the ready ones now, park the pending
+ * ones until their write lands (reference §5.6 step 4, §5.7). */
+static void
+cascade_existing_chunks (KvTieringManager *self,
+                         RequestState     *state,
+                         KvKey * const    *keys,
+                         guint             n_keys)
+{
+  g_autoptr(GPtrArray) ready = g_ptr_array_new ();
+
+  for (guint i = 0; i < n_keys; i++)
+    {
+      switch (kv_primary_tier_lookup (self->primary, keys[i]))
+        {
+        case KV_LOOKUP_RESULT_HIT:
+          g_ptr_array_add (ready, keys[i]);
+          break;
+        case KV_LOOKUP_RESULT_HIT_PENDING:
+          park_key (state, keys[i], &self->n_parked_requests);
+          break;
+        case KV_LOOKUP_RESULT_MISS:
+        case KV_LOOKUP_RESULT_RETRY:
+        default:
+          break;
+        }
+    }
+
+  if (ready->len == 0)
+    return;
+  for (guint t = 0; t < state->request_level_tiers->len; t++)
+    cascade_to_tier (self, (KvKey **) ready->pdata, ready->len, state->request,
+                     g_array_index (state->request_level_tiers, guint, t));
+}
+
+/**
+ * kv_tiering_manager_prepare_store:
+ * @self: a manager
+ * @keys: (array length=n_keys): keys of chunks the device computed
+ * @n_keys: the number of keys
+ * @request: a request passed to [method@Kv.TieringManager.on_new_request]
+ * @error: return location for an error
+ *
+ * Allocates primary slots for the keys not stored yet, evicting unpinned
+ * chunks if needed. Completions that arrived since the last step are
+ * applied first, so their unpinned chunks can be evicted. Call
+ * [method@Kv.TieringManager.complete_store] exactly once for every result
+ * whose keys to store are not empty.
+ *
+ * Returns: (transfer full): the keys to store and their slots; %NULL with
+ *   %KV_TIER_ERROR_NO_SPACE when the primary tier cannot make room (nothing
+ *   changed), or %KV_TIER_ERROR_NOT_FOUND for an unknown request
+ */
+KvPrepareStoreResult *
+kv_tiering_manager_prepare_store (KvTieringManager  *self,
+                                  KvKey * const     *keys,
+                                  guint              n_keys,
+                                  KvRequest         *request,
+                                  GError           **error)
+{
+  KvPrepareStoreResult *prepared;
+  RequestState *state;
+  KvKey * const *to_store;
+  guint n_to_store;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
+  g_return_val_if_fail (KV_IS_REQUEST (request), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+  g_return_val_if_fail (!self->shut_down, NULL);
+
+  maybe_process_finished_jobs (self);
+
+  state = lookup_request (self, request);
+  if (state == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NOT_FOUND,
+                   "prepare_store: request %s is not tracked; call on_new_request first",
+                   kv_request_get_id (request));
+      return NULL;
+    }
+
+  prepared = kv_primary_tier_prepare_store (self->primary, keys, n_keys, error);
+  if (prepared == NULL)
+    return NULL;
+
+  to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+  if (n_to_store > 0)
+    state->pending_primary_stores++;
+
+  if (state->request_level_tiers != NULL && n_to_store < n_keys)
+    {
+      g_autoptr(GPtrArray) existing = g_ptr_array_sized_new (n_keys - n_to_store);
+      guint j = 0;
+
+      /* keys_to_store is an order-preserving subsequence of keys */
+      for (guint i = 0; i < n_keys; i++)
+        {
+          if (j < n_to_store && kv_key_equal (keys[i], to_store[j]))
+            j++;
+          else
+            g_ptr_array_add (existing, keys[i]);
+        }
+      cascade_existing_chunks (self, state, (KvKey **) existing->pdata, existing->len);
+    }
+
+  return prepared;
+}
+
+/**
+ * kv_tiering_manager_complete_store:
+ * @self: a manager
+ * @keys: (array length=n_keys): the keys to store of a
+ *   [method@Kv.TieringManager.prepare_store] result
+ * @n_keys: the number of keys
+ * @request: the request
+ * @success: whether the device copied the chunks into their slots
+ *
+ * Makes the chunks readable (or frees their slots on failure) and, on
+ * success, cascades them to every secondary tier whose backpressure
+ * detector admits the store: one job per tier, each pinning the chunks until
+ * the tier reports it.
+ */
+void
+kv_tiering_manager_complete_store (KvTieringManager *self,
+                                   KvKey * const    *keys,
+                                   guint             n_keys,
+                                   KvRequest        *request,
+                                   gboolean          success)
+{
+  RequestState *state;
+
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (keys != NULL || n_keys == 0);
+  g_return_if_fail (KV_IS_REQUEST (request));
+  g_return_if_fail (!self->shut_down);
+
+  ensure_started (self);
+  kv_primary_tier_complete_store (self->primary, keys, n_keys, success);
+
+  if (success && n_keys > 0)
+    for (guint i = 0; i < self->tiers->len; i++)
+      cascade_to_tier (self, keys, n_keys, request, i);
+
+  state = lookup_request (self, request);
+  if (state == NULL || state->pending_primary_stores == 0)
+    {
+      g_warning ("complete_store: request %s has no store in flight (complete_store must "
+                 "follow a prepare_store with keys to store, once)", kv_request_get_id (request));
+      return;
+    }
+  state->pending_primary_stores--;
+  maybe_finalize_request (self, state);
+}
+
+static void
+flush_pending_cascades (KvTieringManager *self)
+{
+  g_autoptr(GPtrArray) parked = NULL;
+  GHashTableIter iter;
+  gpointer value;
+
+  if (self->n_parked_requests == 0)
+    return;
+
+  parked = g_ptr_array_new ();
+  g_hash_table_iter_init (&iter, self->requests);
+  while (g_hash_table_iter_next (&iter, NULL, &value))
+    {
+      RequestState *state = value;
+
+      if (state->parked_keys != NULL && state->parked_keys->len > 0)
+        g_ptr_array_add (parked, state);
+    }
+
+  for (guint i = 0; i < parked->len; i++)
+    {
+      RequestState *state = g_ptr_array_index (parked, i);
+      g_autoptr(GPtrArray) keys = g_steal_pointer (&state->parked_keys);
+
+      self->n_parked_requests--;
+      /* HIT → cascaded now, still pending → parked again, gone → dropped */
+      cascade_existing_chunks (self, state, (KvKey **) keys->pdata, keys->len);
+      maybe_finalize_request (self, state);
+    }
+}
+
+/* ---- step end ------------------------------------------------------------ */
+
+/**
+ * kv_tiering_manager_on_schedule_end:
+ * @self: a manager
+ * @schedule_end: what the scheduler did this step
+ *
+ * Ends a step, in this order: applies completions if no entry point did
+ * yet this step; lets every tier serve other nodes' requests; re-arms the
+ * once-per-step completion poll; submits the promotions allocated this step
+ * (one job per tier and request); re-tries parked request-level cascades;
+ * calls every tier's [vfunc@Kv.SecondaryTier.on_schedule_end].
+ */
+void
+kv_tiering_manager_on_schedule_end (KvTieringManager *self,
+                                    KvScheduleEnd    *schedule_end)
+{
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (schedule_end != NULL);
+  g_return_if_fail (!self->shut_down);
+
+  maybe_process_finished_jobs (self);
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+
+      kv_secondary_tier_serve_external_requests (slot->tier, KV_PARENT_MANAGER (slot->parent));
+    }
+
+  /* After serving, so lookups made while serving did not poll again. */
+  self->processed_jobs_this_step = FALSE;
+
+  flush_pending_promotions (self);
+  flush_pending_cascades (self);
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    kv_secondary_tier_on_schedule_end (tier_slot (self, i)->tier, schedule_end);
+
+  /* Requests that got their blocks this step stop counting lookups. */
+  if (self->metrics != NULL)
+    for (const char * const *id = kv_schedule_end_get_new_request_ids (schedule_end); *id != NULL; id++)
+      if (g_hash_table_contains (self->requests, *id))
+        kv_tiering_metrics_on_request_allocated (self->metrics, *id);
+}
+
+/**
+ * kv_tiering_manager_has_pending_work:
+ * @self: a manager
+ *
+ * Whether the engine must keep calling the manager (for example
+ * [method@Kv.TieringManager.on_schedule_end]) even when it has no request
+ * to schedule, so that the results of jobs in flight are consumed. Owner
+ * thread.
+ *
+ * Returns: %TRUE while jobs are in flight, request-level cascades are
+ *   parked, or a tier has work of its own: the engine must keep stepping
+ */
+gboolean
+kv_tiering_manager_has_pending_work (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
+
+  if (g_hash_table_size (self->jobs) > 0 || self->n_parked_requests > 0)
+    return TRUE;
+  for (guint i = 0; i < self->tiers->len; i++)
+    if (kv_secondary_tier_has_pending_work (tier_slot (self, i)->tier))
+      return TRUE;
+  return FALSE;
+}
+
+/**
+ * kv_tiering_manager_get_n_active_jobs:
+ * @self: a manager
+ *
+ * Counts the transfer jobs the manager submitted (stores, loads and jobs
+ * tiers made themselves) whose results it has not consumed yet. Owner
+ * thread.
+ *
+ * Returns: the number of jobs registered and not yet reported
+ */
+guint
+kv_tiering_manager_get_n_active_jobs (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), 0);
+  return g_hash_table_size (self->jobs);
+}
+
+/**
+ * kv_tiering_manager_take_events:
+ * @self: a manager
+ *
+ * Drains the KV events: the primary tier's, then each secondary tier's in
+ * tier order. The manager never makes events up for a tier.
+ *
+ * Returns: (transfer full) (array zero-terminated=1): the events
+ */
+KvEvent **
+kv_tiering_manager_take_events (KvTieringManager *self)
+{
+  GPtrArray *all;
+  KvEvent **events;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+
+  all = g_ptr_array_new ();
+  events = kv_primary_tier_take_events (self->primary);
+  for (KvEvent **e = events; *e != NULL; e++)
+    g_ptr_array_add (all, *e);
+  g_free (events);
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      events = kv_secondary_tier_take_events (tier_slot (self, i)->tier);
+      for (KvEvent **e = events; *e != NULL; e++)
+        g_ptr_array_add (all, *e);
+      g_free (events);
+    }
+  g_ptr_array_add (all, NULL);
+  return (KvEvent **) g_ptr_array_free (all, FALSE);
+}
+
+/* ---- metrics ------------------------------------------------------------- */
+
+/**
+ * kv_tiering_manager_get_stats:
+ * @self: a manager
+ *
+ * Takes the metrics recorded since the last call (return-and-reset, as
+ * vLLM's `get_stats`): lookup counters and delay histograms per tier, job
+ * bytes, times and failures, primary usage and active-job gauges,
+ * backpressure gauges and drop counters, aggregated with each tier's own
+ * [vfunc@Kv.SecondaryTier.get_stats]. Render them with
+ * [method@Kv.Stats.to_prometheus] and the registry from
+ * [method@Kv.TieringManager.create_metric_registry].
+ *
+ * Returns: (transfer full) (nullable): the metrics, or %NULL before the
+ *   manager served its first request; with
+ *   [property@Kv.TieringManager:enable-metrics] off, only the tiers' own
+ */
+KvStats *
+kv_tiering_manager_get_stats (KvTieringManager *self)
+{
+  KvStats *stats;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+
+  if (!self->started)
+    return NULL;
+
+  if (self->metrics != NULL)
+    {
+      for (guint i = 0; i < self->tiers->len; i++)
+        {
+          KvBackpressureDetector *detector;
+
+          detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, i)->tier);
+          if (detector != NULL)
+            kv_tiering_metrics_record_backpressure (self->metrics, i + 1, detector);
+        }
+      stats = kv_tiering_metrics_take_stats (self->metrics);
+    }
+  else
+    {
+      stats = kv_stats_new ();
+    }
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      g_autoptr(KvStats) tier_stats = kv_secondary_tier_get_stats (tier_slot (self, i)->tier);
+
+      if (tier_stats != NULL)
+        kv_stats_aggregate (stats, tier_stats);
+    }
+  return stats;
+}
+
+/**
+ * kv_tiering_manager_create_metric_registry:
+ * @self: a manager
+ * @error: return location for an error
+ *
+ * Builds the definitions of every metric the manager and its tiers report:
+ * vLLM's `vllm:kv_offload_tiering_*` metrics with the reference's
+ * histogram buckets, then each tier class's own
+ * ([vfunc@Kv.SecondaryTier.register_metrics]).
+ *
+ * Returns: (transfer full): a new registry, or %NULL if two definitions clash
+ */
+KvMetricRegistry *
+kv_tiering_manager_create_metric_registry (KvTieringManager  *self,
+                                           GError           **error)
+{
+  g_autoptr(KvMetricRegistry) registry = kv_metric_registry_new ();
+  g_autoptr(GHashTable) seen = g_hash_table_new (NULL, NULL);
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  if (!kv_tiering_metrics_register (registry, error))
+    return NULL;
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      KvSecondaryTier *tier = tier_slot (self, i)->tier;
+
+      /* one definition set per class, however many instances */
+      if (!g_hash_table_add (seen, GSIZE_TO_POINTER (G_OBJECT_TYPE (tier))))
+        continue;
+      if (!kv_secondary_tier_register_metrics (tier, registry, error))
+        return NULL;
+    }
+  return g_steal_pointer (&registry);
+}
+
+/* ---- reset and shutdown -------------------------------------------------- */
+
+/**
+ * kv_tiering_manager_reset_cache:
+ * @self: a manager
+ * @error: return location for an error
+ *
+ * Empties the primary tier (for sleep, weight updates, resume) without
+ * freeing a slot that tier I/O may still touch: every tier drains its jobs
+ * first and their results are applied; promotions not submitted yet are
+ * dropped; finished requests are finalized, active ones kept with no store
+ * in flight; backpressure detectors are reset. Secondary tiers keep their
+ * data. Blocks while the tiers drain.
+ *
+ * Returns: %TRUE on success; on error the primary tier is left untouched
+ */
+gboolean
+kv_tiering_manager_reset_cache (KvTieringManager  *self,
+                                GError           **error)
+{
+  g_autoptr(GPtrArray) finished = NULL;
+  GHashTableIter iter;
+  gpointer value;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  g_return_val_if_fail (!self->shut_down, FALSE);
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+      g_autoptr(GError) local_error = NULL;
+
+      if (!kv_secondary_tier_drain_jobs (slot->tier, &local_error))
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                       "reset_cache: tier #%u (%s) could not drain its jobs: %s",
+                       i + 1, kv_secondary_tier_get_tier_type (slot->tier), local_error->message);
+          return FALSE;
+        }
+    }
+
+  process_finished_jobs (self);
+  if (g_hash_table_size (self->jobs) > 0)
+    {
+      JobEntry *entry;
+
+      g_hash_table_iter_init (&iter, self->jobs);
+      g_hash_table_iter_next (&iter, NULL, &value);
+      entry = value;
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "reset_cache: %u jobs are still in flight after every tier drained "
+                   "(job %" G_GUINT64_FORMAT " of tier #%u (%s) was never reported)",
+                   g_hash_table_size (self->jobs), entry->id, entry->tier + 1,
+                   kv_secondary_tier_get_tier_type (tier_slot (self, entry->tier)->tier));
+      return FALSE;
+    }
+
+  if (self->metrics != NULL && !kv_tiering_metrics_is_idle (self->metrics))
+    {
+      g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                           "reset_cache: the job metrics still count jobs in flight after the drain");
+      return FALSE;
+    }
+
+  /* Never submitted, so no I/O touched their slots. */
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+
+      g_hash_table_remove_all (slot->pending_loads_by_req);
+      g_ptr_array_set_size (slot->pending_loads, 0);
+    }
+
+  finished = g_ptr_array_new ();
+  g_hash_table_iter_init (&iter, self->requests);
+  while (g_hash_table_iter_next (&iter, NULL, &value))
+    {
+      RequestState *state = value;
+
+      state->pending_primary_stores = 0;
+      if (state->parked_keys != NULL)
+        g_ptr_array_set_size (state->parked_keys, 0);
+      if (state->finished)
+        g_ptr_array_add (finished, state);
+    }
+  self->n_parked_requests = 0;
+  for (guint i = 0; i < finished->len; i++)
+    maybe_finalize_request (self, g_ptr_array_index (finished, i));
+
+  kv_primary_tier_reset (self->primary);
+  self->processed_jobs_this_step = FALSE;
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      KvBackpressureDetector *detector;
+
+      detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, i)->tier);
+      if (detector != NULL)
+        kv_backpressure_detector_reset (detector);
+    }
+  return TRUE;
+}
+
+/**
+ * kv_tiering_manager_shutdown:
+ * @self: a manager
+ * @error: return location for an error
+ *
+ * Shuts every tier down (each reports its remaining jobs first), then
+ * applies the last results so no primary pin is left. A tier that fails to
+ * shut down does not stop the others; the last such failure is returned,
+ * and the primary buffer stays mapped while that tier holds it, since the
+ * tier may still touch it. Calling it again does nothing.
+ *
+ * Returns: %TRUE if every tier shut down cleanly
+ */
+gboolean
+kv_tiering_manager_shutdown (KvTieringManager  *self,
+                             GError           **error)
+{
+  g_autoptr(GError) last_error = NULL;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  if (self->shut_down)
+    return TRUE;
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      TierSlot *slot = tier_slot (self, i);
+      g_autoptr(GError) local_error = NULL;
+
+      if (!kv_secondary_tier_shutdown (slot->tier, &local_error))
+        {
+          g_warning ("Tier #%u (%s, %s) failed to shut down: %s",
+                     i + 1, kv_secondary_tier_get_tier_type (slot->tier),
+                     G_OBJECT_TYPE_NAME (slot->tier), local_error->message);
+          g_clear_error (&last_error);
+          last_error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                                    "Tier #%u (%s) failed to shut down: %s",
+                                    i + 1, kv_secondary_tier_get_tier_type (slot->tier),
+                                    local_error->message);
+        }
+    }
+
+  process_finished_jobs (self);
+  self->shut_down = TRUE;
+
+  if (last_error != NULL)
+    {
+      g_propagate_error (error, g_steal_pointer (&last_error));
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* ---- wake-up ------------------------------------------------------------- */
+
+/**
+ * kv_tiering_manager_get_wakeup_fd:
+ * @self: a manager
+ *
+ * An eventfd that becomes readable when a tier has queued job results or
+ * events since the manager last consumed them. An idle engine polls it
+ * (with its own loop, or through [method@Kv.TieringManager.create_source])
+ * and runs a step when it fires. The manager drains it when it consumes
+ * results; do not read it yourself.
+ *
+ * Returns: a file descriptor owned by the manager
+ */
+int
+kv_tiering_manager_get_wakeup_fd (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), -1);
+  return self->wakeup_fd;
+}
+
+typedef struct
+{
+  GSource source;
+  KvTieringManager *manager;
+} WakeupSource;
+
+static gboolean
+wakeup_source_dispatch (GSource     *source,
+                        GSourceFunc  callback,
+                        gpointer     user_data)
+{
+  WakeupSource *ws = (WakeupSource *) source;
+
+  /* Re-arm before the callback, so completions queued while it runs wake
+   * the loop again instead of being lost. */
+  kv_tiering_manager_clear_wakeup (ws->manager);
+  if (callback == NULL)
+    return G_SOURCE_CONTINUE;
+  return callback (user_data);
+}
+
+static void
+wakeup_source_finalize (GSource *source)
+{
+  WakeupSource *ws = (WakeupSource *) source;
+
+  g_clear_object (&ws->manager);
+}
+
+static GSourceFuncs wakeup_source_funcs = {
+  .dispatch = wakeup_source_dispatch,
+  .finalize = wakeup_source_finalize,
+};
+
+/**
+ * kv_tiering_manager_create_source:
+ * @self: a manager
+ *
+ * Creates a #GSource that dispatches when a tier has completed work, for
+ * engines that run a #GMainLoop: attach it to the owner thread's context
+ * and set a callback (with g_source_set_callback()) that runs a scheduler
+ * step. Nothing polls while nothing happens.
+ *
+ * Returns: (transfer full): a new source, not attached
+ */
+GSource *
+kv_tiering_manager_create_source (KvTieringManager *self)
+{
+  GSource *source;
+  WakeupSource *ws;
+
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+
+  source = g_source_new (&wakeup_source_funcs, sizeof (WakeupSource));
+  ws = (WakeupSource *) source;
+  ws->manager = g_object_ref (self);
+  g_source_set_static_name (source, "KvTieringManager wake-up");
+  g_source_add_unix_fd (source, self->wakeup_fd, G_IO_IN);
+  return source;
+}

@@ -1,0 +1,554 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-tiering-metrics-private.h"
+
+#include <string.h>
+
+#include "kv-ema-backpressure-detector.h"
+#include "kv-stats-private.h"
+
+/* The reference's buckets (TieringOffloadingSpec.build_metric_definitions). */
+static const gdouble sync_buckets[] = {
+  1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1,
+};
+static const gdouble async_buckets[] = {
+  1e-4, 5e-4, 1e-3, 5e-3, 0.01, 0.05, 0.1, 0.5, 1, 5, 10,
+};
+#define N_SYNC_BUCKETS  G_N_ELEMENTS (sync_buckets)
+#define N_ASYNC_BUCKETS G_N_ELEMENTS (async_buckets)
+
+/* Value of a key in a request's lookup table once it was counted; any other
+ * value is the (relative) time it was first deferred with RETRY. */
+#define RESOLVED_MARK ((gpointer) (gssize) G_MINSSIZE)
+
+typedef struct
+{
+  /* lookups, counted here to keep the lookup path allocation-free */
+  guint64 queries;
+  guint64 hits;
+  guint64 sync_counts[N_SYNC_BUCKETS + 1];
+  guint64 sync_n;
+  gdouble sync_sum;
+  guint64 async_counts[N_ASYNC_BUCKETS + 1];
+  guint64 async_n;
+  gdouble async_sum;
+  /* jobs in flight */
+  guint64 active_promotions;
+  guint64 active_cascades;
+  guint64 write_chunks;   /* primary slots being written by promotions */
+  guint64 read_chunks;    /* primary slots being read by cascades */
+} LabelState;
+
+typedef struct
+{
+  char        *id;
+  gboolean     accounting;
+  guint        n_observed;
+  GHashTable **observed;  /* n_observed tables KvKey -> time or RESOLVED_MARK, lazy */
+} RequestState;
+
+struct _KvTieringMetrics
+{
+  guint         n_labels;
+  char        **labels;
+  /* labels[i] as a one-element label tuple for KvStats */
+  const char ***label_values;
+  guint         n_primary_chunks;
+  gsize         chunk_size;
+  KvClock      *clock;
+  gint64        epoch_us;
+
+  LabelState   *label_state;
+  GHashTable   *requests;      /* id -> RequestState* */
+  /* Cache for the hot path. The request is referenced so that its address
+   * cannot be reused by another request while cached. */
+  KvRequest    *last_request;
+  RequestState *last_state;
+  KvStats      *pending;       /* job and backpressure metrics */
+};
+
+char *
+kv_tiering_metrics_make_tier_label (guint       index,
+                                    const char *tier_type)
+{
+  g_return_val_if_fail (tier_type != NULL, NULL);
+
+  return g_strdup_printf ("%u:%s", index, tier_type);
+}
+
+static void
+request_state_free (gpointer data)
+{
+  RequestState *state = data;
+
+  for (guint i = 0; i < state->n_observed; i++)
+    g_clear_pointer (&state->observed[i], g_hash_table_unref);
+  g_free (state->observed);
+  g_free (state->id);
+  g_free (state);
+}
+
+KvTieringMetrics *
+kv_tiering_metrics_new (const char * const *tier_labels,
+                        guint               n_primary_chunks,
+                        gsize               chunk_size,
+                        KvClock            *clock)
+{
+  KvTieringMetrics *m;
+
+  g_return_val_if_fail (tier_labels != NULL && tier_labels[0] != NULL, NULL);
+  g_return_val_if_fail (clock == NULL || KV_IS_CLOCK (clock), NULL);
+
+  m = g_new0 (KvTieringMetrics, 1);
+  m->labels = g_strdupv ((char **) tier_labels);
+  m->n_labels = g_strv_length (m->labels);
+  m->label_values = g_new0 (const char **, m->n_labels);
+  for (guint i = 0; i < m->n_labels; i++)
+    {
+      m->label_values[i] = g_new0 (const char *, 2);
+      m->label_values[i][0] = m->labels[i];
+    }
+  m->n_primary_chunks = n_primary_chunks;
+  m->chunk_size = chunk_size;
+  m->clock = g_object_ref (clock != NULL ? clock : kv_clock_get_default ());
+  m->epoch_us = kv_clock_get_time (m->clock);
+  m->label_state = g_new0 (LabelState, m->n_labels);
+  m->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
+  m->pending = kv_stats_new ();
+  return m;
+}
+
+void
+kv_tiering_metrics_free (KvTieringMetrics *m)
+{
+  if (m == NULL)
+    return;
+
+  g_object_unref (m->pending);
+  g_clear_object (&m->last_request);
+  g_hash_table_unref (m->requests);
+  g_free (m->label_state);
+  g_object_unref (m->clock);
+  for (guint i = 0; i < m->n_labels; i++)
+    g_free (m->label_values[i]);
+  g_free (m->label_values);
+  g_strfreev (m->labels);
+  g_free (m);
+}
+
+guint
+kv_tiering_metrics_get_n_labels (KvTieringMetrics *m)
+{
+  g_return_val_if_fail (m != NULL, 0);
+
+  return m->n_labels;
+}
+
+const char *
+kv_tiering_metrics_get_label (KvTieringMetrics *m,
+                              guint             label_index)
+{
+  g_return_val_if_fail (m != NULL, NULL);
+  g_return_val_if_fail (label_index < m->n_labels, NULL);
+
+  return m->labels[label_index];
+}
+
+static RequestState *
+get_request_state (KvTieringMetrics *m,
+                   KvRequest        *request,
+                   const char       *id)
+{
+  RequestState *state;
+
+  /* The manager looks up a request's keys in a row. */
+  if (request != NULL && request == m->last_request)
+    return m->last_state;
+
+  state = g_hash_table_lookup (m->requests, id);
+  if (state == NULL)
+    {
+      state = g_new0 (RequestState, 1);
+      state->id = g_strdup (id);
+      state->accounting = TRUE;
+      g_hash_table_insert (m->requests, state->id, state);
+    }
+
+  if (request != NULL)
+    {
+      g_set_object (&m->last_request, request);
+      m->last_state = state;
+    }
+  return state;
+}
+
+static GHashTable *
+get_observed (KvTieringMetrics *m,
+              RequestState     *state,
+              guint             label_index)
+{
+  if (state->observed == NULL)
+    {
+      state->observed = g_new0 (GHashTable *, m->n_labels);
+      state->n_observed = m->n_labels;
+    }
+  if (state->observed[label_index] == NULL)
+    state->observed[label_index] = g_hash_table_new_full (kv_key_hash, kv_key_equal,
+                                                          (GDestroyNotify) kv_key_unref, NULL);
+  return state->observed[label_index];
+}
+
+static void
+clear_observed (RequestState *state)
+{
+  for (guint i = 0; i < state->n_observed; i++)
+    g_clear_pointer (&state->observed[i], g_hash_table_unref);
+}
+
+void
+kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
+                              KvRequest        *request,
+                              KvKey            *key,
+                              guint             label_index,
+                              KvLookupResult    result,
+                              gint64            duration_us)
+{
+  RequestState *state;
+  LabelState *ls;
+  GHashTable *observed;
+  gpointer value;
+  gboolean seen;
+  gdouble dt_s;
+
+  /* Private API on the lookup hot path: no GType check. */
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (request != NULL);
+  g_return_if_fail (key != NULL);
+  g_return_if_fail (label_index < m->n_labels);
+
+  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
+    return;
+
+  state = request == m->last_request ? m->last_state
+                                      : get_request_state (m, request, kv_request_get_id (request));
+  if (!state->accounting)
+    return;
+
+  observed = get_observed (m, state, label_index);
+  seen = g_hash_table_lookup_extended (observed, key, NULL, &value);
+
+  if (result == KV_LOOKUP_RESULT_RETRY)
+    {
+      /* Remember when the key was first deferred (setdefault). */
+      if (!seen)
+        g_hash_table_insert (observed, kv_key_ref (key),
+                             (gpointer) (gssize) (kv_clock_get_time (m->clock) - duration_us - m->epoch_us));
+      return;
+    }
+
+  if (seen && value == RESOLVED_MARK)
+    return;
+
+  ls = &m->label_state[label_index];
+  dt_s = duration_us / 1e6;
+  ls->queries += 1;
+  if (result == KV_LOOKUP_RESULT_HIT)
+    ls->hits += 1;
+  ls->sync_counts[kv_stats_bucket_index (sync_buckets, N_SYNC_BUCKETS, dt_s)] += 1;
+  ls->sync_n += 1;
+  ls->sync_sum += dt_s;
+
+  if (seen)
+    {
+      gint64 started_us = (gssize) value + m->epoch_us;
+      gdouble waited_s = (kv_clock_get_time (m->clock) - started_us) / 1e6;
+
+      ls->async_counts[kv_stats_bucket_index (async_buckets, N_ASYNC_BUCKETS, waited_s)] += 1;
+      ls->async_n += 1;
+      ls->async_sum += waited_s;
+    }
+
+  /* Replacing an existing entry frees the extra reference passed here. */
+  g_hash_table_insert (observed, kv_key_ref (key), RESOLVED_MARK);
+}
+
+void
+kv_tiering_metrics_on_request_allocated (KvTieringMetrics *m,
+                                         const char       *request_id)
+{
+  RequestState *state;
+
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (request_id != NULL);
+
+  state = get_request_state (m, NULL, request_id);
+  state->accounting = FALSE;
+  clear_observed (state);
+}
+
+void
+kv_tiering_metrics_on_request_finished (KvTieringMetrics *m,
+                                        const char       *request_id)
+{
+  RequestState *state;
+
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (request_id != NULL);
+
+  state = g_hash_table_lookup (m->requests, request_id);
+  if (state == NULL)
+    return;
+
+  if (m->last_state == state)
+    {
+      m->last_state = NULL;
+      g_clear_object (&m->last_request);
+    }
+  g_hash_table_remove (m->requests, request_id);
+}
+
+void
+kv_tiering_metrics_on_job_registered (KvTieringMetrics *m,
+                                      guint             label_index,
+                                      gboolean          is_promotion,
+                                      guint             n_chunks)
+{
+  LabelState *ls;
+
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (label_index < m->n_labels);
+
+  ls = &m->label_state[label_index];
+  if (is_promotion)
+    {
+      ls->active_promotions += 1;
+      ls->write_chunks += n_chunks;
+    }
+  else
+    {
+      ls->active_cascades += 1;
+      ls->read_chunks += n_chunks;
+    }
+}
+
+void
+kv_tiering_metrics_on_job_finished (KvTieringMetrics *m,
+                                    guint             label_index,
+                                    gboolean          is_promotion,
+                                    guint             n_chunks,
+                                    KvJobResult      *result)
+{
+  const char * const *labels;
+  LabelState *ls;
+  gboolean success;
+  gdouble transfer_time;
+  guint n_moved = 0;
+
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (label_index < m->n_labels);
+  g_return_if_fail (result != NULL);
+
+  ls = &m->label_state[label_index];
+  labels = m->label_values[label_index];
+  success = kv_job_result_get_success (result);
+  transfer_time = kv_job_result_get_transfer_time (result);
+
+  if (is_promotion)
+    {
+      g_return_if_fail (ls->active_promotions > 0 && ls->write_chunks >= n_chunks);
+      ls->active_promotions -= 1;
+      ls->write_chunks -= n_chunks;
+    }
+  else
+    {
+      g_return_if_fail (ls->active_cascades > 0 && ls->read_chunks >= n_chunks);
+      ls->active_cascades -= 1;
+      ls->read_chunks -= n_chunks;
+    }
+
+  if (!success)
+    kv_stats_increase_counter (m->pending,
+                               is_promotion ? KV_METRIC_PROMOTION_JOB_FAILURES
+                                            : KV_METRIC_CASCADE_JOB_FAILURES,
+                               1, labels);
+
+  /* Bytes count what landed: every chunk of a successful job, or the
+   * successful keys of a partially failed promotion. The tier's transfer
+   * time goes with those bytes only, so bytes / time stays a throughput. */
+  if (success)
+    n_moved = n_chunks;
+  else if (is_promotion && kv_job_result_has_successful_keys (result))
+    kv_job_result_get_successful_keys (result, &n_moved);
+  else
+    return;
+
+  kv_stats_increase_counter (m->pending,
+                             is_promotion ? KV_METRIC_READ_BYTES : KV_METRIC_WRITE_BYTES,
+                             (gdouble) n_moved * m->chunk_size, labels);
+  if (transfer_time >= 0.0)
+    kv_stats_increase_counter (m->pending,
+                               is_promotion ? KV_METRIC_READ_TIME : KV_METRIC_WRITE_TIME,
+                               transfer_time, labels);
+}
+
+void
+kv_tiering_metrics_on_promotion_allocation_failure (KvTieringMetrics *m)
+{
+  g_return_if_fail (m != NULL);
+
+  kv_stats_increase_counter (m->pending, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, 1, NULL);
+}
+
+void
+kv_tiering_metrics_record_backpressure (KvTieringMetrics       *m,
+                                        guint                   label_index,
+                                        KvBackpressureDetector *detector)
+{
+  const char * const *labels;
+  guint64 stores = 0, chunks = 0;
+
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (label_index < m->n_labels);
+  g_return_if_fail (KV_IS_BACKPRESSURE_DETECTOR (detector));
+
+  labels = m->label_values[label_index];
+  if (KV_IS_EMA_BACKPRESSURE_DETECTOR (detector))
+    kv_stats_set_gauge (m->pending, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA,
+                        kv_ema_backpressure_detector_get_store_latency_ema (KV_EMA_BACKPRESSURE_DETECTOR (detector)),
+                        labels);
+
+  kv_backpressure_policy_pop_stores_dropped (kv_backpressure_detector_get_policy (detector),
+                                             &stores, &chunks);
+  kv_stats_increase_counter (m->pending, KV_METRIC_BACKPRESSURE_STORES_DROPPED, stores, labels);
+  kv_stats_increase_counter (m->pending, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, chunks, labels);
+}
+
+KvStats *
+kv_tiering_metrics_take_stats (KvTieringMetrics *m)
+{
+  KvStats *stats;
+
+  g_return_val_if_fail (m != NULL, NULL);
+
+  stats = kv_stats_take (m->pending);
+
+  for (guint i = 0; i < m->n_labels; i++)
+    {
+      LabelState *ls = &m->label_state[i];
+      const char * const *labels = m->label_values[i];
+
+      if (ls->queries > 0)
+        kv_stats_increase_counter (stats, KV_METRIC_CHUNK_QUERIES, ls->queries, labels);
+      if (ls->hits > 0)
+        kv_stats_increase_counter (stats, KV_METRIC_CHUNK_HITS, ls->hits, labels);
+      if (ls->sync_n > 0)
+        kv_stats_add_histogram_buckets (stats, KV_METRIC_LOOKUP_SYNC_DELAY, labels,
+                                        sync_buckets, N_SYNC_BUCKETS, ls->sync_counts, ls->sync_sum);
+      if (ls->async_n > 0)
+        kv_stats_add_histogram_buckets (stats, KV_METRIC_LOOKUP_ASYNC_DELAY, labels,
+                                        async_buckets, N_ASYNC_BUCKETS, ls->async_counts, ls->async_sum);
+
+      ls->queries = ls->hits = 0;
+      memset (ls->sync_counts, 0, sizeof ls->sync_counts);
+      ls->sync_n = 0;
+      ls->sync_sum = 0.0;
+      memset (ls->async_counts, 0, sizeof ls->async_counts);
+      ls->async_n = 0;
+      ls->async_sum = 0.0;
+
+      /* Jobs only run on secondary tiers; their gauges are always sent. */
+      if (i == 0)
+        continue;
+
+      kv_stats_set_gauge (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC,
+                          m->n_primary_chunks > 0 ? (gdouble) ls->write_chunks / m->n_primary_chunks : 0.0,
+                          labels);
+      kv_stats_set_gauge (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC,
+                          m->n_primary_chunks > 0 ? (gdouble) ls->read_chunks / m->n_primary_chunks : 0.0,
+                          labels);
+      kv_stats_set_gauge (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, ls->active_promotions, labels);
+      kv_stats_set_gauge (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, ls->active_cascades, labels);
+    }
+
+  return stats;
+}
+
+gboolean
+kv_tiering_metrics_is_idle (KvTieringMetrics *m)
+{
+  g_return_val_if_fail (m != NULL, TRUE);
+
+  for (guint i = 0; i < m->n_labels; i++)
+    {
+      const LabelState *ls = &m->label_state[i];
+
+      if (ls->active_promotions != 0 || ls->active_cascades != 0 ||
+          ls->write_chunks != 0 || ls->read_chunks != 0)
+        return FALSE;
+    }
+  return TRUE;
+}
+
+gboolean
+kv_tiering_metrics_register (KvMetricRegistry  *registry,
+                             GError           **error)
+{
+  static const char * const tier[] = { "tier", NULL };
+
+  g_return_val_if_fail (KV_IS_METRIC_REGISTRY (registry), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return
+    kv_metric_registry_add_histogram (registry, KV_METRIC_LOOKUP_SYNC_DELAY,
+                                      "Time a tier took to answer one chunk lookup, in seconds",
+                                      tier, sync_buckets, N_SYNC_BUCKETS, error) &&
+    kv_metric_registry_add_histogram (registry, KV_METRIC_LOOKUP_ASYNC_DELAY,
+                                      "Time from a chunk's first deferred (retry) lookup to its "
+                                      "answer, in seconds",
+                                      tier, async_buckets, N_ASYNC_BUCKETS, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_READ_BYTES,
+                                    "Bytes promoted from a secondary tier into the primary tier",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_READ_TIME,
+                                    "Seconds a secondary tier spent promoting chunks into the "
+                                    "primary tier", tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_WRITE_BYTES,
+                                    "Bytes cascaded from the primary tier into a secondary tier",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_WRITE_TIME,
+                                    "Seconds a secondary tier spent storing cascaded chunks",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_PROMOTION_JOB_FAILURES,
+                                    "Promotion jobs that failed in full or in part",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_CASCADE_JOB_FAILURES,
+                                    "Cascade (store) jobs that failed", tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_CHUNK_QUERIES,
+                                    "Chunks looked up in a tier (once per request and chunk)",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_CHUNK_HITS,
+                                    "Chunk lookups a tier answered with a hit", tier, error) &&
+    kv_metric_registry_add_gauge (registry, KV_METRIC_PRIMARY_WRITE_USAGE_PERC,
+                                  "Fraction of the primary tier's slots being written by a "
+                                  "tier's promotions", tier, error) &&
+    kv_metric_registry_add_gauge (registry, KV_METRIC_PRIMARY_READ_USAGE_PERC,
+                                  "Fraction of the primary tier's slots being read by a tier's "
+                                  "cascades (a slot read by two tiers counts twice)", tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_PROMOTION_ALLOCATION_FAILURES,
+                                    "Promotions not started because the primary tier had no "
+                                    "free slot", NULL, error) &&
+    kv_metric_registry_add_gauge (registry, KV_METRIC_ACTIVE_PROMOTION_JOBS,
+                                  "Promotion jobs in flight", tier, error) &&
+    kv_metric_registry_add_gauge (registry, KV_METRIC_ACTIVE_CASCADE_JOBS,
+                                  "Cascade jobs in flight", tier, error) &&
+    kv_metric_registry_add_gauge (registry, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA,
+                                  "Moving average of a tier's store latency, in seconds per MiB",
+                                  tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_BACKPRESSURE_STORES_DROPPED,
+                                    "Cascades dropped because the tier was under backpressure",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED,
+                                    "Chunks in the cascades dropped under backpressure",
+                                    tier, error);
+}

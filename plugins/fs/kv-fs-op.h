@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <kvtier.h>
+
+#include "kv-fs-format.h"
+
+G_BEGIN_DECLS
+
+/*
+ * KvFsOp: one chunk-sized piece of work for an I/O engine (store one file,
+ * load one file, delete one file, probe a root). The tier fills the
+ * request part, an engine runs it on its own threads and fills the result
+ * part, then calls @done exactly once, from an engine thread (or from the
+ * thread that cancelled it).
+ */
+
+typedef enum {
+  KV_FS_OP_LOAD,
+  KV_FS_OP_STORE,
+  KV_FS_OP_DELETE,
+  KV_FS_OP_PROBE,
+} KvFsOpKind;
+
+typedef enum {
+  KV_FS_OP_FLAG_O_DIRECT      = 1 << 0,
+  KV_FS_OP_FLAG_DATASYNC      = 1 << 1, /* fdatasync() before rename */
+  KV_FS_OP_FLAG_DIRSYNC       = 1 << 2, /* fsync() the directory after rename */
+  KV_FS_OP_FLAG_SKIP_EXISTING = 1 << 3, /* store: succeed without writing if the file exists */
+  KV_FS_OP_FLAG_VERIFY        = 1 << 4, /* load: check the payload checksum */
+  KV_FS_OP_FLAG_HEADER        = 1 << 5, /* the file has a KV_FS_HEADER_SIZE header */
+} KvFsOpFlags;
+
+typedef enum {
+  KV_FS_OP_STATUS_PENDING,
+  KV_FS_OP_STATUS_OK,
+  KV_FS_OP_STATUS_EXISTS,     /* store skipped: the file was there */
+  KV_FS_OP_STATUS_NOT_FOUND,  /* load: no such file */
+  KV_FS_OP_STATUS_CORRUPT,    /* load: failed its check; the file was deleted */
+  KV_FS_OP_STATUS_IO_ERROR,   /* errno in @error; files kept */
+  KV_FS_OP_STATUS_CANCELLED,  /* never started */
+} KvFsOpStatus;
+
+typedef struct _KvFsOp KvFsOp;
+
+typedef void (*KvFsOpDoneFunc) (KvFsOp   *op,
+                                gpointer  user_data);
+
+struct _KvFsOp
+{
+  /* request, set by the tier */
+  KvFsOpKind      kind;
+  KvFsOpFlags     flags;
+  guint           root;          /* index of the per-root in-flight budget */
+  char           *path;          /* final file (owned) */
+  KvKey          *key;           /* (nullable) owned; checked against the header */
+  guint8         *payload;       /* primary slot, or NULL */
+  gsize           payload_len;
+  guint32         slot;          /* slot index of @payload, G_MAXUINT32 if none */
+  const guint8   *namespace_digest;
+  guint64         temp_tag;      /* names the writer in temporary names */
+  KvFsOpDoneFunc  done;
+  gpointer        done_data;
+
+  gint            aborted;       /* (atomic) store: do not publish (deadline passed) */
+
+  /* result, set by the engine */
+  KvFsOpStatus    status;
+  int             error;         /* errno for IO_ERROR (and NOT_FOUND) */
+  KvFsCheck       check;         /* why a load was CORRUPT */
+  gint64          start_us;      /* monotonic */
+  gint64          end_us;
+
+  /* engine bookkeeping */
+  GList           queue_link;    /* in an engine queue while not started */
+  gint            queued;        /* TRUE while in a queue (engine lock) */
+  gsize           cost;          /* bytes charged to the root's budget */
+  char           *tmp_path;      /* store: temporary file */
+  guint8         *header;        /* a KV_FS_HEADER_SIZE buffer from the engine */
+  int             fd;
+  int             state;
+  int             n_pending;     /* engine-defined: outstanding sub-requests */
+  gssize          got_header;
+  gssize          got_payload;
+  gpointer        engine_data;
+};
+
+void        kv_fs_op_init           (KvFsOp       *op,
+                                     KvFsOpKind    kind,
+                                     KvFsOpFlags   flags,
+                                     guint         root,
+                                     char         *path,
+                                     KvKey        *key);
+void        kv_fs_op_clear          (KvFsOp       *op);
+gsize       kv_fs_op_file_size      (const KvFsOp *op);
+const char *kv_fs_op_status_to_string (KvFsOpStatus status);
+
+/* Shared by the engines: the work that does not depend on how the bytes
+ * move. */
+void        kv_fs_op_prepare_header (KvFsOp       *op);
+void        kv_fs_op_check_load     (KvFsOp       *op);
+int         kv_fs_op_ensure_parent  (const char   *path);
+char       *kv_fs_temp_path         (const char   *final_path,
+                                     guint64       tag);
+void        kv_fs_op_make_temp      (KvFsOp       *op);
+int         kv_fs_op_open_flags     (const KvFsOp *op,
+                                     gboolean      for_write);
+gboolean    kv_fs_op_is_aligned     (const KvFsOp *op);
+
+G_END_DECLS

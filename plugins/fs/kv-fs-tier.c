@@ -1,0 +1,2003 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-fs-tier.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kv-fs-index.h"
+#include "kv-fs-layout.h"
+#include "kv-fs-op.h"
+
+/* Temporary files of another process sharing the directory are left
+ * alone unless they are this old. */
+#define STALE_TEMP_AGE_US (G_GINT64_CONSTANT (3600) * G_USEC_PER_SEC)
+
+typedef enum {
+  KEY_PENDING,
+  KEY_OK,
+  KEY_SKIPPED,
+  KEY_FAILED,
+} KeyState;
+
+/* One job (or one breaker probe) in flight. Fields after the request
+ * part are guarded by the tier lock. */
+typedef struct
+{
+  KvFsTier       *tier;
+  KvTransferJob  *job;          /* NULL for a probe */
+  gboolean        is_load;
+  gboolean        is_probe;
+  guint           n_keys;
+  KvFsOp         *ops;          /* one per key (per root for a probe) */
+  KvFsEntry     **pins;         /* loads: pinned index entries */
+  guint8         *key_state;
+  guint           n_outstanding;
+  gint64          deadline;     /* tier clock, µs */
+  gboolean        expired;
+  gboolean        reported;
+  gboolean        io_failure;   /* counts against the circuit breaker */
+  gboolean        counted;      /* already counted against the breaker */
+  gboolean        checksum_failed;
+  gint64          first_start;
+  gint64          last_end;
+  guint           refs;         /* the ops (as one), plus deadline handling */
+  gboolean        in_list;
+  GList           link;         /* in tier->inflight until expired or reported */
+} FsJob;
+
+/* A delete of an evicted chunk. */
+typedef struct
+{
+  KvFsOp     op;
+  KvFsTier  *tier;
+  KvFsEntry *entry;
+} Maintenance;
+
+struct _KvFsTier
+{
+  KvSecondaryTier  parent_instance;
+
+  /* construct-only properties */
+  char            *root;
+  char            *namespace_;
+  KvFsLayoutKind   layout_kind;
+  KvFsDurability   durability;
+  gboolean         verify;
+  KvFsIoEngine     io_engine;
+  KvFsODirect      o_direct_mode;
+  gboolean         shared;
+  guint64          max_size;
+  KvFsEviction     eviction;
+  guint            deadline_ms;
+  gboolean         enable_events;
+  guint            n_read_threads;
+  guint            n_write_threads;
+  guint64          inflight_bytes;
+  guint            queue_depth;
+  guint            breaker_threshold;
+  guint            probe_interval_ms;
+  KvClock         *clock;
+  char            *vllm_identity;
+  guint            vllm_rank;
+
+  /* set up by init(), then read-only */
+  gboolean         initialized;
+  KvFsLayout      *layout;
+  gboolean        *o_direct;        /* per root */
+  KvFsEngine      *engine;
+  KvFsIndex       *index;           /* NULL when shared */
+  KvAsyncLookup   *async_lookup;    /* shared, or while the index is rebuilt */
+  KvHostBuffer    *primary;
+  guint            n_slots;
+  gsize            block_size;
+  gsize            file_size;
+  KvLocality       locality;
+
+  /* jobs, deadlines, breaker: guarded by lock */
+  GMutex           lock;
+  GCond            cond;
+  GQueue           inflight;
+  guint            n_live_jobs;
+  guint            consecutive_failures;
+  gint             breaker_open;    /* (atomic) */
+  gint64           next_probe;
+  gboolean         probe_in_flight;
+  GPtrArray       *pending_misses;  /* KvKey: verdicts to turn into MISS */
+  GPtrArray       *pending_negatives; /* pairs: KvRequest, KvKey */
+  gboolean         shut_down;
+  gboolean         watchdog_stop;
+
+  /* warm restart */
+  GThread         *scan_thread;
+  gint             scan_cancel;     /* (atomic) */
+  gint             index_ready;     /* (atomic) */
+  GThread         *watchdog;
+
+  guint64          counters[KV_FS_N_COUNTERS];
+
+  /* in this instance's temporary file names */
+  guint64          temp_tag;
+  char            *temp_marker;
+
+  /* addresses used as request-state owners */
+  guint8           chain_tag;
+  guint8           negative_tag;
+};
+
+enum {
+  PROP_0,
+  PROP_ROOT,
+  PROP_NAMESPACE,
+  PROP_LAYOUT,
+  PROP_DURABILITY,
+  PROP_VERIFY,
+  PROP_IO_ENGINE,
+  PROP_O_DIRECT,
+  PROP_SHARED,
+  PROP_MAX_SIZE,
+  PROP_EVICTION,
+  PROP_DEADLINE_MS,
+  PROP_ENABLE_EVENTS,
+  PROP_N_READ_THREADS,
+  PROP_N_WRITE_THREADS,
+  PROP_INFLIGHT_BYTES,
+  PROP_QUEUE_DEPTH,
+  PROP_BREAKER_THRESHOLD,
+  PROP_PROBE_INTERVAL_MS,
+  PROP_CLOCK,
+  PROP_VLLM_IDENTITY,
+  PROP_VLLM_RANK,
+  PROP_ACTIVE_IO_ENGINE,
+  N_PROPS
+};
+
+static GParamSpec *properties[N_PROPS];
+
+/* kv_fs_tier_hold_scans() */
+static GMutex scan_hold_lock;
+static GCond scan_hold_cond;
+static gboolean scan_hold;
+
+static void kv_fs_tier_initable_iface_init (GInitableIface *iface);
+
+/**
+ * KvFsTier:
+ *
+ * The filesystem tier, registered as `fs`: one file per chunk under one
+ * or more root directories.
+ *
+ * Stores write a temporary file (`O_EXCL`, mode 0600, directories 0700)
+ * and rename it into place, so a crash never exposes part of a chunk; in
+ * the kvtier layout every file starts with a 4096-byte header carrying
+ * the namespace, the key and XXH3-64 checksums, checked on every load: a
+ * file that fails is deleted, the load fails for that key and the key
+ * answers MISS afterwards. `layout=vllm` reads and writes vLLM's
+ * headerless layout so both share one directory.
+ *
+ * Bytes move straight between the files and the primary slots
+ * (`O_DIRECT` where the filesystem allows it) on the tier's I/O engine:
+ * io_uring with the primary registered as fixed buffers, GIO streams on
+ * the engine's own main context, or a pool of threads. An in-memory
+ * index answers lookups at once (rebuilt in the background when a tier
+ * starts on an existing directory); `shared=true` checks existence off
+ * the owner thread instead. `max-size` bounds the tier with LRU or
+ * chain-aware eviction. Every job has a deadline; repeated failures open
+ * a circuit breaker that answers MISS without touching the disk until a
+ * probe succeeds.
+ *
+ * Every vfunc runs on the owner thread and returns at once; completions
+ * come from the engine's threads.
+ */
+G_DEFINE_FINAL_TYPE_WITH_CODE (KvFsTier, kv_fs_tier, KV_TYPE_SECONDARY_TIER,
+                               G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
+                                                      kv_fs_tier_initable_iface_init))
+
+static void
+count (KvFsTier    *self,
+       KvFsCounter  counter,
+       guint64      n)
+{
+  __atomic_fetch_add (&self->counters[counter], n, __ATOMIC_RELAXED);
+}
+
+static gint64
+tier_now (KvFsTier *self)
+{
+  return kv_clock_get_time (self->clock);
+}
+
+static void
+push_event (KvFsTier      *self,
+            KvKey * const *keys,
+            guint          n_keys,
+            gboolean       removed)
+{
+  g_autoptr(KvEvent) event = NULL;
+
+  if (!self->enable_events || n_keys == 0)
+    return;
+  event = kv_event_new (keys, n_keys, KV_MEDIUM_STORAGE, removed, self->locality);
+  kv_secondary_tier_push_event (KV_SECONDARY_TIER (self), event);
+}
+
+/* ---- evictions ---------------------------------------------------------- */
+
+static void
+maintenance_done (KvFsOp   *op,
+                  gpointer  user_data)
+{
+  Maintenance *m = user_data;
+
+  if (m->entry != NULL)
+    kv_fs_index_delete_done (m->tier->index, m->entry);
+  kv_fs_op_clear (&m->op);
+  g_free (m);
+}
+
+/* Deletes the files of @victims (entries now DELETING) and reports them
+ * removed. Any thread. */
+static void
+delete_victims (KvFsTier  *self,
+                GPtrArray *victims)
+{
+  g_autoptr(GPtrArray) ops = NULL;
+  g_autoptr(GPtrArray) keys = NULL;
+
+  if (victims->len == 0)
+    return;
+  ops = g_ptr_array_new ();
+  keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  for (guint i = 0; i < victims->len; i++)
+    {
+      KvFsEntry *entry = victims->pdata[i];
+      Maintenance *m = g_new0 (Maintenance, 1);
+
+      m->tier = self;
+      m->entry = entry;
+      kv_fs_op_init (&m->op, KV_FS_OP_DELETE, 0, entry->root,
+                     kv_fs_layout_chunk_path (self->layout, entry->key, NULL), NULL);
+      m->op.done = maintenance_done;
+      m->op.done_data = m;
+      g_ptr_array_add (ops, &m->op);
+      g_ptr_array_add (keys, kv_key_ref (entry->key));
+    }
+  count (self, KV_FS_COUNTER_EVICTED_CHUNKS, victims->len);
+  push_event (self, (KvKey * const *) keys->pdata, keys->len, TRUE);
+  kv_fs_engine_submit (self->engine, (KvFsOp * const *) ops->pdata, ops->len);
+}
+
+/* ---- job completion ----------------------------------------------------- */
+
+static void
+fs_job_free (FsJob *fj)
+{
+  for (guint i = 0; i < fj->n_keys; i++)
+    kv_fs_op_clear (&fj->ops[i]);
+  g_free (fj->ops);
+  g_free (fj->pins);
+  g_free (fj->key_state);
+  g_clear_pointer (&fj->job, kv_transfer_job_unref);
+  g_free (fj);
+}
+
+/* Builds the job's result (lock held). */
+static KvJobResult *
+build_result (KvFsTier *self,
+              FsJob    *fj,
+              gboolean  timed_out)
+{
+  guint64 id = kv_transfer_job_get_id (fj->job);
+  gboolean success = !timed_out;
+  guint n_prefix = 0;
+  guint n_moved = 0;
+  KvJobResult *result;
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    {
+      if (fj->key_state[i] == KEY_OK)
+        n_moved++;
+      if (fj->key_state[i] != KEY_OK && fj->key_state[i] != KEY_SKIPPED)
+        success = FALSE;
+    }
+  if (fj->is_load && !timed_out)
+    while (n_prefix < fj->n_keys && fj->key_state[n_prefix] == KEY_OK)
+      n_prefix++;
+
+  result = kv_job_result_new (id, success);
+  /* A partial load lands the longest prefix of its keys, as the
+   * reference does; chunks after a gap are of no use to the request. */
+  if (fj->is_load && !success && n_prefix > 0)
+    {
+      KvKey * const *keys = kv_transfer_job_get_keys (fj->job, NULL);
+
+      kv_job_result_set_successful_keys (result, keys, n_prefix);
+    }
+  if (fj->first_start > 0 && fj->last_end >= fj->first_start)
+    kv_job_result_set_transfer_time (result, (fj->last_end - fj->first_start) / 1e6);
+  if (!timed_out)
+    {
+      guint n = fj->is_load ? (success ? fj->n_keys : n_prefix) : n_moved;
+
+      if (n > 0)
+        kv_job_result_set_transfer_bytes (result, (gint64) n * self->block_size);
+    }
+  if (fj->checksum_failed)
+    kv_job_result_set_checksum_failed (result, TRUE);
+  return result;
+}
+
+/* Failure bookkeeping for the circuit breaker (lock held). */
+static void
+breaker_record (KvFsTier *self,
+                gboolean  failed)
+{
+  if (!failed)
+    {
+      if (!g_atomic_int_get (&self->breaker_open))
+        self->consecutive_failures = 0;
+      return;
+    }
+  self->consecutive_failures++;
+  if (!g_atomic_int_get (&self->breaker_open) &&
+      self->breaker_threshold > 0 &&
+      self->consecutive_failures >= self->breaker_threshold)
+    {
+      g_atomic_int_set (&self->breaker_open, TRUE);
+      self->next_probe = tier_now (self) + (gint64) self->probe_interval_ms * 1000;
+      count (self, KV_FS_COUNTER_BREAKER_TRIPS, 1);
+      g_message ("fs tier %s: %u failures in a row, answering MISS until a probe succeeds",
+                 self->root, self->consecutive_failures);
+    }
+}
+
+typedef struct
+{
+  KvJobResult *result;
+  KvEvent     *event;
+  FsJob       *free_job;
+} Completion;
+
+/* Called with the lock held when a job's result is final. */
+static void
+report_locked (KvFsTier   *self,
+               FsJob      *fj,
+               gboolean    timed_out,
+               Completion *out)
+{
+  gboolean success;
+
+  fj->reported = TRUE;
+  if (fj->in_list)
+    {
+      g_queue_unlink (&self->inflight, &fj->link);
+      fj->in_list = FALSE;
+    }
+
+  if (fj->is_probe)
+    {
+      success = !timed_out;
+      for (guint i = 0; i < fj->n_keys; i++)
+        if (fj->key_state[i] != KEY_OK)
+          success = FALSE;
+      self->probe_in_flight = FALSE;
+      if (success)
+        {
+          g_atomic_int_set (&self->breaker_open, FALSE);
+          self->consecutive_failures = 0;
+          g_message ("fs tier %s: probe succeeded, serving again", self->root);
+        }
+      else
+        self->next_probe = tier_now (self) + (gint64) self->probe_interval_ms * 1000;
+      return;
+    }
+
+  out->result = build_result (self, fj, timed_out);
+  success = kv_job_result_get_success (out->result);
+  if (!fj->counted && (timed_out || fj->io_failure))
+    breaker_record (self, TRUE);
+  else if (!fj->counted && success)
+    breaker_record (self, FALSE);
+  fj->counted = TRUE;
+
+  /* One stored event per fully successful store job (reference §8.7). */
+  if (!fj->is_load && success && self->enable_events && fj->n_keys > 0)
+    out->event = kv_event_new (kv_transfer_job_get_keys (fj->job, NULL), fj->n_keys,
+                               KV_MEDIUM_STORAGE, FALSE, self->locality);
+}
+
+static void
+completion_deliver (KvFsTier   *self,
+                    Completion *c)
+{
+  if (c->event != NULL)
+    {
+      kv_secondary_tier_push_event (KV_SECONDARY_TIER (self), c->event);
+      kv_event_unref (c->event);
+    }
+  if (c->result != NULL)
+    {
+      kv_secondary_tier_complete_job (KV_SECONDARY_TIER (self), c->result);
+      kv_job_result_unref (c->result);
+    }
+  if (c->free_job != NULL)
+    {
+      fs_job_free (c->free_job);
+      g_mutex_lock (&self->lock);
+      self->n_live_jobs--;
+      g_cond_broadcast (&self->cond);
+      g_mutex_unlock (&self->lock);
+    }
+}
+
+static void
+queue_negative (KvFsTier *self,
+                FsJob    *fj,
+                KvKey    *key)
+{
+  /* lock held */
+  if (self->async_lookup != NULL)
+    g_ptr_array_add (self->pending_misses, kv_key_ref (key));
+  if (fj->job != NULL && kv_transfer_job_get_request (fj->job) != NULL)
+    {
+      g_ptr_array_add (self->pending_negatives, g_object_ref (kv_transfer_job_get_request (fj->job)));
+      g_ptr_array_add (self->pending_negatives, kv_key_ref (key));
+    }
+}
+
+static void
+op_done (KvFsOp   *op,
+         gpointer  user_data)
+{
+  FsJob *fj = user_data;
+  KvFsTier *self = fj->tier;
+  guint i = op - fj->ops;
+  KeyState state = KEY_FAILED;
+  gboolean io_failure = FALSE;
+  gboolean removed = FALSE;
+  Completion c = { NULL, NULL, NULL };
+
+  switch (op->kind)
+    {
+    case KV_FS_OP_STORE:
+      if (op->status == KV_FS_OP_STATUS_OK)
+        {
+          state = KEY_OK;
+          count (self, KV_FS_COUNTER_STORED_CHUNKS, 1);
+          count (self, KV_FS_COUNTER_BYTES_WRITTEN, op->payload_len);
+        }
+      else if (op->status == KV_FS_OP_STATUS_EXISTS)
+        {
+          state = KEY_SKIPPED;
+          count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
+        }
+      else
+        {
+          count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
+          if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC)
+            count (self, KV_FS_COUNTER_NO_SPACE, 1);
+          else if (op->status == KV_FS_OP_STATUS_IO_ERROR)
+            {
+              count (self, KV_FS_COUNTER_IO_ERRORS, 1);
+              io_failure = TRUE;
+            }
+        }
+      if (self->index != NULL)
+        kv_fs_index_end_store (self->index, op->key, state == KEY_OK);
+      /* A full disk: make room so that later stores can succeed. */
+      if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC && self->index != NULL)
+        {
+          g_autoptr(GPtrArray) victims = g_ptr_array_new ();
+
+          kv_fs_index_evict_bytes (self->index, 2 * self->file_size, victims);
+          delete_victims (self, victims);
+        }
+      break;
+
+    case KV_FS_OP_LOAD:
+      switch (op->status)
+        {
+        case KV_FS_OP_STATUS_OK:
+          state = KEY_OK;
+          count (self, KV_FS_COUNTER_LOADED_CHUNKS, 1);
+          count (self, KV_FS_COUNTER_BYTES_READ, op->payload_len);
+          break;
+        case KV_FS_OP_STATUS_CORRUPT:
+          removed = TRUE;
+          count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, 1);
+          if (op->check == KV_FS_CHECK_BAD_PAYLOAD_CHECKSUM ||
+              op->check == KV_FS_CHECK_BAD_HEADER_CHECKSUM)
+            {
+              count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
+              fj->checksum_failed = TRUE;
+            }
+          g_message ("fs tier: deleted corrupt chunk file %s (%s)", op->path,
+                     kv_fs_check_to_string (op->check));
+          break;
+        case KV_FS_OP_STATUS_NOT_FOUND:
+          removed = TRUE;
+          count (self, KV_FS_COUNTER_MISSING_CHUNKS, 1);
+          break;
+        case KV_FS_OP_STATUS_IO_ERROR:
+          /* Transient (EIO, EACCES, ELOOP...): the file may be fine. */
+          count (self, KV_FS_COUNTER_IO_ERRORS, 1);
+          io_failure = op->error != ELOOP && op->error != EACCES && op->error != EPERM;
+          break;
+        default:
+          break;
+        }
+      if (state != KEY_OK)
+        count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
+      if (fj->pins[i] != NULL)
+        {
+          kv_fs_index_unpin (self->index, fj->pins[i], removed);
+          fj->pins[i] = NULL;
+        }
+      else if (removed && self->index != NULL)
+        kv_fs_index_remove (self->index, op->key);
+      if (removed)
+        push_event (self, &op->key, 1, TRUE);
+      break;
+
+    case KV_FS_OP_PROBE:
+      state = op->status == KV_FS_OP_STATUS_OK ? KEY_OK : KEY_FAILED;
+      break;
+
+    case KV_FS_OP_DELETE:
+      g_assert_not_reached ();
+    }
+
+  g_mutex_lock (&self->lock);
+  fj->key_state[i] = state;
+  if (io_failure)
+    fj->io_failure = TRUE;
+  if (op->start_us > 0 && (fj->first_start == 0 || op->start_us < fj->first_start))
+    fj->first_start = op->start_us;
+  if (op->end_us > fj->last_end)
+    fj->last_end = op->end_us;
+  if (op->kind == KV_FS_OP_LOAD && state == KEY_FAILED)
+    queue_negative (self, fj, op->key);
+  g_assert (fj->n_outstanding > 0);
+  fj->n_outstanding--;
+  if (fj->n_outstanding == 0)
+    {
+      if (!fj->reported)
+        report_locked (self, fj, fj->expired, &c);
+      if (--fj->refs == 0)
+        c.free_job = fj;
+    }
+  g_mutex_unlock (&self->lock);
+
+  completion_deliver (self, &c);
+}
+
+/* ---- deadlines, breaker ------------------------------------------------- */
+
+/* Fails every job past its deadline: stores at once (a late write only
+ * reads a slot and is never published), loads once no request of theirs
+ * can still write into their slots (queued ones are cancelled now; one
+ * already inside the kernel is reported when it returns). Any thread. */
+void
+kv_fs_tier_check_deadlines (KvFsTier *self)
+{
+  g_autoptr(GPtrArray) expired = g_ptr_array_new ();
+  g_autoptr(GArray) completions = g_array_new (FALSE, TRUE, sizeof (Completion));
+  gint64 now;
+
+  g_return_if_fail (KV_IS_FS_TIER (self));
+  if (!self->initialized)
+    return;
+
+  now = tier_now (self);
+  g_mutex_lock (&self->lock);
+  while (self->inflight.head != NULL)
+    {
+      FsJob *fj = self->inflight.head->data;
+
+      if (fj->deadline > now)
+        break;
+      g_queue_unlink (&self->inflight, &fj->link);
+      fj->in_list = FALSE;
+      fj->expired = TRUE;
+      /* Stores that are still writing must not publish: the manager
+       * reuses their slots once the failure is reported. */
+      for (guint k = 0; k < fj->n_keys; k++)
+        g_atomic_int_set (&fj->ops[k].aborted, TRUE);
+      if (!fj->is_probe)
+        count (self, KV_FS_COUNTER_TIMEOUTS, 1);
+      if (!fj->is_load || fj->is_probe)
+        {
+          Completion c = { NULL, NULL, NULL };
+
+          report_locked (self, fj, TRUE, &c);
+          g_array_append_val (completions, c);
+        }
+      else
+        {
+          /* Counted now: the breaker must open within the deadline even
+           * if the read is stuck in the kernel. */
+          breaker_record (self, TRUE);
+          fj->counted = TRUE;
+        }
+      /* Held until the cancellations below are done. */
+      fj->refs++;
+      g_ptr_array_add (expired, fj);
+    }
+  g_mutex_unlock (&self->lock);
+
+  for (guint i = 0; i < completions->len; i++)
+    completion_deliver (self, &g_array_index (completions, Completion, i));
+
+  for (guint i = 0; i < expired->len; i++)
+    {
+      FsJob *fj = expired->pdata[i];
+      g_autofree KvFsOp **ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
+      Completion c = { NULL, NULL, NULL };
+      guint n = 0;
+
+      for (guint k = 0; k < fj->n_keys; k++)
+        if (fj->ops[k].path != NULL)
+          ops[n++] = &fj->ops[k];
+      kv_fs_engine_cancel (self->engine, ops, n);
+
+      g_mutex_lock (&self->lock);
+      if (--fj->refs == 0)
+        c.free_job = fj;
+      g_mutex_unlock (&self->lock);
+      completion_deliver (self, &c);
+    }
+}
+
+static void
+start_probe (KvFsTier *self)
+{
+  FsJob *fj;
+  guint n = kv_fs_layout_get_n_roots (self->layout);
+  g_autofree KvFsOp **ops = NULL;
+
+  fj = g_new0 (FsJob, 1);
+  fj->tier = self;
+  fj->is_probe = TRUE;
+  fj->n_keys = n;
+  fj->ops = g_new0 (KvFsOp, n);
+  fj->pins = g_new0 (KvFsEntry *, n);
+  fj->key_state = g_new0 (guint8, n);
+  fj->n_outstanding = n;
+  fj->deadline = tier_now (self) + (gint64) self->deadline_ms * 1000;
+  fj->link.data = fj;
+  ops = g_new (KvFsOp *, n);
+  for (guint r = 0; r < n; r++)
+    {
+      KvFsOp *op = &fj->ops[r];
+
+      kv_fs_op_init (op, KV_FS_OP_PROBE, self->o_direct[r] ? KV_FS_OP_FLAG_O_DIRECT : 0, r,
+                     g_build_filename (kv_fs_layout_get_chunk_dir (self->layout, r),
+                                       ".kvtier-probe", NULL), NULL);
+      op->temp_tag = self->temp_tag;
+      op->done = op_done;
+      op->done_data = fj;
+      ops[r] = op;
+    }
+
+  g_mutex_lock (&self->lock);
+  self->probe_in_flight = TRUE;
+  self->n_live_jobs++;
+  fj->refs = 1;
+  fj->in_list = TRUE;
+  g_queue_push_tail_link (&self->inflight, &fj->link);
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+
+  kv_fs_engine_submit (self->engine, ops, n);
+}
+
+/* Owner thread: starts a probe when the breaker is open and one is due. */
+static void
+maybe_probe (KvFsTier *self)
+{
+  gboolean due;
+
+  if (!g_atomic_int_get (&self->breaker_open))
+    return;
+  g_mutex_lock (&self->lock);
+  due = !self->probe_in_flight && !self->shut_down && tier_now (self) >= self->next_probe;
+  g_mutex_unlock (&self->lock);
+  if (due)
+    start_probe (self);
+}
+
+static gpointer
+watchdog_main (gpointer user_data)
+{
+  KvFsTier *self = user_data;
+
+  g_mutex_lock (&self->lock);
+  while (!self->watchdog_stop)
+    {
+      gint64 wake;
+
+      if (self->inflight.head != NULL)
+        {
+          FsJob *fj = self->inflight.head->data;
+
+          /* The default clock follows g_get_monotonic_time(). */
+          wake = fj->deadline + 1000;
+        }
+      else
+        wake = g_get_monotonic_time () + G_USEC_PER_SEC;
+      g_cond_wait_until (&self->cond, &self->lock, wake);
+      if (self->watchdog_stop)
+        break;
+      if (self->inflight.head != NULL &&
+          ((FsJob *) self->inflight.head->data)->deadline <= g_get_monotonic_time ())
+        {
+          g_mutex_unlock (&self->lock);
+          kv_fs_tier_check_deadlines (self);
+          g_mutex_lock (&self->lock);
+        }
+    }
+  g_mutex_unlock (&self->lock);
+  return NULL;
+}
+
+/* ---- submission --------------------------------------------------------- */
+
+static FsJob *
+fs_job_new (KvFsTier      *self,
+            KvTransferJob *job,
+            gboolean       is_load)
+{
+  FsJob *fj = g_new0 (FsJob, 1);
+  guint n = kv_transfer_job_get_n_keys (job);
+
+  fj->tier = self;
+  fj->job = kv_transfer_job_ref (job);
+  fj->is_load = is_load;
+  fj->n_keys = n;
+  fj->ops = g_new0 (KvFsOp, MAX (n, 1));
+  fj->pins = g_new0 (KvFsEntry *, MAX (n, 1));
+  fj->key_state = g_new0 (guint8, MAX (n, 1));
+  fj->link.data = fj;
+  return fj;
+}
+
+/* Reports @fj now (no op was started) and frees it. */
+static void
+finish_unstarted (KvFsTier *self,
+                  FsJob    *fj)
+{
+  Completion c = { NULL, NULL, NULL };
+
+  g_mutex_lock (&self->lock);
+  self->n_live_jobs++;
+  fj->refs = 1;
+  report_locked (self, fj, FALSE, &c);
+  if (--fj->refs == 0)
+    c.free_job = fj;
+  g_mutex_unlock (&self->lock);
+  completion_deliver (self, &c);
+}
+
+/* Starts the ops of @fj that were set up (those with a path). */
+static void
+launch (KvFsTier *self,
+        FsJob    *fj)
+{
+  g_autofree KvFsOp **ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
+  guint n = 0;
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    if (fj->ops[i].path != NULL)
+      ops[n++] = &fj->ops[i];
+
+  if (n == 0)
+    {
+      finish_unstarted (self, fj);
+      return;
+    }
+
+  g_mutex_lock (&self->lock);
+  fj->n_outstanding = n;
+  fj->deadline = tier_now (self) + (gint64) self->deadline_ms * 1000;
+  fj->refs = 1;
+  fj->in_list = TRUE;
+  self->n_live_jobs++;
+  g_queue_push_tail_link (&self->inflight, &fj->link);
+  if (self->inflight.length == 1)
+    g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+
+  kv_fs_engine_submit (self->engine, ops, n);
+}
+
+static KvFsOpFlags
+base_flags (KvFsTier *self,
+            guint     root)
+{
+  KvFsOpFlags flags = 0;
+
+  if (self->o_direct[root])
+    flags |= KV_FS_OP_FLAG_O_DIRECT;
+  if (kv_fs_layout_has_header (self->layout))
+    flags |= KV_FS_OP_FLAG_HEADER;
+  return flags;
+}
+
+static gboolean
+kv_fs_tier_submit_store (KvSecondaryTier  *tier,
+                         KvTransferJob    *job,
+                         GError          **error)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+  FsJob *fj = fs_job_new (self, job, FALSE);
+  KvRequest *request = kv_transfer_job_get_request (job);
+  g_autoptr(GPtrArray) victims = g_ptr_array_new ();
+  KvKey *parent = NULL;
+
+  if (g_atomic_int_get (&self->breaker_open))
+    {
+      /* The breaker is open: fail fast without touching the disk. */
+      for (guint i = 0; i < fj->n_keys; i++)
+        fj->key_state[i] = KEY_FAILED;
+      finish_unstarted (self, fj);
+      return TRUE;
+    }
+
+  if (request != NULL)
+    parent = kv_request_get_state (request, &self->chain_tag);
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    {
+      KvKey *key = kv_transfer_job_get_key (job, i);
+      guint32 slot = kv_transfer_job_get_chunk_id (job, i);
+      KvFsOp *op = &fj->ops[i];
+      KvFsOpFlags flags;
+      guint root;
+
+      if (slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
+        {
+          fj->key_state[i] = KEY_FAILED;
+          count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
+          parent = key;
+          continue;
+        }
+      root = kv_fs_layout_root_for_key (self->layout, key);
+      flags = base_flags (self, root);
+      if (self->durability >= KV_FS_DURABILITY_DATA)
+        flags |= KV_FS_OP_FLAG_DATASYNC;
+      if (self->durability == KV_FS_DURABILITY_FULL)
+        flags |= KV_FS_OP_FLAG_DIRSYNC;
+
+      if (self->index != NULL)
+        {
+          switch (kv_fs_index_begin_store (self->index, key, parent, root,
+                                           self->file_size, victims))
+            {
+            case KV_FS_BEGIN_STORE_NEW:
+              break;
+            case KV_FS_BEGIN_STORE_EXISTS:
+              fj->key_state[i] = KEY_SKIPPED;
+              count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
+              parent = key;
+              continue;
+            case KV_FS_BEGIN_STORE_BUSY:
+            case KV_FS_BEGIN_STORE_NO_SPACE:
+              fj->key_state[i] = KEY_FAILED;
+              count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
+              parent = key;
+              continue;
+            }
+        }
+      else
+        flags |= KV_FS_OP_FLAG_SKIP_EXISTING;
+
+      kv_fs_op_init (op, KV_FS_OP_STORE, flags, root,
+                     kv_fs_layout_chunk_path (self->layout, key, NULL), kv_key_ref (key));
+      op->payload = kv_host_buffer_peek_slot (self->primary, slot);
+      op->payload_len = self->block_size;
+      op->slot = slot;
+      op->namespace_digest = kv_fs_layout_get_namespace_digest (self->layout);
+      op->temp_tag = self->temp_tag;
+      op->done = op_done;
+      op->done_data = fj;
+      parent = key;
+    }
+
+  /* The request's next store continues this chain. */
+  if (request != NULL && fj->n_keys > 0)
+    kv_request_set_state (request, &self->chain_tag,
+                          kv_key_ref (kv_transfer_job_get_key (job, fj->n_keys - 1)),
+                          (GDestroyNotify) kv_key_unref);
+
+  delete_victims (self, victims);
+  launch (self, fj);
+  return TRUE;
+}
+
+static gboolean
+kv_fs_tier_submit_load (KvSecondaryTier  *tier,
+                        KvTransferJob    *job,
+                        GError          **error)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+  FsJob *fj = fs_job_new (self, job, TRUE);
+  gboolean open = g_atomic_int_get (&self->breaker_open);
+  gboolean ready = g_atomic_int_get (&self->index_ready);
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    {
+      KvKey *key = kv_transfer_job_get_key (job, i);
+      guint32 slot = kv_transfer_job_get_chunk_id (job, i);
+      KvFsOp *op = &fj->ops[i];
+      KvFsOpFlags flags;
+      guint root;
+
+      if (open || slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
+        {
+          fj->key_state[i] = KEY_FAILED;
+          count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
+          continue;
+        }
+      if (self->index != NULL)
+        {
+          fj->pins[i] = kv_fs_index_pin (self->index, key);
+          /* Known absent (evicted since the lookup): no file to read. A
+           * key the index has not seen yet during a rebuild may exist. */
+          if (fj->pins[i] == NULL && ready)
+            {
+              fj->key_state[i] = KEY_FAILED;
+              count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
+              continue;
+            }
+        }
+      root = kv_fs_layout_root_for_key (self->layout, key);
+      flags = base_flags (self, root);
+      if (self->verify)
+        flags |= KV_FS_OP_FLAG_VERIFY;
+      kv_fs_op_init (op, KV_FS_OP_LOAD, flags, root,
+                     kv_fs_layout_chunk_path (self->layout, key, NULL), kv_key_ref (key));
+      op->payload = kv_host_buffer_peek_slot (self->primary, slot);
+      op->payload_len = self->block_size;
+      op->slot = slot;
+      op->namespace_digest = kv_fs_layout_get_namespace_digest (self->layout);
+      op->temp_tag = self->temp_tag;
+      op->done = op_done;
+      op->done_data = fj;
+    }
+
+  launch (self, fj);
+  return TRUE;
+}
+
+/* ---- owner-thread vfuncs ------------------------------------------------ */
+
+static gboolean
+request_has_negative (KvFsTier  *self,
+                      KvRequest *request,
+                      KvKey     *key)
+{
+  GHashTable *negatives;
+
+  if (request == NULL)
+    return FALSE;
+  negatives = kv_request_get_state (request, &self->negative_tag);
+  return negatives != NULL && g_hash_table_contains (negatives, key);
+}
+
+static KvLookupResult
+kv_fs_tier_lookup (KvSecondaryTier *tier,
+                   KvKey           *key,
+                   KvRequest       *request)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+
+  maybe_probe (self);
+  if (g_atomic_int_get (&self->breaker_open))
+    return KV_LOOKUP_RESULT_MISS;
+  if (self->index == NULL)
+    return kv_async_lookup_lookup (self->async_lookup, key, request);
+
+  switch (kv_fs_index_lookup (self->index, key, TRUE))
+    {
+    case KV_FS_INDEX_PRESENT:
+      /* A load of this key failed for this request with a transient
+       * error: the same request does not retry it (reference #49176). */
+      return request_has_negative (self, request, key) ?
+             KV_LOOKUP_RESULT_MISS : KV_LOOKUP_RESULT_HIT;
+    case KV_FS_INDEX_BUSY:
+      return KV_LOOKUP_RESULT_MISS;
+    case KV_FS_INDEX_ABSENT:
+    default:
+      if (g_atomic_int_get (&self->index_ready) || self->async_lookup == NULL)
+        return KV_LOOKUP_RESULT_MISS;
+      /* Still scanning: ask the disk, off this thread. */
+      return kv_async_lookup_lookup (self->async_lookup, key, request);
+    }
+}
+
+static void
+apply_pending_verdicts (KvFsTier *self)
+{
+  g_autoptr(GPtrArray) misses = NULL;
+  g_autoptr(GPtrArray) negatives = NULL;
+
+  g_mutex_lock (&self->lock);
+  if (self->pending_misses->len > 0)
+    {
+      misses = self->pending_misses;
+      self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+    }
+  if (self->pending_negatives->len > 0)
+    {
+      negatives = self->pending_negatives;
+      self->pending_negatives = g_ptr_array_new_with_free_func (g_object_unref);
+    }
+  g_mutex_unlock (&self->lock);
+
+  if (misses != NULL && self->async_lookup != NULL)
+    kv_async_lookup_mark_miss (self->async_lookup, (KvKey * const *) misses->pdata, misses->len);
+
+  for (guint i = 0; negatives != NULL && i + 1 < negatives->len; i += 2)
+    {
+      KvRequest *request = negatives->pdata[i];
+      KvKey *key = negatives->pdata[i + 1];
+      GHashTable *set = kv_request_get_state (request, &self->negative_tag);
+
+      if (set == NULL)
+        {
+          set = g_hash_table_new_full (kv_key_hash, kv_key_equal,
+                                       (GDestroyNotify) kv_key_unref, NULL);
+          kv_request_set_state (request, &self->negative_tag, set,
+                                (GDestroyNotify) g_hash_table_unref);
+        }
+      g_hash_table_add (set, kv_key_ref (key));
+    }
+  if (negatives != NULL)
+    {
+      /* Mixed element types: release them by hand. */
+      for (guint i = 0; i + 1 < negatives->len; i += 2)
+        {
+          g_object_unref (negatives->pdata[i]);
+          kv_key_unref (negatives->pdata[i + 1]);
+        }
+      g_ptr_array_set_free_func (negatives, NULL);
+    }
+}
+
+static KvJobResult **
+kv_fs_tier_get_finished_jobs (KvSecondaryTier *tier)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+
+  kv_fs_tier_check_deadlines (self);
+  apply_pending_verdicts (self);
+  maybe_probe (self);
+  return KV_SECONDARY_TIER_CLASS (kv_fs_tier_parent_class)->get_finished_jobs (tier);
+}
+
+static gboolean
+kv_fs_tier_has_pending_work (KvSecondaryTier *tier)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+  gboolean pending;
+
+  g_mutex_lock (&self->lock);
+  pending = self->n_live_jobs > 0;
+  g_mutex_unlock (&self->lock);
+  /* Unanswered existence checks: the engine must step to collect them. */
+  return pending || (self->async_lookup != NULL &&
+                     kv_async_lookup_get_n_pending (self->async_lookup) > 0);
+}
+
+static void
+kv_fs_tier_touch (KvSecondaryTier  *tier,
+                  KvKey           **keys,
+                  KvRequest        *request)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+
+  if (self->index != NULL && keys != NULL)
+    kv_fs_index_touch (self->index, keys, g_strv_length ((char **) keys));
+}
+
+static KvOffloadPolicy
+kv_fs_tier_on_new_request (KvSecondaryTier *tier,
+                           KvRequest       *request)
+{
+  return KV_OFFLOAD_POLICY_CHUNK_LEVEL;
+}
+
+static void
+kv_fs_tier_on_request_finished (KvSecondaryTier *tier,
+                                KvRequest       *request)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+
+  if (self->async_lookup != NULL)
+    kv_async_lookup_cleanup (self->async_lookup, kv_request_get_id (request));
+}
+
+static void
+kv_fs_tier_on_schedule_end (KvSecondaryTier *tier,
+                            KvScheduleEnd   *schedule_end)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+
+  /* Every key looked up this step goes to the disk in one batch. */
+  if (self->async_lookup != NULL)
+    kv_async_lookup_flush (self->async_lookup);
+  maybe_probe (self);
+}
+
+/* Blocks until every job is reported and no op touches the primary. */
+static void
+wait_jobs (KvFsTier *self)
+{
+  gboolean manual = kv_clock_is_manual (self->clock);
+
+  g_mutex_lock (&self->lock);
+  while (self->n_live_jobs > 0)
+    {
+      if (manual || self->watchdog != NULL)
+        g_cond_wait (&self->cond, &self->lock);
+      else
+        g_cond_wait_until (&self->cond, &self->lock, g_get_monotonic_time () + G_USEC_PER_SEC / 10);
+    }
+  g_mutex_unlock (&self->lock);
+}
+
+static gboolean
+kv_fs_tier_drain_jobs (KvSecondaryTier  *tier,
+                       GError          **error)
+{
+  wait_jobs (KV_FS_TIER (tier));
+  return TRUE;
+}
+
+static void
+stop_threads (KvFsTier *self)
+{
+  if (self->scan_thread != NULL)
+    {
+      g_atomic_int_set (&self->scan_cancel, TRUE);
+      g_mutex_lock (&scan_hold_lock);
+      g_cond_broadcast (&scan_hold_cond);
+      g_mutex_unlock (&scan_hold_lock);
+      g_thread_join (self->scan_thread);
+      self->scan_thread = NULL;
+    }
+  /* Queued ops are cancelled (their jobs report failed), running ops
+   * finish, then the engine's threads stop. */
+  if (self->engine != NULL)
+    kv_fs_engine_shutdown (self->engine);
+  wait_jobs (self);
+  if (self->watchdog != NULL)
+    {
+      g_mutex_lock (&self->lock);
+      self->watchdog_stop = TRUE;
+      g_cond_broadcast (&self->cond);
+      g_mutex_unlock (&self->lock);
+      g_thread_join (self->watchdog);
+      self->watchdog = NULL;
+    }
+  if (self->async_lookup != NULL)
+    kv_async_lookup_shutdown (self->async_lookup);
+}
+
+static gboolean
+kv_fs_tier_shutdown (KvSecondaryTier  *tier,
+                     GError          **error)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+
+  g_mutex_lock (&self->lock);
+  self->shut_down = TRUE;
+  g_mutex_unlock (&self->lock);
+  stop_threads (self);
+  return TRUE;
+}
+
+/* ---- warm restart ------------------------------------------------------- */
+
+typedef struct
+{
+  KvKey  *key;
+  guint   root;
+  guint64 size;
+  gint64  mtime;
+} Scanned;
+
+typedef struct
+{
+  KvFsTier *tier;
+  GArray   *found;    /* Scanned */
+  guint     n_bad;
+} ScanContext;
+
+static void
+scan_chunk (KvKey      *key,
+            guint       root,
+            const char *path,
+            guint64     size,
+            gint64      mtime_us,
+            gpointer    user_data)
+{
+  ScanContext *ctx = user_data;
+  KvFsTier *self = ctx->tier;
+  Scanned s;
+
+  if (size != self->file_size)
+    {
+      /* Published files are complete, so a wrong size is damage. */
+      if (!self->shared && unlink (path) == 0)
+        {
+          count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, 1);
+          ctx->n_bad++;
+        }
+      return;
+    }
+  s.key = kv_key_ref (key);
+  s.root = root;
+  s.size = (size + 4095) & ~(guint64) 4095;
+  s.mtime = mtime_us;
+  g_array_append_val (ctx->found, s);
+}
+
+static void
+scan_temp (const char *path,
+           gint64      mtime_us,
+           gpointer    user_data)
+{
+  ScanContext *ctx = user_data;
+  KvFsTier *self = ctx->tier;
+
+  /* A tier that owns its directory has no writer but itself: every
+   * temporary file not of this instance is left from a crash. */
+  if (strstr (path, self->temp_marker) != NULL)
+    return;
+  if (self->shared && g_get_real_time () - mtime_us < STALE_TEMP_AGE_US)
+    return;
+  if (unlink (path) == 0)
+    count (self, KV_FS_COUNTER_TEMP_FILES_REMOVED, 1);
+}
+
+static int
+compare_newest_first (gconstpointer a,
+                      gconstpointer b)
+{
+  const Scanned *sa = a;
+  const Scanned *sb = b;
+
+  return sa->mtime < sb->mtime ? 1 : sa->mtime > sb->mtime ? -1 : 0;
+}
+
+/* Test hook: holds warm-restart scans at their start. */
+void
+kv_fs_tier_hold_scans (gboolean hold)
+{
+  g_mutex_lock (&scan_hold_lock);
+  scan_hold = hold;
+  g_cond_broadcast (&scan_hold_cond);
+  g_mutex_unlock (&scan_hold_lock);
+}
+
+static gpointer
+scan_main (gpointer user_data)
+{
+  KvFsTier *self = user_data;
+  ScanContext ctx = { self, NULL, 0 };
+  g_autoptr(GPtrArray) victims = g_ptr_array_new ();
+
+  g_mutex_lock (&scan_hold_lock);
+  while (scan_hold && !g_atomic_int_get (&self->scan_cancel))
+    g_cond_wait (&scan_hold_cond, &scan_hold_lock);
+  g_mutex_unlock (&scan_hold_lock);
+  ctx.found = g_array_new (FALSE, FALSE, sizeof (Scanned));
+
+  for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
+    kv_fs_layout_scan (self->layout, r, scan_chunk, scan_temp, &ctx, &self->scan_cancel);
+
+  /* Oldest first in the eviction order: insert newest-first at its head. */
+  g_array_sort (ctx.found, compare_newest_first);
+  for (guint i = 0; i < ctx.found->len; i++)
+    {
+      Scanned *s = &g_array_index (ctx.found, Scanned, i);
+
+      if (self->index != NULL && !g_atomic_int_get (&self->scan_cancel) &&
+          kv_fs_index_add_scanned (self->index, s->key, s->root, s->size))
+        count (self, KV_FS_COUNTER_SCANNED_CHUNKS, 1);
+      kv_key_unref (s->key);
+    }
+  g_array_unref (ctx.found);
+
+  if (self->index != NULL && !g_atomic_int_get (&self->scan_cancel))
+    {
+      kv_fs_index_trim (self->index, victims);
+      delete_victims (self, victims);
+    }
+  g_atomic_int_set (&self->index_ready, TRUE);
+  return NULL;
+}
+
+/* Whether any chunk directory holds anything (a restart to rebuild). */
+static gboolean
+has_existing_chunks (KvFsTier *self)
+{
+  for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
+    {
+      g_autoptr(GDir) dir = g_dir_open (kv_fs_layout_get_chunk_dir (self->layout, r), 0, NULL);
+      const char *name;
+
+      while (dir != NULL && (name = g_dir_read_name (dir)) != NULL)
+        {
+          g_autofree char *path = NULL;
+
+          /* shard directories (namespace.json sits next to them) */
+          if (name[0] == '.')
+            continue;
+          path = g_build_filename (kv_fs_layout_get_chunk_dir (self->layout, r), name, NULL);
+          if (g_file_test (path, G_FILE_TEST_IS_DIR))
+            return TRUE;
+        }
+    }
+  return FALSE;
+}
+
+/* ---- async existence checks (shared, or while scanning) ----------------- */
+
+static void
+batch_exists (KvKey * const *keys,
+              guint          n_keys,
+              KvRequest     *request,
+              gboolean      *results,
+              gpointer       user_data)
+{
+  KvFsTier *self = user_data;
+
+  /* Existence of the final name is the criterion: temporary files are
+   * invisible, and a published file is complete. */
+  for (guint i = 0; i < n_keys; i++)
+    {
+      g_autofree char *path = NULL;
+
+      if (!kv_fs_layout_key_supported (self->layout, keys[i]))
+        {
+          results[i] = FALSE;
+          continue;
+        }
+      path = kv_fs_layout_chunk_path (self->layout, keys[i], NULL);
+      results[i] = faccessat (AT_FDCWD, path, F_OK, 0) == 0;
+    }
+}
+
+/* ---- O_DIRECT probe ----------------------------------------------------- */
+
+static gboolean
+probe_o_direct (const char  *dir,
+                int         *out_errno)
+{
+  g_autofree char *path = g_strdup_printf ("%s/.kvtier-odirect_%08x.tmp", dir, g_random_int ());
+  void *buf = NULL;
+  gboolean ok = FALSE;
+  int fd;
+
+  *out_errno = 0;
+  if (posix_memalign (&buf, 4096, 4096) != 0)
+    return FALSE;
+  memset (buf, 0, 4096);
+  fd = open (path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  if (fd >= 0)
+    {
+      if (pwrite (fd, buf, 4096, 0) == 4096)
+        {
+          close (fd);
+          fd = open (path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+          ok = fd >= 0 && pread (fd, buf, 4096, 0) == 4096;
+        }
+      if (!ok)
+        *out_errno = errno;
+      if (fd >= 0)
+        close (fd);
+      unlink (path);
+    }
+  else
+    *out_errno = errno;
+  free (buf);
+  return ok;
+}
+
+/* ---- construction ------------------------------------------------------- */
+
+static gboolean
+kv_fs_tier_initable_init (GInitable     *initable,
+                          GCancellable  *cancellable,
+                          GError       **error)
+{
+  KvFsTier *self = KV_FS_TIER (initable);
+  KvSecondaryTier *tier = KV_SECONDARY_TIER (initable);
+  g_autoptr(GError) local_error = NULL;
+  KvFsEngineConfig config = { 0 };
+  guint n_roots;
+
+  if (self->initialized)
+    return TRUE;
+
+  self->primary = kv_secondary_tier_get_primary (tier);
+  if (self->primary == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "The fs tier needs a primary buffer (the primary property)");
+      return FALSE;
+    }
+  self->block_size = kv_host_buffer_get_slot_size (self->primary);
+  self->n_slots = kv_host_buffer_get_n_slots (self->primary);
+  self->locality = kv_secondary_tier_get_locality (tier);
+  if (self->locality != KV_LOCALITY_UNSPECIFIED && self->locality != KV_LOCALITY_LOCAL &&
+      self->locality != KV_LOCALITY_REMOTE)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "Invalid locality %d for the fs tier (accepted: LOCAL, REMOTE)",
+                   self->locality);
+      return FALSE;
+    }
+  if (self->shared && self->max_size > 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "max-size=%" G_GUINT64_FORMAT " cannot be combined with shared=true: several "
+                   "processes writing one directory cannot account its size; bound it from one "
+                   "owner (shared=false) or leave max-size at 0",
+                   self->max_size);
+      return FALSE;
+    }
+  if (self->layout_kind == KV_FS_LAYOUT_KIND_KVTIER && self->vllm_identity != NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "vllm-identity is only used with layout=vllm (layout is kvtier)");
+      return FALSE;
+    }
+  if (self->clock == NULL)
+    self->clock = g_object_ref (kv_clock_get_default ());
+
+  self->layout = kv_fs_layout_new (self->layout_kind, self->root, self->namespace_,
+                                   self->block_size, self->vllm_identity, self->vllm_rank,
+                                   error);
+  if (self->layout == NULL)
+    return FALSE;
+  self->file_size = kv_fs_layout_get_file_size (self->layout);
+  if (!kv_fs_layout_create_dirs (self->layout, error))
+    return FALSE;
+
+  n_roots = kv_fs_layout_get_n_roots (self->layout);
+  self->o_direct = g_new0 (gboolean, n_roots);
+  for (guint r = 0; r < n_roots; r++)
+    {
+      const char *dir = kv_fs_layout_get_chunk_dir (self->layout, r);
+      int err = 0;
+
+      if (self->o_direct_mode == KV_FS_O_DIRECT_OFF)
+        continue;
+      self->o_direct[r] = self->block_size % 4096 == 0 && probe_o_direct (dir, &err);
+      if (!self->o_direct[r] && self->o_direct_mode == KV_FS_O_DIRECT_ON)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                       "o-direct=on but the fs tier root ‘%s’ does not support O_DIRECT (%s)",
+                       kv_fs_layout_get_root (self->layout, r),
+                       err != 0 ? g_strerror (err) : "chunk size not a multiple of 4096");
+          return FALSE;
+        }
+      if (!self->o_direct[r])
+        g_debug ("fs tier: root %s does not support O_DIRECT (%s); using buffered I/O",
+                 kv_fs_layout_get_root (self->layout, r), g_strerror (err));
+    }
+
+  config.n_roots = n_roots;
+  config.inflight_bytes = self->inflight_bytes;
+  config.n_read_threads = self->n_read_threads;
+  config.n_write_threads = self->n_write_threads;
+  config.queue_depth = self->queue_depth;
+  config.buffer = kv_host_buffer_get_data (self->primary);
+  config.buffer_size = kv_host_buffer_get_size (self->primary);
+  config.slot_size = self->block_size;
+  self->engine = kv_fs_engine_new (self->io_engine, &config, &local_error);
+  if (self->engine == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "The fs tier cannot start its I/O engine: %s", local_error->message);
+      return FALSE;
+    }
+
+  if (!self->shared)
+    self->index = kv_fs_index_new (self->eviction, self->max_size);
+
+  if (self->shared || has_existing_chunks (self))
+    self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
+                                              batch_exists, self, NULL, 2, 8, 16384);
+
+  if (self->index != NULL && self->async_lookup != NULL)
+    self->scan_thread = g_thread_new ("kvtier-fs-scan", scan_main, self);
+  else
+    g_atomic_int_set (&self->index_ready, TRUE);
+
+  if (!kv_clock_is_manual (self->clock))
+    self->watchdog = g_thread_new ("kvtier-fs-watchdog", watchdog_main, self);
+
+  self->initialized = TRUE;
+  return TRUE;
+}
+
+static void
+kv_fs_tier_initable_iface_init (GInitableIface *iface)
+{
+  iface->init = kv_fs_tier_initable_init;
+}
+
+/* ---- GObject ------------------------------------------------------------ */
+
+static void
+kv_fs_tier_dispose (GObject *object)
+{
+  KvFsTier *self = KV_FS_TIER (object);
+
+  /* Internal teardown only: no vfunc, no signal. */
+  if (self->initialized)
+    stop_threads (self);
+  g_clear_object (&self->engine);
+  g_clear_object (&self->async_lookup);
+
+  G_OBJECT_CLASS (kv_fs_tier_parent_class)->dispose (object);
+}
+
+static void
+kv_fs_tier_finalize (GObject *object)
+{
+  KvFsTier *self = KV_FS_TIER (object);
+
+  g_clear_pointer (&self->index, kv_fs_index_free);
+  g_clear_pointer (&self->layout, kv_fs_layout_free);
+  g_clear_object (&self->clock);
+  g_ptr_array_unref (self->pending_misses);
+  g_ptr_array_unref (self->pending_negatives);
+  g_free (self->o_direct);
+  g_free (self->temp_marker);
+  g_free (self->root);
+  g_free (self->namespace_);
+  g_free (self->vllm_identity);
+  g_mutex_clear (&self->lock);
+  g_cond_clear (&self->cond);
+
+  G_OBJECT_CLASS (kv_fs_tier_parent_class)->finalize (object);
+}
+
+static void
+kv_fs_tier_get_property (GObject    *object,
+                         guint       prop_id,
+                         GValue     *value,
+                         GParamSpec *pspec)
+{
+  KvFsTier *self = KV_FS_TIER (object);
+
+  switch (prop_id)
+    {
+    case PROP_ROOT: g_value_set_string (value, self->root); break;
+    case PROP_NAMESPACE: g_value_set_string (value, self->namespace_); break;
+    case PROP_LAYOUT: g_value_set_enum (value, self->layout_kind); break;
+    case PROP_DURABILITY: g_value_set_enum (value, self->durability); break;
+    case PROP_VERIFY: g_value_set_boolean (value, self->verify); break;
+    case PROP_IO_ENGINE: g_value_set_enum (value, self->io_engine); break;
+    case PROP_O_DIRECT: g_value_set_enum (value, self->o_direct_mode); break;
+    case PROP_SHARED: g_value_set_boolean (value, self->shared); break;
+    case PROP_MAX_SIZE: g_value_set_uint64 (value, self->max_size); break;
+    case PROP_EVICTION: g_value_set_enum (value, self->eviction); break;
+    case PROP_DEADLINE_MS: g_value_set_uint (value, self->deadline_ms); break;
+    case PROP_ENABLE_EVENTS: g_value_set_boolean (value, self->enable_events); break;
+    case PROP_N_READ_THREADS: g_value_set_uint (value, self->n_read_threads); break;
+    case PROP_N_WRITE_THREADS: g_value_set_uint (value, self->n_write_threads); break;
+    case PROP_INFLIGHT_BYTES: g_value_set_uint64 (value, self->inflight_bytes); break;
+    case PROP_QUEUE_DEPTH: g_value_set_uint (value, self->queue_depth); break;
+    case PROP_BREAKER_THRESHOLD: g_value_set_uint (value, self->breaker_threshold); break;
+    case PROP_PROBE_INTERVAL_MS: g_value_set_uint (value, self->probe_interval_ms); break;
+    case PROP_CLOCK: g_value_set_object (value, self->clock); break;
+    case PROP_VLLM_IDENTITY: g_value_set_string (value, self->vllm_identity); break;
+    case PROP_VLLM_RANK: g_value_set_uint (value, self->vllm_rank); break;
+    case PROP_ACTIVE_IO_ENGINE:
+      g_value_set_string (value, self->engine ? kv_fs_engine_get_name (self->engine) : NULL);
+      break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+static void
+kv_fs_tier_set_property (GObject      *object,
+                         guint         prop_id,
+                         const GValue *value,
+                         GParamSpec   *pspec)
+{
+  KvFsTier *self = KV_FS_TIER (object);
+
+  switch (prop_id)
+    {
+    case PROP_ROOT: g_free (self->root); self->root = g_value_dup_string (value); break;
+    case PROP_NAMESPACE:
+      g_free (self->namespace_);
+      self->namespace_ = g_value_dup_string (value);
+      break;
+    case PROP_LAYOUT: self->layout_kind = g_value_get_enum (value); break;
+    case PROP_DURABILITY: self->durability = g_value_get_enum (value); break;
+    case PROP_VERIFY: self->verify = g_value_get_boolean (value); break;
+    case PROP_IO_ENGINE: self->io_engine = g_value_get_enum (value); break;
+    case PROP_O_DIRECT: self->o_direct_mode = g_value_get_enum (value); break;
+    case PROP_SHARED: self->shared = g_value_get_boolean (value); break;
+    case PROP_MAX_SIZE: self->max_size = g_value_get_uint64 (value); break;
+    case PROP_EVICTION: self->eviction = g_value_get_enum (value); break;
+    case PROP_DEADLINE_MS: self->deadline_ms = g_value_get_uint (value); break;
+    case PROP_ENABLE_EVENTS: self->enable_events = g_value_get_boolean (value); break;
+    case PROP_N_READ_THREADS: self->n_read_threads = g_value_get_uint (value); break;
+    case PROP_N_WRITE_THREADS: self->n_write_threads = g_value_get_uint (value); break;
+    case PROP_INFLIGHT_BYTES: self->inflight_bytes = g_value_get_uint64 (value); break;
+    case PROP_QUEUE_DEPTH: self->queue_depth = g_value_get_uint (value); break;
+    case PROP_BREAKER_THRESHOLD: self->breaker_threshold = g_value_get_uint (value); break;
+    case PROP_PROBE_INTERVAL_MS: self->probe_interval_ms = g_value_get_uint (value); break;
+    case PROP_CLOCK: g_set_object (&self->clock, g_value_get_object (value)); break;
+    case PROP_VLLM_IDENTITY:
+      g_free (self->vllm_identity);
+      self->vllm_identity = g_value_dup_string (value);
+      break;
+    case PROP_VLLM_RANK: self->vllm_rank = g_value_get_uint (value); break;
+    default:
+      G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
+    }
+}
+
+#define CONSTRUCT_FLAGS (G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | \
+                         G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY)
+
+static void
+kv_fs_tier_class_init (KvFsTierClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+  KvSecondaryTierClass *tier_class = KV_SECONDARY_TIER_CLASS (klass);
+
+  object_class->dispose = kv_fs_tier_dispose;
+  object_class->finalize = kv_fs_tier_finalize;
+  object_class->get_property = kv_fs_tier_get_property;
+  object_class->set_property = kv_fs_tier_set_property;
+
+  tier_class->medium = KV_MEDIUM_STORAGE;
+  tier_class->lookup = kv_fs_tier_lookup;
+  tier_class->submit_store = kv_fs_tier_submit_store;
+  tier_class->submit_load = kv_fs_tier_submit_load;
+  tier_class->get_finished_jobs = kv_fs_tier_get_finished_jobs;
+  tier_class->has_pending_work = kv_fs_tier_has_pending_work;
+  tier_class->touch = kv_fs_tier_touch;
+  tier_class->on_new_request = kv_fs_tier_on_new_request;
+  tier_class->on_request_finished = kv_fs_tier_on_request_finished;
+  tier_class->on_schedule_end = kv_fs_tier_on_schedule_end;
+  tier_class->drain_jobs = kv_fs_tier_drain_jobs;
+  tier_class->shutdown = kv_fs_tier_shutdown;
+
+  /**
+   * KvFsTier:root:
+   *
+   * The directory that holds the chunks, created (mode 0700) if missing;
+   * a comma-separated list spreads chunks over several directories (one
+   * per drive) by key hash, each with its own in-flight budget. Changing
+   * the list's order or length remaps every chunk.
+   */
+  properties[PROP_ROOT] =
+    g_param_spec_string ("root", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:namespace:
+   *
+   * The cache identity (model, dtype, layout, parallelism...) for the
+   * kvtier layout. Chunks live in a directory named after a digest of it
+   * and of the chunk size, and every header carries the digest, so tiers
+   * with different identities never read each other's chunks.
+   */
+  properties[PROP_NAMESPACE] =
+    g_param_spec_string ("namespace", NULL, NULL, "default", CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:layout:
+   *
+   * `kvtier` (checksummed headers) or `vllm` (vLLM's headerless files and
+   * naming; needs [property@KvFsTier:vllm-identity]).
+   */
+  properties[PROP_LAYOUT] =
+    g_param_spec_enum ("layout", NULL, NULL, KV_TYPE_FS_LAYOUT_KIND,
+                       KV_FS_LAYOUT_KIND_KVTIER, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:durability:
+   *
+   * `none` (no flush, as the reference), `data` (fdatasync before the
+   * rename) or `full` (and fsync the directory after it).
+   */
+  properties[PROP_DURABILITY] =
+    g_param_spec_enum ("durability", NULL, NULL, KV_TYPE_FS_DURABILITY,
+                       KV_FS_DURABILITY_NONE, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:verify:
+   *
+   * Whether loads check the payload checksum (the header is always
+   * checked).
+   */
+  properties[PROP_VERIFY] =
+    g_param_spec_boolean ("verify", NULL, NULL, TRUE, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:io-engine:
+   *
+   * `auto`, `uring`, `gio` or `threads`.
+   */
+  properties[PROP_IO_ENGINE] =
+    g_param_spec_enum ("io-engine", NULL, NULL, KV_TYPE_FS_IO_ENGINE,
+                       KV_FS_IO_ENGINE_AUTO, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:o-direct:
+   *
+   * `auto` (probe each root), `on` (fail construction where unsupported)
+   * or `off`.
+   */
+  properties[PROP_O_DIRECT] =
+    g_param_spec_enum ("o-direct", NULL, NULL, KV_TYPE_FS_ODIRECT,
+                       KV_FS_O_DIRECT_AUTO, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:shared:
+   *
+   * Whether other processes or nodes write the same directory. A shared
+   * tier keeps no index: lookups check the files in batches off the owner
+   * thread and answer RETRY until they know.
+   */
+  properties[PROP_SHARED] =
+    g_param_spec_boolean ("shared", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:max-size:
+   *
+   * The most bytes of chunk files the tier keeps (0: no limit); stores
+   * past it evict chunks by [property@KvFsTier:eviction].
+   */
+  properties[PROP_MAX_SIZE] =
+    g_param_spec_uint64 ("max-size", NULL, NULL, 0, G_MAXUINT64, 0, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:eviction:
+   *
+   * `lru` or `chain` (unreachable chunks and chain tails first).
+   */
+  properties[PROP_EVICTION] =
+    g_param_spec_enum ("eviction", NULL, NULL, KV_TYPE_FS_EVICTION,
+                       KV_FS_EVICTION_LRU, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:deadline-ms:
+   *
+   * How long a job may take before it is reported failed.
+   */
+  properties[PROP_DEADLINE_MS] =
+    g_param_spec_uint ("deadline-ms", NULL, NULL, 1, G_MAXUINT, 5000, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:enable-events:
+   *
+   * Whether the tier reports stored and removed chunks as events.
+   */
+  properties[PROP_ENABLE_EVENTS] =
+    g_param_spec_boolean ("enable-events", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:n-read-threads:
+   *
+   * Load-first threads of the `threads` engine.
+   */
+  properties[PROP_N_READ_THREADS] =
+    g_param_spec_uint ("n-read-threads", NULL, NULL, 1, 1024, 16, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:n-write-threads:
+   *
+   * Store-first threads of the `threads` engine.
+   */
+  properties[PROP_N_WRITE_THREADS] =
+    g_param_spec_uint ("n-write-threads", NULL, NULL, 1, 1024, 16, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:inflight-bytes:
+   *
+   * The most bytes in flight on one root (0: no limit).
+   */
+  properties[PROP_INFLIGHT_BYTES] =
+    g_param_spec_uint64 ("inflight-bytes", NULL, NULL, 0, G_MAXUINT64,
+                         64 * 1024 * 1024, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:queue-depth:
+   *
+   * The most chunk operations the `uring` and `gio` engines run at once.
+   */
+  properties[PROP_QUEUE_DEPTH] =
+    g_param_spec_uint ("queue-depth", NULL, NULL, 2, 4096, 128, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:breaker-threshold:
+   *
+   * Failed jobs in a row (timeouts, I/O errors) that open the circuit
+   * breaker; 0 never opens it.
+   */
+  properties[PROP_BREAKER_THRESHOLD] =
+    g_param_spec_uint ("breaker-threshold", NULL, NULL, 0, G_MAXUINT, 5, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:probe-interval-ms:
+   *
+   * How often an open breaker probes the roots.
+   */
+  properties[PROP_PROBE_INTERVAL_MS] =
+    g_param_spec_uint ("probe-interval-ms", NULL, NULL, 0, G_MAXUINT, 1000, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:clock:
+   *
+   * The clock for deadlines and probes (tests pass a manual clock);
+   * %NULL means the default clock.
+   */
+  properties[PROP_CLOCK] =
+    g_param_spec_object ("clock", NULL, NULL, KV_TYPE_CLOCK, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:vllm-identity:
+   *
+   * For `layout=vllm`: vLLM's file-mapper identity fields as a JSON
+   * object (`model_name`, `tokens_per_hash`, `blocks_per_file`, `tp_size`,
+   * `pp_size`, `pcp_size`, `dcp_size`, `dtype`, `kv_cache_groups`,
+   * `inference_engine`...). The directory name is the model name and the
+   * first 12 hex digits of SHA-256 over its sorted compact JSON.
+   */
+  properties[PROP_VLLM_IDENTITY] =
+    g_param_spec_string ("vllm-identity", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:vllm-rank:
+   *
+   * For `layout=vllm`: the rank in the chunk directory name (`_r<rank>`).
+   */
+  properties[PROP_VLLM_RANK] =
+    g_param_spec_uint ("vllm-rank", NULL, NULL, 0, G_MAXUINT, 0, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:active-io-engine:
+   *
+   * The engine in use (`uring`, `gio` or `threads`) once constructed.
+   */
+  properties[PROP_ACTIVE_IO_ENGINE] =
+    g_param_spec_string ("active-io-engine", NULL, NULL, NULL,
+                         G_PARAM_READABLE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  g_object_class_install_properties (object_class, N_PROPS, properties);
+}
+
+static void
+kv_fs_tier_init (KvFsTier *self)
+{
+  g_mutex_init (&self->lock);
+  g_cond_init (&self->cond);
+  g_queue_init (&self->inflight);
+  self->namespace_ = g_strdup ("default");
+  self->verify = TRUE;
+  self->deadline_ms = 5000;
+  self->n_read_threads = 16;
+  self->n_write_threads = 16;
+  self->inflight_bytes = 64 * 1024 * 1024;
+  self->queue_depth = 128;
+  self->breaker_threshold = 5;
+  self->probe_interval_ms = 1000;
+  self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  self->pending_negatives = g_ptr_array_new_with_free_func (g_object_unref);
+  self->temp_tag = ((guint64) g_random_int () << 32) | g_random_int ();
+  self->temp_marker = g_strdup_printf ("_%016" G_GINT64_MODIFIER "x-", self->temp_tag);
+}
+
+/* ---- API ---------------------------------------------------------------- */
+
+/* Creates an fs tier on @root with every other property at its default.
+ * Owner thread. */
+KvFsTier *
+kv_fs_tier_new (KvHostBuffer  *primary,
+                const char    *root,
+                GError       **error)
+{
+  g_return_val_if_fail (KV_IS_HOST_BUFFER (primary), NULL);
+  g_return_val_if_fail (root != NULL, NULL);
+
+  return g_initable_new (KV_TYPE_FS_TIER, NULL, error,
+                         "tier-type", "fs",
+                         "primary", primary,
+                         "root", root,
+                         NULL);
+}
+
+/* Any thread. */
+guint64
+kv_fs_tier_get_counter (KvFsTier    *self,
+                        KvFsCounter  counter)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
+  g_return_val_if_fail (counter < KV_FS_N_COUNTERS, 0);
+
+  return __atomic_load_n (&self->counters[counter], __ATOMIC_RELAXED);
+}
+
+guint64
+kv_fs_tier_get_used_bytes (KvFsTier *self)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
+  return self->index != NULL ? kv_fs_index_get_used (self->index) : 0;
+}
+
+guint
+kv_fs_tier_get_n_chunks (KvFsTier *self)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
+  return self->index != NULL ? kv_fs_index_get_n_entries (self->index) : 0;
+}
+
+char *
+kv_fs_tier_get_chunk_path (KvFsTier *self,
+                           KvKey    *key)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), NULL);
+  g_return_val_if_fail (self->layout != NULL, NULL);
+  return kv_fs_layout_chunk_path (self->layout, key, NULL);
+}
+
+gboolean
+kv_fs_tier_get_o_direct (KvFsTier *self,
+                         guint     root)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), FALSE);
+  g_return_val_if_fail (self->layout != NULL && root < kv_fs_layout_get_n_roots (self->layout), FALSE);
+  return self->o_direct[root];
+}
+
+gboolean
+kv_fs_tier_is_breaker_open (KvFsTier *self)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), FALSE);
+  return g_atomic_int_get (&self->breaker_open);
+}
+
+gboolean
+kv_fs_tier_is_index_ready (KvFsTier *self)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), FALSE);
+  return g_atomic_int_get (&self->index_ready);
+}
+
+/* Blocks until the warm-restart scan is over. */
+void
+kv_fs_tier_wait_index_ready (KvFsTier *self)
+{
+  g_return_if_fail (KV_IS_FS_TIER (self));
+  if (self->scan_thread != NULL)
+    {
+      g_thread_join (self->scan_thread);
+      self->scan_thread = NULL;
+    }
+}
+
+KvFsEngine *
+kv_fs_tier_get_engine (KvFsTier *self)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), NULL);
+  return self->engine;
+}

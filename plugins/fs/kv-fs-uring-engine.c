@@ -1,0 +1,870 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-fs-uring-engine.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/*
+ * The io_uring engine. One thread owns the ring and drives every op as a
+ * small state machine of asynchronous requests:
+ *
+ *   store: openat(tmp, O_EXCL|O_DIRECT) → write header + write payload
+ *          (two requests in flight together) → [fsync(DATASYNC)] → close
+ *          → renameat(tmp, final) → [openat(dir) → fsync → close]
+ *   load:  openat(final, O_DIRECT) → read header + read payload → close
+ *          → check (on this thread) → [unlinkat if corrupt]
+ *   delete: unlinkat
+ *
+ * The primary buffer is registered with the ring (fixed buffers, split
+ * in pieces of at most 1 GiB on slot boundaries) together with a pool of
+ * 4096-byte header buffers, so payloads move between the device and the
+ * slots by DMA, copied by no CPU, and the kernel does not pin pages per
+ * request. Loads are taken from the queues ahead of stores. Other
+ * threads hand over work through the base class queues and wake the ring
+ * with an eventfd the ring polls.
+ *
+ * liburing 2.3 has no IO_URING_VERSION macros; the opcodes this engine
+ * needs are probed when it starts, and `io-engine=auto` falls back to
+ * the thread pool when one is missing.
+ */
+
+#define WAKE_TOKEN ((guint64) 1)
+#define TAG_STEP   0
+#define TAG_HEADER 1
+#define TAG_BODY   2
+#define TAG_MASK   ((guintptr) 3)
+#define MAX_FIXED_PIECE ((gsize) 1 << 30)
+
+typedef enum {
+  ST_OPEN,
+  ST_IO,
+  ST_SYNC,
+  ST_CLOSE,
+  ST_RENAME,
+  ST_DIR_OPEN,
+  ST_DIR_SYNC,
+  ST_DIR_CLOSE,
+  ST_FAIL_CLOSE,
+  ST_UNLINK,
+  ST_DONE,
+} OpState;
+
+/* Per-op engine state, in op->engine_data. */
+typedef struct
+{
+  int      header_index;   /* in the header pool */
+  int      err;            /* first error seen */
+  gboolean o_direct;
+  gboolean retried_parent;
+  gsize    header_done;    /* store: bytes written so far */
+  gsize    body_done;
+  gsize    round_start;    /* header_done + body_done when the writes went out */
+  int      dir_fd;
+} OpData;
+
+struct _KvFsUringEngine
+{
+  KvFsEngine      parent_instance;
+
+  struct io_uring ring;
+  gboolean        ring_ready;
+  int             wake_fd;
+  guint64         wake_value;
+  GThread        *thread;
+
+  /* fixed buffers: pieces of the primary, then the header pool */
+  gboolean        fixed;
+  guint8         *base;
+  gsize           base_size;
+  gsize           piece_size;
+  guint           n_pieces;
+
+  guint8         *headers;
+  guint           n_headers;
+  int            *free_headers;
+  guint           n_free_headers;
+
+  OpData         *op_data;        /* one per header slot */
+  guint           n_active;
+  gint            stop_requested; /* (atomic) */
+};
+
+G_DEFINE_FINAL_TYPE (KvFsUringEngine, kv_fs_uring_engine, KV_TYPE_FS_ENGINE)
+
+static struct io_uring_sqe *
+get_sqe (KvFsUringEngine *self)
+{
+  struct io_uring_sqe *sqe;
+
+  while ((sqe = io_uring_get_sqe (&self->ring)) == NULL)
+    io_uring_submit (&self->ring);
+  return sqe;
+}
+
+static void
+arm_wake (KvFsUringEngine *self)
+{
+  struct io_uring_sqe *sqe = get_sqe (self);
+
+  io_uring_prep_read (sqe, self->wake_fd, &self->wake_value, sizeof self->wake_value, 0);
+  io_uring_sqe_set_data64 (sqe, WAKE_TOKEN);
+}
+
+static void
+set_op (struct io_uring_sqe *sqe,
+        KvFsOp              *op,
+        guintptr             tag)
+{
+  io_uring_sqe_set_data64 (sqe, (guint64) ((guintptr) op | tag));
+}
+
+/* Index of the registered piece that holds [ptr, ptr + len), or -1. */
+static int
+fixed_index (KvFsUringEngine *self,
+             const guint8    *ptr,
+             gsize            len)
+{
+  gsize offset;
+  gsize piece;
+
+  if (!self->fixed || self->base == NULL || ptr < self->base ||
+      ptr + len > self->base + self->base_size)
+    return -1;
+  offset = ptr - self->base;
+  piece = offset / self->piece_size;
+  if (offset + len > (piece + 1) * self->piece_size)
+    return -1;
+  return (int) piece;
+}
+
+static void
+prep_rw (KvFsUringEngine *self,
+         KvFsOp          *op,
+         gboolean         write,
+         guint8          *buf,
+         gsize            len,
+         off_t            offset,
+         int              buf_index,
+         guintptr         tag)
+{
+  struct io_uring_sqe *sqe = get_sqe (self);
+
+  if (buf_index >= 0)
+    {
+      if (write)
+        io_uring_prep_write_fixed (sqe, op->fd, buf, len, offset, buf_index);
+      else
+        io_uring_prep_read_fixed (sqe, op->fd, buf, len, offset, buf_index);
+    }
+  else if (write)
+    io_uring_prep_write (sqe, op->fd, buf, len, offset);
+  else
+    io_uring_prep_read (sqe, op->fd, buf, len, offset);
+  set_op (sqe, op, tag);
+}
+
+static int
+header_fixed_index (KvFsUringEngine *self)
+{
+  return self->fixed ? (int) self->n_pieces : -1;
+}
+
+static void
+op_release (KvFsUringEngine *self,
+            KvFsOp          *op)
+{
+  OpData *data = op->engine_data;
+
+  self->free_headers[self->n_free_headers++] = data->header_index;
+  op->engine_data = NULL;
+  op->header = NULL;
+  self->n_active--;
+  _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
+}
+
+static void
+op_finish_error (KvFsUringEngine *self,
+                 KvFsOp          *op,
+                 int              err)
+{
+  if (err == ECANCELED)
+    op->status = KV_FS_OP_STATUS_CANCELLED;
+  else if (err == ENOENT && op->kind == KV_FS_OP_LOAD)
+    op->status = KV_FS_OP_STATUS_NOT_FOUND;
+  else
+    op->status = KV_FS_OP_STATUS_IO_ERROR;
+  op->error = err;
+  op_release (self, op);
+}
+
+static void
+submit_open (KvFsUringEngine *self,
+             KvFsOp          *op)
+{
+  OpData *data = op->engine_data;
+  struct io_uring_sqe *sqe = get_sqe (self);
+  gboolean write = op->kind != KV_FS_OP_LOAD;
+  int flags = kv_fs_op_open_flags (op, write);
+
+  if (!data->o_direct)
+    flags &= ~O_DIRECT;
+  op->state = ST_OPEN;
+  io_uring_prep_openat (sqe, AT_FDCWD, write ? op->tmp_path : op->path, flags, 0600);
+  set_op (sqe, op, TAG_STEP);
+}
+
+static void
+submit_close (KvFsUringEngine *self,
+              KvFsOp          *op,
+              int              fd,
+              OpState          state)
+{
+  struct io_uring_sqe *sqe = get_sqe (self);
+
+  op->state = state;
+  io_uring_prep_close (sqe, fd);
+  set_op (sqe, op, TAG_STEP);
+}
+
+static void
+submit_unlink (KvFsUringEngine *self,
+               KvFsOp          *op,
+               const char      *path)
+{
+  struct io_uring_sqe *sqe = get_sqe (self);
+
+  op->state = ST_UNLINK;
+  io_uring_prep_unlinkat (sqe, AT_FDCWD, path, 0);
+  set_op (sqe, op, TAG_STEP);
+}
+
+static void
+submit_io (KvFsUringEngine *self,
+           KvFsOp          *op)
+{
+  OpData *data = op->engine_data;
+  gboolean write = op->kind != KV_FS_OP_LOAD;
+  gboolean has_header = (op->flags & KV_FS_OP_FLAG_HEADER) || op->kind == KV_FS_OP_PROBE;
+  gsize header_len = has_header ? KV_FS_HEADER_SIZE : 0;
+
+  op->state = ST_IO;
+  op->n_pending = 0;
+  data->round_start = data->header_done + data->body_done;
+  if (has_header && data->header_done < KV_FS_HEADER_SIZE)
+    {
+      prep_rw (self, op, write, op->header + data->header_done,
+               KV_FS_HEADER_SIZE - data->header_done, data->header_done,
+               data->header_done == 0 ? header_fixed_index (self) : -1, TAG_HEADER);
+      op->n_pending++;
+    }
+  if (op->payload_len > data->body_done)
+    {
+      int index = data->body_done == 0 ? fixed_index (self, op->payload, op->payload_len) : -1;
+
+      prep_rw (self, op, write, op->payload + data->body_done,
+               op->payload_len - data->body_done, header_len + data->body_done,
+               index, TAG_BODY);
+      op->n_pending++;
+    }
+  if (op->n_pending == 0)
+    submit_close (self, op, op->fd, ST_CLOSE);
+}
+
+static void
+start_op (KvFsUringEngine *self,
+          KvFsOp          *op)
+{
+  OpData *data;
+  int header_index;
+
+  if (_kv_fs_engine_take_injected (KV_FS_ENGINE (self), op))
+    {
+      _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
+      return;
+    }
+  if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_SKIP_EXISTING) &&
+      access (op->path, F_OK) == 0)
+    {
+      op->status = KV_FS_OP_STATUS_EXISTS;
+      _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
+      return;
+    }
+
+  header_index = self->free_headers[--self->n_free_headers];
+  data = &self->op_data[header_index];
+  memset (data, 0, sizeof *data);
+  data->header_index = header_index;
+  data->o_direct = (op->flags & KV_FS_OP_FLAG_O_DIRECT) != 0;
+  data->dir_fd = -1;
+  op->engine_data = data;
+  op->header = self->headers + (gsize) header_index * KV_FS_HEADER_SIZE;
+  op->fd = -1;
+  self->n_active++;
+
+  if (op->kind == KV_FS_OP_DELETE)
+    {
+      submit_unlink (self, op, op->path);
+      return;
+    }
+  if (op->kind != KV_FS_OP_LOAD)
+    {
+      kv_fs_op_make_temp (op);
+      /* The checksum reads the slot; it runs here, off the owner thread. */
+      kv_fs_op_prepare_header (op);
+    }
+  submit_open (self, op);
+}
+
+/* After the data went out: sync, close, publish. */
+static void
+store_after_io (KvFsUringEngine *self,
+                KvFsOp          *op)
+{
+  if (op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC))
+    {
+      struct io_uring_sqe *sqe = get_sqe (self);
+
+      op->state = ST_SYNC;
+      io_uring_prep_fsync (sqe, op->fd, IORING_FSYNC_DATASYNC);
+      set_op (sqe, op, TAG_STEP);
+      return;
+    }
+  submit_close (self, op, op->fd, ST_CLOSE);
+}
+
+static void
+fail_with_cleanup (KvFsUringEngine *self,
+                   KvFsOp          *op,
+                   int              err)
+{
+  OpData *data = op->engine_data;
+
+  if (data->err == 0)
+    data->err = err;
+  if (op->fd >= 0)
+    {
+      int fd = op->fd;
+
+      op->fd = -1;
+      submit_close (self, op, fd, ST_FAIL_CLOSE);
+      return;
+    }
+  if (op->kind != KV_FS_OP_LOAD && op->tmp_path != NULL)
+    {
+      submit_unlink (self, op, op->tmp_path);
+      return;
+    }
+  op_finish_error (self, op, data->err);
+}
+
+static void
+handle_open (KvFsUringEngine *self,
+             KvFsOp          *op,
+             int              res)
+{
+  OpData *data = op->engine_data;
+  gboolean write = op->kind != KV_FS_OP_LOAD;
+
+  if (res >= 0)
+    {
+      op->fd = res;
+      submit_io (self, op);
+      return;
+    }
+  if (res == -EINVAL && data->o_direct)
+    {
+      /* This filesystem refuses O_DIRECT here: buffered. */
+      data->o_direct = FALSE;
+      submit_open (self, op);
+      return;
+    }
+  if (res == -ENOENT && write && !data->retried_parent)
+    {
+      int err;
+
+      data->retried_parent = TRUE;
+      /* Shard directories are made on first use, synchronously: once
+       * per directory for the life of the cache. */
+      err = kv_fs_op_ensure_parent (op->tmp_path);
+      if (err == 0)
+        {
+          submit_open (self, op);
+          return;
+        }
+      res = -err;
+    }
+  if (write)
+    {
+      /* O_EXCL: nothing was created, nothing to remove. */
+      g_clear_pointer (&op->tmp_path, g_free);
+    }
+  fail_with_cleanup (self, op, -res);
+}
+
+static void
+handle_io (KvFsUringEngine *self,
+           KvFsOp          *op,
+           guintptr         tag,
+           int              res)
+{
+  OpData *data = op->engine_data;
+  gboolean write = op->kind != KV_FS_OP_LOAD;
+
+  if (res < 0)
+    {
+      if (data->err == 0)
+        data->err = -res;
+    }
+  else if (tag == TAG_HEADER)
+    {
+      if (write)
+        data->header_done += res;
+      else
+        op->got_header = res;
+    }
+  else
+    {
+      if (write)
+        data->body_done += res;
+      else
+        op->got_payload = res;
+    }
+
+  if (--op->n_pending > 0)
+    return;
+
+  if (data->err != 0)
+    {
+      fail_with_cleanup (self, op, data->err);
+      return;
+    }
+  if (!write)
+    {
+      int fd = op->fd;
+
+      op->fd = -1;
+      submit_close (self, op, fd, ST_CLOSE);
+      return;
+    }
+  /* A short write (a full disk, usually) continues where it stopped;
+   * a second short write reports the disk's error. */
+  if (data->header_done < ((op->flags & KV_FS_OP_FLAG_HEADER) || op->kind == KV_FS_OP_PROBE ?
+                           KV_FS_HEADER_SIZE : 0) ||
+      data->body_done < op->payload_len)
+    {
+      if (data->header_done + data->body_done == data->round_start)
+        {
+          fail_with_cleanup (self, op, ENOSPC);
+          return;
+        }
+      submit_io (self, op);
+      return;
+    }
+  store_after_io (self, op);
+}
+
+static void
+handle_step (KvFsUringEngine *self,
+             KvFsOp          *op,
+             int              res)
+{
+  OpData *data = op->engine_data;
+
+  switch ((OpState) op->state)
+    {
+    case ST_OPEN:
+      handle_open (self, op, res);
+      break;
+
+    case ST_SYNC:
+      if (res < 0)
+        fail_with_cleanup (self, op, -res);
+      else
+        {
+          int fd = op->fd;
+
+          op->fd = -1;
+          submit_close (self, op, fd, ST_CLOSE);
+        }
+      break;
+
+    case ST_CLOSE:
+      op->fd = -1;
+      if (op->kind == KV_FS_OP_LOAD)
+        {
+          kv_fs_op_check_load (op);
+          if (op->status == KV_FS_OP_STATUS_CORRUPT)
+            {
+              /* Stores are atomic: a bad file is corrupt, not in flight. */
+              submit_unlink (self, op, op->path);
+              return;
+            }
+          op_release (self, op);
+        }
+      else if (res < 0)
+        fail_with_cleanup (self, op, -res);
+      else if (op->kind == KV_FS_OP_PROBE)
+        submit_unlink (self, op, op->tmp_path);
+      else if (g_atomic_int_get (&op->aborted))
+        {
+          /* Past its deadline: never published, its slot may be reused. */
+          data->err = ECANCELED;
+          submit_unlink (self, op, op->tmp_path);
+        }
+      else
+        {
+          struct io_uring_sqe *sqe = get_sqe (self);
+
+          op->state = ST_RENAME;
+          io_uring_prep_renameat (sqe, AT_FDCWD, op->tmp_path, AT_FDCWD, op->path, 0);
+          set_op (sqe, op, TAG_STEP);
+        }
+      break;
+
+    case ST_RENAME:
+      if (res < 0)
+        {
+          fail_with_cleanup (self, op, -res);
+          return;
+        }
+      g_clear_pointer (&op->tmp_path, g_free);
+      if (op->flags & KV_FS_OP_FLAG_DIRSYNC)
+        {
+          struct io_uring_sqe *sqe = get_sqe (self);
+          g_autofree char *dir = g_path_get_dirname (op->path);
+
+          /* The kernel copies the path when the request is prepared. */
+          op->state = ST_DIR_OPEN;
+          io_uring_prep_openat (sqe, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+          set_op (sqe, op, TAG_STEP);
+          io_uring_submit (&self->ring);
+          return;
+        }
+      op->status = KV_FS_OP_STATUS_OK;
+      op_release (self, op);
+      break;
+
+    case ST_DIR_OPEN:
+      if (res < 0)
+        {
+          op_finish_error (self, op, -res);
+          return;
+        }
+      data->dir_fd = res;
+      {
+        struct io_uring_sqe *sqe = get_sqe (self);
+
+        op->state = ST_DIR_SYNC;
+        io_uring_prep_fsync (sqe, data->dir_fd, 0);
+        set_op (sqe, op, TAG_STEP);
+      }
+      break;
+
+    case ST_DIR_SYNC:
+      if (res < 0)
+        data->err = -res;
+      submit_close (self, op, data->dir_fd, ST_DIR_CLOSE);
+      break;
+
+    case ST_DIR_CLOSE:
+      if (data->err != 0)
+        op_finish_error (self, op, data->err);
+      else
+        {
+          op->status = KV_FS_OP_STATUS_OK;
+          op_release (self, op);
+        }
+      break;
+
+    case ST_FAIL_CLOSE:
+      if (op->kind != KV_FS_OP_LOAD && op->tmp_path != NULL)
+        submit_unlink (self, op, op->tmp_path);
+      else
+        op_finish_error (self, op, data->err);
+      break;
+
+    case ST_UNLINK:
+      if (op->kind == KV_FS_OP_DELETE)
+        {
+          if (res < 0 && res != -ENOENT)
+            op_finish_error (self, op, -res);
+          else
+            {
+              op->status = KV_FS_OP_STATUS_OK;
+              op_release (self, op);
+            }
+        }
+      else if (op->kind == KV_FS_OP_LOAD)
+        op_release (self, op);   /* status CORRUPT, file gone */
+      else if (data->err != 0)
+        op_finish_error (self, op, data->err);
+      else
+        {
+          /* a probe's temporary file */
+          op->status = KV_FS_OP_STATUS_OK;
+          op_release (self, op);
+        }
+      break;
+
+    default:
+      g_assert_not_reached ();
+    }
+}
+
+static gpointer
+ring_main (gpointer user_data)
+{
+  KvFsUringEngine *self = user_data;
+  KvFsEngine *engine = KV_FS_ENGINE (self);
+
+  arm_wake (self);
+  for (;;)
+    {
+      struct io_uring_cqe *cqe;
+      unsigned head;
+      unsigned seen = 0;
+      gboolean woken = FALSE;
+      KvFsOp *op;
+
+      while (self->n_free_headers > 0 &&
+             (op = _kv_fs_engine_pop (engine, TRUE, FALSE)) != NULL)
+        start_op (self, op);
+
+      if (g_atomic_int_get (&self->stop_requested) && self->n_active == 0)
+        break;
+
+      io_uring_submit_and_wait (&self->ring, 1);
+
+      io_uring_for_each_cqe (&self->ring, head, cqe)
+        {
+          guint64 ud = io_uring_cqe_get_data64 (cqe);
+          int res = cqe->res;
+
+          seen++;
+          if (ud == WAKE_TOKEN)
+            {
+              woken = TRUE;
+              continue;
+            }
+          op = (KvFsOp *) (guintptr) (ud & ~(guint64) TAG_MASK);
+          if ((ud & TAG_MASK) == TAG_STEP)
+            handle_step (self, op, res);
+          else
+            handle_io (self, op, ud & TAG_MASK, res);
+        }
+      io_uring_cq_advance (&self->ring, seen);
+
+      if (woken)
+        {
+          if (_kv_fs_engine_is_stopping (engine))
+            g_atomic_int_set (&self->stop_requested, TRUE);
+          else
+            arm_wake (self);
+        }
+    }
+  return NULL;
+}
+
+static void
+kv_fs_uring_engine_kick (KvFsEngine *engine)
+{
+  KvFsUringEngine *self = KV_FS_URING_ENGINE (engine);
+  guint64 one = 1;
+
+  if (write (self->wake_fd, &one, sizeof one) < 0)
+    g_critical ("Cannot wake the io_uring thread: %s", g_strerror (errno));
+}
+
+static gboolean
+probe_opcodes (struct io_uring  *ring,
+               GError          **error)
+{
+  static const struct { int op; const char *name; } needed[] = {
+    { IORING_OP_OPENAT, "openat" }, { IORING_OP_CLOSE, "close" },
+    { IORING_OP_READ, "read" }, { IORING_OP_WRITE, "write" },
+    { IORING_OP_READ_FIXED, "read_fixed" }, { IORING_OP_WRITE_FIXED, "write_fixed" },
+    { IORING_OP_FSYNC, "fsync" }, { IORING_OP_RENAMEAT, "renameat" },
+    { IORING_OP_UNLINKAT, "unlinkat" },
+  };
+  struct io_uring_probe *probe = io_uring_get_probe_ring (ring);
+
+  if (probe == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "io_uring: the kernel cannot list its opcodes (too old)");
+      return FALSE;
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (needed); i++)
+    if (!io_uring_opcode_supported (probe, needed[i].op))
+      {
+        g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                     "io_uring: the kernel lacks the %s opcode", needed[i].name);
+        io_uring_free_probe (probe);
+        return FALSE;
+      }
+  io_uring_free_probe (probe);
+  return TRUE;
+}
+
+static void
+register_buffers (KvFsUringEngine        *self,
+                  const KvFsEngineConfig *config)
+{
+  g_autofree struct iovec *iov = NULL;
+  guint n = 0;
+  int ret;
+
+  self->base = config->buffer;
+  self->base_size = config->buffer_size;
+  if (self->base != NULL && config->slot_size > 0 && config->slot_size <= MAX_FIXED_PIECE)
+    {
+      gsize slots_per_piece = MAX_FIXED_PIECE / config->slot_size;
+
+      self->piece_size = slots_per_piece * config->slot_size;
+      self->n_pieces = (self->base_size + self->piece_size - 1) / self->piece_size;
+    }
+  else
+    self->n_pieces = 0;
+
+  iov = g_new0 (struct iovec, self->n_pieces + 1);
+  for (guint i = 0; i < self->n_pieces; i++)
+    {
+      gsize offset = (gsize) i * self->piece_size;
+
+      iov[n++] = (struct iovec) { self->base + offset, MIN (self->piece_size, self->base_size - offset) };
+    }
+  iov[n++] = (struct iovec) { self->headers, (gsize) self->n_headers * KV_FS_HEADER_SIZE };
+
+  ret = io_uring_register_buffers (&self->ring, iov, n);
+  if (ret == 0)
+    self->fixed = TRUE;
+  else
+    {
+      /* Pinning refused (RLIMIT_MEMLOCK, file-backed memory...): plain
+       * reads and writes still go straight to the slots. */
+      g_debug ("io_uring: cannot register %u fixed buffers (%s); using plain requests",
+               n, g_strerror (-ret));
+      self->fixed = FALSE;
+      self->n_pieces = 0;
+    }
+}
+
+static gboolean
+kv_fs_uring_engine_start (KvFsEngine  *engine,
+                          GError     **error)
+{
+  KvFsUringEngine *self = KV_FS_URING_ENGINE (engine);
+  const KvFsEngineConfig *config = _kv_fs_engine_get_config (engine);
+  struct io_uring_params params = { 0 };
+  guint entries;
+  int ret;
+
+  self->n_headers = config->queue_depth;
+  entries = 1;
+  while (entries < 2 * self->n_headers + 2)
+    entries <<= 1;
+
+  params.flags = IORING_SETUP_CLAMP;
+  ret = io_uring_queue_init_params (entries, &self->ring, &params);
+  if (ret < 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "io_uring: cannot create a ring of %u entries: %s", entries, g_strerror (-ret));
+      return FALSE;
+    }
+  self->ring_ready = TRUE;
+  if (!probe_opcodes (&self->ring, error))
+    return FALSE;
+
+  if (posix_memalign ((void **) &self->headers, 4096,
+                      (gsize) self->n_headers * KV_FS_HEADER_SIZE) != 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "io_uring: cannot allocate %u header buffers", self->n_headers);
+      return FALSE;
+    }
+  memset (self->headers, 0, (gsize) self->n_headers * KV_FS_HEADER_SIZE);
+  self->free_headers = g_new (int, self->n_headers);
+  self->op_data = g_new0 (OpData, self->n_headers);
+  for (guint i = 0; i < self->n_headers; i++)
+    self->free_headers[i] = self->n_headers - 1 - i;
+  self->n_free_headers = self->n_headers;
+
+  register_buffers (self, config);
+
+  /* Blocking: a read request on a non-blocking eventfd completes at once
+   * with -EAGAIN instead of waiting. */
+  self->wake_fd = eventfd (0, EFD_CLOEXEC);
+  if (self->wake_fd < 0)
+    {
+      int errsv = errno;
+
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "io_uring: cannot create an eventfd: %s", g_strerror (errsv));
+      return FALSE;
+    }
+
+  self->thread = g_thread_new ("kvtier-fs-uring", ring_main, self);
+  return TRUE;
+}
+
+static void
+kv_fs_uring_engine_stop (KvFsEngine *engine)
+{
+  KvFsUringEngine *self = KV_FS_URING_ENGINE (engine);
+
+  if (self->thread != NULL)
+    {
+      g_thread_join (self->thread);
+      self->thread = NULL;
+    }
+}
+
+static void
+kv_fs_uring_engine_finalize (GObject *object)
+{
+  KvFsUringEngine *self = KV_FS_URING_ENGINE (object);
+
+  if (self->ring_ready)
+    io_uring_queue_exit (&self->ring);
+  if (self->wake_fd >= 0)
+    close (self->wake_fd);
+  free (self->headers);
+  g_free (self->free_headers);
+  g_free (self->op_data);
+
+  G_OBJECT_CLASS (kv_fs_uring_engine_parent_class)->finalize (object);
+}
+
+static void
+kv_fs_uring_engine_class_init (KvFsUringEngineClass *klass)
+{
+  GObjectClass *object_class = G_OBJECT_CLASS (klass);
+  KvFsEngineClass *engine_class = KV_FS_ENGINE_CLASS (klass);
+
+  object_class->finalize = kv_fs_uring_engine_finalize;
+  engine_class->start = kv_fs_uring_engine_start;
+  engine_class->kick = kv_fs_uring_engine_kick;
+  engine_class->stop = kv_fs_uring_engine_stop;
+}
+
+static void
+kv_fs_uring_engine_init (KvFsUringEngine *self)
+{
+  self->wake_fd = -1;
+}
+
+/* Whether the primary buffer was registered with the ring. */
+gboolean
+kv_fs_uring_engine_uses_fixed_buffers (KvFsUringEngine *self)
+{
+  return self->fixed && self->n_pieces > 0;
+}

@@ -1,0 +1,197 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <sys/mount.h>
+#include <sys/wait.h>
+
+#include "test-fs-common.h"
+
+/*
+ * A full disk. The test runs in a subprocess that unshares its mount
+ * namespace and mounts a small tmpfs (nothing outside the process sees
+ * it); if the machine forbids that, the test is skipped with a message.
+ * On it, stores fail cleanly with ENOSPC (counted, no temporary file
+ * left, no primary slot left pinned), chunks already stored keep loading,
+ * and the tier evicts its oldest chunks so that later stores succeed.
+ */
+
+#define TMPFS_SIZE "200k"
+
+/* Whether this process may mount a tmpfs in a private namespace: asked
+ * in a forked child (the test process has no thread yet). NULL if so,
+ * else why not. */
+static char *
+mount_forbidden (void)
+{
+  int status = 0;
+  pid_t pid = fork ();
+
+  if (pid == 0)
+    {
+      char dir[] = "/tmp/kvtier-fs-probe-XXXXXX";
+      int code = 0;
+
+      if (unshare (CLONE_NEWNS) != 0)
+        code = 1;
+      else if (mount (NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
+        code = 2;
+      else if (mkdtemp (dir) == NULL)
+        code = 3;
+      else
+        {
+          if (mount ("tmpfs", dir, "tmpfs", 0, "size=64k") != 0)
+            code = 4;
+          else
+            umount (dir);
+          rmdir (dir);
+        }
+      _exit (code);
+    }
+  if (pid < 0 || waitpid (pid, &status, 0) != pid)
+    return g_strdup ("cannot fork a probe process");
+  if (WIFEXITED (status) && WEXITSTATUS (status) == 0)
+    return NULL;
+  switch (WIFEXITED (status) ? WEXITSTATUS (status) : -1)
+    {
+    case 1: return g_strdup ("unshare(CLONE_NEWNS) is not permitted here");
+    case 2: return g_strdup ("cannot make the mount namespace private");
+    case 4: return g_strdup ("mounting a tmpfs is not permitted here");
+    default: return g_strdup ("cannot set up a private tmpfs");
+    }
+}
+
+typedef struct
+{
+  const char *root;
+  FsVariant   variant;
+} Spec;
+
+static KvFsTier *
+make_tier (KvHostBuffer *buffer,
+           gpointer      data)
+{
+  Spec *spec = data;
+
+  return fs_test_tier_new (buffer, spec->root, &spec->variant, "breaker-threshold", 0, NULL);
+}
+
+static void
+full_disk_body (const FsVariant *variant)
+{
+  g_autofree char *root = NULL;
+  Spec spec;
+  FsStack s = { 0 };
+  guint stored = 0;
+  guint first_failure = 0;
+  guint next = 0;
+
+  g_assert_cmpint (unshare (CLONE_NEWNS), ==, 0);
+  g_assert_cmpint (mount (NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), ==, 0);
+  root = fs_test_make_dir ();
+  g_assert_cmpint (mount ("tmpfs", root, "tmpfs", 0, "size=" TMPFS_SIZE ",mode=0700"), ==, 0);
+
+  spec.root = root;
+  spec.variant = *variant;
+  fs_stack_init (&s, 8, make_tier, &spec);
+
+  /* fill it: 8 KiB chunks in 12 KiB files on a 200 KiB filesystem */
+  for (next = 0; next < 64 && first_failure == 0; next += 2)
+    {
+      guint before = kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_NO_SPACE);
+
+      fs_stack_store (&s, next, 2);
+      if (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_NO_SPACE) > before)
+        first_failure = next + 1;
+    }
+  g_assert_cmpuint (first_failure, >, 0);
+  stored = kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS);
+  g_assert_cmpuint (stored, >=, 8);
+  g_assert_cmpuint (stored, <, 20);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORE_FAILURES), >=, 1);
+  g_test_message ("%u chunks fit before ENOSPC", stored);
+
+  /* clean failure: no temporary file, no pinned or half-written slot */
+  g_assert_cmpuint (fs_test_count_files (root, ".tmp"), ==, 0);
+  fs_stack_assert_no_pins (&s, next);
+
+  /* the tier made room by evicting its oldest chunks... */
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_EVICTED_CHUNKS), >=, 1);
+  {
+    g_autoptr(KvKey) oldest = fs_test_key (0);
+    g_autofree char *path = kv_fs_tier_get_chunk_path (s.tier, oldest);
+
+    g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  }
+  /* ...so the next store succeeds */
+  {
+    guint before = kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS);
+
+    fs_stack_store (&s, 100, 1);
+    g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS), ==, before + 1);
+  }
+  /* chunks still on disk load (they left the 8-slot primary long ago) */
+  for (guint i = 0; i < next; i++)
+    {
+      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autofree char *path = kv_fs_tier_get_chunk_path (s.tier, key);
+
+      if (g_file_test (path, G_FILE_TEST_EXISTS) &&
+          kv_primary_tier_lookup (s.primary, key) == KV_LOOKUP_RESULT_MISS)
+        {
+          g_assert_cmpint (fs_stack_promote (&s, i), ==, KV_LOOKUP_RESULT_HIT);
+          break;
+        }
+    }
+  fs_stack_assert_no_pins (&s, next);
+  fs_stack_clear (&s);
+
+  g_assert_cmpint (umount (root), ==, 0);
+  g_rmdir (root);
+  printf ("KVTIER-FS-DONE\n");
+}
+
+static void
+test_full_disk (gconstpointer data)
+{
+  const FsVariant *variant = data;
+  g_autofree char *forbidden = NULL;
+
+  if (g_test_subprocess ())
+    {
+      full_disk_body (variant);
+      return;
+    }
+  forbidden = mount_forbidden ();
+  if (forbidden != NULL)
+    {
+      g_test_skip (forbidden);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+  g_test_trap_assert_passed ();
+  g_test_trap_assert_stdout ("*KVTIER-FS-DONE*");
+}
+
+int
+main (int argc, char **argv)
+{
+  static const FsVariant variants[] = {
+#if KV_FS_HAVE_URING
+    { KV_FS_IO_ENGINE_URING, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_KVTIER },
+#endif
+    { KV_FS_IO_ENGINE_GIO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_KVTIER },
+    { KV_FS_IO_ENGINE_THREADS, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_KVTIER },
+  };
+
+  g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (variants); i++)
+    {
+      g_autofree char *path = g_strdup_printf ("/kvtier/fs/full-disk/%s",
+                                               fs_engine_name (variants[i].engine));
+
+      g_test_add_data_func (path, &variants[i], test_full_disk);
+    }
+  return g_test_run ();
+}

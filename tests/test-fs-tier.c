@@ -1,0 +1,1037 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "test-fs-common.h"
+
+/* The fs tier through the KvSecondaryTier API: every FS-tier behaviour of
+ * reference §11, plus capacity, warm restart, multi-root and bad
+ * configurations. The behaviours that depend on the data path run for
+ * every engine, with O_DIRECT on and off, in both layouts. */
+
+#define N_SLOTS 16
+
+typedef struct
+{
+  KvHostBuffer *buffer;
+  char         *root;
+  KvFsTier     *tier;
+  KvKey        *keys[24];
+  guint64       next_id;
+} Fixture;
+
+static void
+setup (Fixture       *f,
+       gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+
+  f->buffer = kv_host_buffer_new (N_SLOTS, FS_TEST_SLOT, &error);
+  g_assert_no_error (error);
+  f->root = fs_test_make_dir ();
+  for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
+    f->keys[i] = fs_test_key (i);
+  f->next_id = 1;
+}
+
+static void
+setup_tier (Fixture       *f,
+            gconstpointer  data)
+{
+  setup (f, data);
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+}
+
+static void
+teardown (Fixture       *f,
+          gconstpointer  data)
+{
+  if (f->tier != NULL)
+    {
+      fs_test_shutdown (f->tier);
+      g_object_add_weak_pointer (G_OBJECT (f->tier), (gpointer *) &f->tier);
+      g_object_unref (f->tier);
+      g_assert_null (f->tier);
+    }
+  g_clear_object (&f->buffer);
+  for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
+    kv_key_unref (f->keys[i]);
+  fs_test_rm_rf (f->root);
+  g_free (f->root);
+}
+
+static guint8 *
+slot (Fixture *f,
+      guint32  i)
+{
+  return kv_host_buffer_peek_slot (f->buffer, i);
+}
+
+/* Stores keys[first..first+n) from slots 0..n-1 (filled with each key's
+ * pattern) and returns the result. */
+static KvJobResult *
+store_range (Fixture   *f,
+             guint      first,
+             guint      n,
+             KvRequest *request)
+{
+  guint32 slots[16];
+
+  g_assert_cmpuint (n, <=, 16);
+  for (guint i = 0; i < n; i++)
+    {
+      slots[i] = i;
+      fs_test_fill (slot (f, i), FS_TEST_SLOT, first + i);
+    }
+  return fs_test_run_job (f->tier, f->next_id++, FALSE, &f->keys[first], slots, n, request);
+}
+
+static void
+store_ok (Fixture *f,
+          guint    first,
+          guint    n)
+{
+  g_autoptr(KvJobResult) result = store_range (f, first, n, NULL);
+
+  g_assert_true (kv_job_result_get_success (result));
+}
+
+/* Loads keys[first..first+n) into slots 8.. and returns the result. */
+static KvJobResult *
+load_range (Fixture   *f,
+            guint      first,
+            guint      n,
+            KvRequest *request)
+{
+  guint32 slots[8];
+
+  g_assert_cmpuint (n, <=, 8);
+  for (guint i = 0; i < n; i++)
+    {
+      slots[i] = 8 + i;
+      memset (slot (f, 8 + i), 0, FS_TEST_SLOT);
+    }
+  return fs_test_run_job (f->tier, f->next_id++, TRUE, &f->keys[first], slots, n, request);
+}
+
+static KvLookupResult
+lookup (Fixture   *f,
+        guint      key,
+        KvRequest *request)
+{
+  g_autoptr(KvRequest) own = request ? g_object_ref (request) : kv_request_new ("lookup", NULL);
+
+  return kv_secondary_tier_lookup (KV_SECONDARY_TIER (f->tier), f->keys[key], own);
+}
+
+static char *
+chunk_path (Fixture *f,
+            guint    key)
+{
+  return kv_fs_tier_get_chunk_path (f->tier, f->keys[key]);
+}
+
+/* ---- §11 FS tier ------------------------------------------------------- */
+
+static void
+test_empty_lookup_miss (Fixture       *f,
+                        gconstpointer  data)
+{
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (kv_secondary_tier_get_medium (KV_SECONDARY_TIER (f->tier)), ==, KV_MEDIUM_STORAGE);
+  g_assert_cmpuint (kv_secondary_tier_get_block_size_bytes (KV_SECONDARY_TIER (f->tier)), ==, FS_TEST_SLOT);
+}
+
+static void
+test_store_creates_file (Fixture       *f,
+                         gconstpointer  data)
+{
+  const FsVariant *v = data;
+  g_autofree char *path = chunk_path (f, 0);
+  GStatBuf st;
+
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  store_ok (f, 0, 1);
+  g_assert_cmpint (g_stat (path, &st), ==, 0);
+  g_assert_cmpuint (st.st_size, ==, FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0));
+  g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_STORED_CHUNKS), ==, 1);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".tmp"), ==, 0);
+
+  /* a second store of the key is skipped */
+  store_ok (f, 0, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_STORED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SKIPPED_CHUNKS), ==, 1);
+}
+
+static void
+test_round_trip (Fixture       *f,
+                 gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  stored = store_range (f, 0, 3, NULL);
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (stored), ==, 3 * FS_TEST_SLOT);
+  loaded = load_range (f, 0, 3, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_false (kv_job_result_has_successful_keys (loaded));
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (loaded), ==, 3 * FS_TEST_SLOT);
+  g_assert_cmpfloat (kv_job_result_get_transfer_time (loaded), >=, 0);
+  for (guint i = 0; i < 3; i++)
+    {
+      g_autofree char *path = chunk_path (f, i);
+
+      g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+      /* loads keep the files */
+      g_assert_true (g_file_test (path, G_FILE_TEST_EXISTS));
+    }
+}
+
+static void
+test_integrity_batch_sizes (Fixture       *f,
+                            gconstpointer  data)
+{
+  static const guint sizes[] = { 0, 1, 2, 5 };
+  guint first = 0;
+
+  for (guint s = 0; s < G_N_ELEMENTS (sizes); s++)
+    {
+      g_autoptr(KvJobResult) stored = store_range (f, first, sizes[s], NULL);
+      g_autoptr(KvJobResult) loaded = NULL;
+
+      g_assert_true (kv_job_result_get_success (stored));
+      loaded = load_range (f, first, sizes[s], NULL);
+      g_assert_true (kv_job_result_get_success (loaded));
+      for (guint i = 0; i < sizes[s]; i++)
+        g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, first + i));
+      first += sizes[s];
+    }
+}
+
+static void
+test_missing_file_fails_load (Fixture       *f,
+                              gconstpointer  data)
+{
+  g_autofree char *path = chunk_path (f, 0);
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  store_ok (f, 0, 1);
+  g_assert_cmpint (g_unlink (path), ==, 0);
+  loaded = load_range (f, 0, 1, NULL);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_false (kv_job_result_has_successful_keys (loaded));
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_MISSING_CHUNKS), ==, 1);
+  /* the index forgot it */
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
+}
+
+/* Load keys 0,1,2 with one of them missing (reference #50321): the
+ * result lists the prefix that landed; a first-key failure lists none. */
+static void
+test_partial_load (Fixture       *f,
+                   gconstpointer  data)
+{
+  for (guint missing = 0; missing < 3; missing++)
+    {
+      g_autofree char *path = NULL;
+      g_autoptr(KvJobResult) loaded = NULL;
+      KvKey * const *ok;
+      guint n_ok = 0;
+
+      store_ok (f, 0, 3);
+      path = chunk_path (f, missing);
+      g_assert_cmpint (g_unlink (path), ==, 0);
+      loaded = load_range (f, 0, 3, NULL);
+      g_assert_false (kv_job_result_get_success (loaded));
+      if (missing == 0)
+        g_assert_false (kv_job_result_has_successful_keys (loaded));
+      else
+        {
+          g_assert_true (kv_job_result_has_successful_keys (loaded));
+          ok = kv_job_result_get_successful_keys (loaded, &n_ok);
+          g_assert_cmpuint (n_ok, ==, missing);
+          for (guint i = 0; i < n_ok; i++)
+            g_assert_true (kv_key_equal (ok[i], f->keys[i]));
+          g_assert_cmpint (kv_job_result_get_transfer_bytes (loaded), ==, missing * FS_TEST_SLOT);
+        }
+      for (guint i = 0; i < missing; i++)
+        g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+    }
+}
+
+static void
+test_out_of_bounds_slot (Fixture       *f,
+                         gconstpointer  data)
+{
+  guint32 slots[2] = { 0, N_SLOTS };
+  g_autoptr(KvJobResult) stored = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  stored = fs_test_run_job (f->tier, f->next_id++, FALSE, f->keys, slots, 2, NULL);
+  g_assert_false (kv_job_result_get_success (stored));
+  g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  slots[0] = N_SLOTS + 5;
+  slots[1] = 1;
+  loaded = fs_test_run_job (f->tier, f->next_id++, TRUE, f->keys, slots, 2, NULL);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_false (kv_job_result_has_successful_keys (loaded));
+}
+
+/* Several jobs in flight at once are tracked and reported separately. */
+static void
+test_multi_job_tracking (Fixture       *f,
+                         gconstpointer  data)
+{
+  KvSecondaryTier *st = KV_SECONDARY_TIER (f->tier);
+  g_autoptr(KvRequest) request = kv_request_new ("multi", NULL);
+  g_autoptr(GError) error = NULL;
+  KvJobResult **results;
+  gboolean seen[4] = { FALSE, };
+  guint n = 0;
+
+  kv_fs_engine_set_stalled (kv_fs_tier_get_engine (f->tier), TRUE);
+  for (guint j = 0; j < 3; j++)
+    {
+      guint32 slots[2] = { 2 * j, 2 * j + 1 };
+      g_autoptr(KvTransferJob) job = kv_transfer_job_new (10 + j, &f->keys[2 * j], slots, 2,
+                                                          FALSE, request);
+
+      fs_test_fill (slot (f, 2 * j), FS_TEST_SLOT, 2 * j);
+      fs_test_fill (slot (f, 2 * j + 1), FS_TEST_SLOT, 2 * j + 1);
+      g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
+    }
+  /* a load of a key that is not there yet fails on its own */
+  {
+    guint32 s = 9;
+    g_autoptr(KvTransferJob) job = kv_transfer_job_new (13, &f->keys[20], &s, 1, TRUE, request);
+
+    g_assert_true (kv_secondary_tier_submit_load (st, job, &error));
+  }
+  g_assert_true (kv_secondary_tier_has_pending_work (st));
+  kv_fs_engine_set_stalled (kv_fs_tier_get_engine (f->tier), FALSE);
+  g_assert_true (kv_secondary_tier_drain_jobs (st, &error));
+  results = kv_secondary_tier_get_finished_jobs (st);
+  for (; results[n] != NULL; n++)
+    {
+      guint64 id = kv_job_result_get_job_id (results[n]);
+
+      g_assert_cmpuint (id, >=, 10);
+      g_assert_cmpuint (id, <=, 13);
+      g_assert_false (seen[id - 10]);
+      seen[id - 10] = TRUE;
+      g_assert_true (kv_job_result_get_success (results[n]) == (id != 13));
+      kv_job_result_unref (results[n]);
+    }
+  g_free (results);
+  g_assert_cmpuint (n, ==, 4);
+  g_assert_false (kv_secondary_tier_has_pending_work (st));
+  /* drained once */
+  results = kv_secondary_tier_get_finished_jobs (st);
+  g_assert_null (results[0]);
+  g_free (results);
+}
+
+/* A short file (reference #49176): deleted on the failed load; the same
+ * request gets a MISS without a retry, so does a fresh one. */
+static void
+test_short_read_no_livelock (Fixture       *f,
+                             gconstpointer  data)
+{
+  g_autoptr(KvRequest) request = kv_request_new ("short", NULL);
+  g_autofree char *path = chunk_path (f, 0);
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  store_ok (f, 0, 1);
+  g_assert_cmpint (truncate (path, 100), ==, 0);
+  g_assert_cmpint (lookup (f, 0, request), ==, KV_LOOKUP_RESULT_HIT);
+  loaded = load_range (f, 0, 1, request);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+  g_assert_cmpint (lookup (f, 0, request), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
+}
+
+/* ELOOP (the chunk is a symlink): a transient error, the file stays; the
+ * failing request does not retry, a fresh request may. */
+static void
+test_transient_error_keeps_file (Fixture       *f,
+                                 gconstpointer  data)
+{
+  g_autoptr(KvRequest) request = kv_request_new ("eloop", NULL);
+  g_autofree char *path = chunk_path (f, 0);
+  g_autofree char *moved = g_strdup_printf ("%s.real", path);
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  store_ok (f, 0, 1);
+  g_assert_cmpint (g_rename (path, moved), ==, 0);
+  g_assert_cmpint (symlink (moved, path), ==, 0);
+  loaded = load_range (f, 0, 1, request);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_true (g_file_test (path, G_FILE_TEST_IS_SYMLINK));
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_IO_ERRORS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 0);
+  /* the verdicts are applied on the next poll */
+  g_free (kv_secondary_tier_get_finished_jobs (KV_SECONDARY_TIER (f->tier)));
+  g_assert_cmpint (lookup (f, 0, request), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+}
+
+static void
+test_checksum_failure (Fixture       *f,
+                       gconstpointer  data)
+{
+  g_autofree char *path = chunk_path (f, 0);
+  g_autofree char *contents = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  gsize length = 0;
+
+  store_ok (f, 0, 1);
+  g_assert_true (g_file_get_contents (path, &contents, &length, NULL));
+  contents[length - 10] ^= 0x80;
+  g_assert_true (g_file_set_contents (path, contents, length, NULL));
+  loaded = load_range (f, 0, 1, NULL);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_true (kv_job_result_get_checksum_failed (loaded));
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_CHECKSUM_FAILURES), ==, 1);
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
+}
+
+static guint
+count_events (Fixture  *f,
+              gboolean  removed,
+              guint     expected_keys)
+{
+  KvEvent **events = kv_secondary_tier_take_events (KV_SECONDARY_TIER (f->tier));
+  guint n = 0;
+
+  for (guint i = 0; events != NULL && events[i] != NULL; i++)
+    {
+      guint n_keys = 0;
+
+      g_assert_cmpint (kv_event_get_medium (events[i]), ==, KV_MEDIUM_STORAGE);
+      g_assert_cmpint (kv_event_get_locality (events[i]), ==,
+                       kv_secondary_tier_get_locality (KV_SECONDARY_TIER (f->tier)));
+      kv_event_get_keys (events[i], &n_keys);
+      if (kv_event_get_removed (events[i]) == removed)
+        {
+          g_assert_cmpuint (n_keys, ==, expected_keys);
+          n++;
+        }
+      kv_event_unref (events[i]);
+    }
+  g_free (events);
+  return n;
+}
+
+static void
+test_events (Fixture       *f,
+             gconstpointer  data)
+{
+  g_autoptr(KvJobResult) partial = NULL;
+  g_autoptr(KvJobResult) failed = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data,
+                              "enable-events", TRUE, "locality", KV_LOCALITY_LOCAL, NULL);
+  /* one stored event per successful store job, with its keys */
+  g_assert_cmpint (kv_secondary_tier_get_locality (KV_SECONDARY_TIER (f->tier)), ==, KV_LOCALITY_LOCAL);
+  store_ok (f, 0, 3);
+  g_assert_cmpuint (count_events (f, FALSE, 3), ==, 1);
+  /* drained once */
+  g_assert_cmpuint (count_events (f, FALSE, 3), ==, 0);
+  /* none for loads */
+  loaded = load_range (f, 0, 2, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_cmpuint (count_events (f, FALSE, 2), ==, 0);
+  /* none for a failed store or a partially failed one */
+  kv_fs_engine_inject_error (kv_fs_tier_get_engine (f->tier), KV_FS_OP_STORE, EIO, 1);
+  failed = store_range (f, 5, 1, NULL);
+  g_assert_false (kv_job_result_get_success (failed));
+  kv_fs_engine_inject_error (kv_fs_tier_get_engine (f->tier), KV_FS_OP_STORE, EIO, 1);
+  partial = store_range (f, 6, 3, NULL);
+  g_assert_false (kv_job_result_get_success (partial));
+  g_assert_cmpuint (count_events (f, FALSE, 3), ==, 0);
+}
+
+static void
+test_events_off_by_default (Fixture       *f,
+                            gconstpointer  data)
+{
+  KvEvent **events;
+
+  store_ok (f, 0, 2);
+  events = kv_secondary_tier_take_events (KV_SECONDARY_TIER (f->tier));
+  g_assert_true (events == NULL || events[0] == NULL);
+  g_free (events);
+}
+
+/* Shutdown reports every job (queued ones failed) and stops the threads. */
+static void
+test_shutdown_reports_queued (Fixture       *f,
+                              gconstpointer  data)
+{
+  KvSecondaryTier *st = KV_SECONDARY_TIER (f->tier);
+  g_autoptr(KvRequest) request = kv_request_new ("bye", NULL);
+  g_autoptr(GError) error = NULL;
+  KvJobResult **results;
+  KvFsEngine *engine = kv_fs_tier_get_engine (f->tier);
+  guint n = 0;
+
+  kv_fs_engine_set_stalled (engine, TRUE);
+  for (guint j = 0; j < 3; j++)
+    {
+      guint32 s = j;
+      g_autoptr(KvTransferJob) job = kv_transfer_job_new (j + 1, &f->keys[j], &s, 1, FALSE, request);
+
+      g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
+    }
+  g_assert_cmpuint (kv_fs_engine_get_n_queued (engine), ==, 3);
+  fs_test_shutdown (f->tier);
+  g_assert_cmpuint (kv_fs_engine_get_n_queued (engine), ==, 0);
+  g_assert_cmpuint (kv_fs_engine_get_n_running (engine), ==, 0);
+  g_assert_false (kv_secondary_tier_has_pending_work (st));
+  results = kv_secondary_tier_get_finished_jobs (st);
+  for (; results[n] != NULL; n++)
+    {
+      g_assert_false (kv_job_result_get_success (results[n]));
+      kv_job_result_unref (results[n]);
+    }
+  g_free (results);
+  g_assert_cmpuint (n, ==, 3);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".kv"), ==, 0);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".tmp"), ==, 0);
+}
+
+typedef struct
+{
+  KvSecondaryTier *tier;
+  gint             returned;
+} DrainData;
+
+static gpointer
+drain_thread (gpointer user_data)
+{
+  DrainData *d = user_data;
+
+  g_assert_true (kv_secondary_tier_drain_jobs (d->tier, NULL));
+  g_atomic_int_set (&d->returned, TRUE);
+  return NULL;
+}
+
+/* drain_jobs blocks until the job it waits for is done (wait_idle). */
+static void
+test_drain_waits (Fixture       *f,
+                  gconstpointer  data)
+{
+  KvSecondaryTier *st = KV_SECONDARY_TIER (f->tier);
+  g_autoptr(KvRequest) request = kv_request_new ("drain", NULL);
+  g_autoptr(GError) error = NULL;
+  guint32 s = 0;
+  g_autoptr(KvTransferJob) job = kv_transfer_job_new (1, f->keys, &s, 1, FALSE, request);
+  DrainData d = { st, FALSE };
+  KvJobResult **results;
+  GThread *thread;
+
+  kv_fs_engine_set_stalled (kv_fs_tier_get_engine (f->tier), TRUE);
+  g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
+  thread = g_thread_new ("drain", drain_thread, &d);
+  /* the job cannot finish while the engine is stalled */
+  g_assert_false (g_atomic_int_get (&d.returned));
+  results = kv_secondary_tier_get_finished_jobs (st);
+  g_assert_null (results[0]);
+  g_free (results);
+  kv_fs_engine_set_stalled (kv_fs_tier_get_engine (f->tier), FALSE);
+  g_thread_join (thread);
+  g_assert_true (g_atomic_int_get (&d.returned));
+  results = kv_secondary_tier_get_finished_jobs (st);
+  g_assert_nonnull (results[0]);
+  g_assert_null (results[1]);
+  kv_job_result_unref (results[0]);
+  g_free (results);
+}
+
+/* shared=true: existence checked in batches off the owner thread,
+ * RETRY until known (the reference's batch_lookup). */
+static KvLookupResult
+resolve (Fixture   *f,
+         guint      key,
+         KvRequest *request)
+{
+  KvLookupResult r = lookup (f, key, request);
+
+  for (guint i = 0; r == KV_LOOKUP_RESULT_RETRY && i < 30000; i++)
+    {
+      g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+
+      kv_secondary_tier_on_schedule_end (KV_SECONDARY_TIER (f->tier), end);
+      if (kv_secondary_tier_has_pending_work (KV_SECONDARY_TIER (f->tier)))
+        g_usleep (1000);
+      r = lookup (f, key, request);
+    }
+  return r;
+}
+
+static void
+test_shared_batch_lookup (Fixture       *f,
+                          gconstpointer  data)
+{
+  g_autoptr(KvRequest) request = kv_request_new ("shared", NULL);
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "shared", TRUE, NULL);
+  store_ok (f, 0, 2);
+  g_assert_cmpint (lookup (f, 0, request), ==, KV_LOOKUP_RESULT_RETRY);
+  g_assert_cmpint (lookup (f, 5, request), ==, KV_LOOKUP_RESULT_RETRY);
+  g_assert_cmpint (resolve (f, 0, request), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (resolve (f, 5, request), ==, KV_LOOKUP_RESULT_MISS);
+  /* another writer's chunk: a shared store skips it */
+  store_ok (f, 1, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SKIPPED_CHUNKS), ==, 1);
+  loaded = load_range (f, 0, 2, request);
+  g_assert_true (kv_job_result_get_success (loaded));
+  kv_secondary_tier_on_request_finished (KV_SECONDARY_TIER (f->tier), request);
+}
+
+/* ---- construction errors ------------------------------------------------ */
+
+static void
+test_unwritable_root (Fixture       *f,
+                      gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *file = g_build_filename (f->root, "a-file", NULL);
+  g_autofree char *root = g_build_filename (file, "sub", NULL);
+  KvFsTier *tier;
+
+  g_assert_true (g_file_set_contents (file, "x", 1, NULL));
+  /* root cannot be created (its parent is a file; running as root,
+   * permission bits would not stop us) */
+  tier = fs_test_tier_new_full (f->buffer, root, data, NULL, &error, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_NOT_DIRECTORY);
+  g_assert_nonnull (strstr (error->message, root));
+}
+
+static void
+test_bad_combinations (Fixture       *f,
+                       gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+  FsVariant vllm = *(const FsVariant *) data;
+  KvFsTier *tier;
+
+  tier = fs_test_tier_new_full (f->buffer, f->root, data, NULL, &error,
+                                "shared", TRUE, "max-size", (guint64) 1 << 20, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (error->message, "shared"));
+  g_clear_error (&error);
+
+  tier = fs_test_tier_new_full (f->buffer, f->root, data, NULL, &error,
+                                "vllm-identity", "{}", NULL);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  g_clear_error (&error);
+
+  vllm.layout = KV_FS_LAYOUT_KIND_VLLM;
+  tier = fs_test_tier_new_full (f->buffer, f->root, &vllm, NULL, &error,
+                                "vllm-identity", NULL, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (error->message, "vllm-identity"));
+  g_clear_error (&error);
+
+  tier = fs_test_tier_new_full (f->buffer, "", data, NULL, &error, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (error->message, "root"));
+  g_clear_error (&error);
+
+  tier = fs_test_tier_new_full (NULL, f->root, data, NULL, &error, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (error->message, "primary"));
+}
+
+static void
+test_buffered_when_off (Fixture       *f,
+                        gconstpointer  data)
+{
+  FsVariant off = *(const FsVariant *) data;
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  off.o_direct = KV_FS_O_DIRECT_OFF;
+  f->tier = fs_test_tier_new (f->buffer, f->root, &off, NULL);
+  g_assert_false (kv_fs_tier_get_o_direct (f->tier, 0));
+  store_ok (f, 0, 2);
+  loaded = load_range (f, 0, 2, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_true (fs_test_check (slot (f, 9), FS_TEST_SLOT, 1));
+}
+
+static void
+test_o_direct_on (Fixture       *f,
+                  gconstpointer  data)
+{
+  FsVariant on = *(const FsVariant *) data;
+
+  on.o_direct = KV_FS_O_DIRECT_ON;
+  /* /tmp here is ext4, which supports O_DIRECT */
+  f->tier = fs_test_tier_new (f->buffer, f->root, &on, NULL);
+  g_assert_true (kv_fs_tier_get_o_direct (f->tier, 0));
+}
+
+static void
+test_durability_modes (Fixture       *f,
+                       gconstpointer  data)
+{
+  static const KvFsDurability modes[] = {
+    KV_FS_DURABILITY_NONE, KV_FS_DURABILITY_DATA, KV_FS_DURABILITY_FULL,
+  };
+
+  for (guint m = 0; m < G_N_ELEMENTS (modes); m++)
+    {
+      g_autoptr(KvJobResult) loaded = NULL;
+
+      f->tier = fs_test_tier_new (f->buffer, f->root, data, "durability", modes[m], NULL);
+      store_ok (f, 3 * m, 3);
+      loaded = load_range (f, 3 * m, 3, NULL);
+      g_assert_true (kv_job_result_get_success (loaded));
+      g_assert_true (fs_test_check (slot (f, 10), FS_TEST_SLOT, 3 * m + 2));
+      fs_test_shutdown (f->tier);
+      g_clear_object (&f->tier);
+    }
+}
+
+/* ---- capacity ----------------------------------------------------------- */
+
+static void
+test_max_size_lru (Fixture       *f,
+                   gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 3 * file,
+                              "enable-events", TRUE, NULL);
+  store_ok (f, 0, 1);
+  store_ok (f, 1, 1);
+  store_ok (f, 2, 1);
+  g_assert_cmpuint (count_events (f, TRUE, 1), ==, 0);
+  /* key 0 used again: 1 is the least recently used */
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  store_ok (f, 3, 1);
+  g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpuint (count_events (f, TRUE, 1), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), <=, 3 * file);
+  /* the delete runs on the engine; the next drain sees it done */
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  store_ok (f, 4, 1);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin"),
+                    <=, 3 + 1);
+}
+
+/* Chains of one request: 0→1→2→3 (two jobs) and 4→5; the tails go
+ * first and the long chain is peeled from its end. */
+static void
+test_max_size_chain (Fixture       *f,
+                     gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  g_autoptr(KvRequest) a = kv_request_new ("a", NULL);
+  g_autoptr(KvRequest) b = kv_request_new ("b", NULL);
+  g_autoptr(KvJobResult) r1 = NULL;
+  g_autoptr(KvJobResult) r2 = NULL;
+  g_autoptr(KvJobResult) r3 = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 6 * file,
+                              "eviction", KV_FS_EVICTION_CHAIN, NULL);
+  r1 = store_range (f, 0, 2, a);
+  r2 = store_range (f, 2, 2, a);   /* continues request a's chain */
+  r3 = store_range (f, 4, 2, b);
+  g_assert_true (kv_job_result_get_success (r1) && kv_job_result_get_success (r2) &&
+                 kv_job_result_get_success (r3));
+  /* the most recently used is 5, a tail; still 3 (a tail, older) goes
+   * first, then its predecessor 2 */
+  store_ok (f, 10, 2);
+  g_assert_cmpint (lookup (f, 3, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 2, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 4, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 5, NULL), ==, KV_LOOKUP_RESULT_HIT);
+}
+
+/* A chunk being read is never deleted under its reader. */
+static void
+test_no_eviction_under_reader (Fixture       *f,
+                               gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  KvSecondaryTier *st;
+  g_autoptr(KvRequest) request = kv_request_new ("reader", NULL);
+  g_autoptr(GError) error = NULL;
+  KvFsEngine *engine;
+  KvJobResult **results;
+  guint32 s = 12;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 2 * file, NULL);
+  st = KV_SECONDARY_TIER (f->tier);
+  engine = kv_fs_tier_get_engine (f->tier);
+  store_ok (f, 0, 1);
+  store_ok (f, 1, 1);
+  kv_fs_engine_set_stalled (engine, TRUE);
+  {
+    g_autoptr(KvTransferJob) job = kv_transfer_job_new (100, f->keys, &s, 1, TRUE, request);
+
+    g_assert_true (kv_secondary_tier_submit_load (st, job, &error));
+  }
+  /* key 0 is the oldest but pinned: key 1 goes */
+  {
+    guint32 s2 = 2;
+    g_autoptr(KvTransferJob) job = kv_transfer_job_new (101, &f->keys[2], &s2, 1, FALSE, request);
+
+    fs_test_fill (slot (f, 2), FS_TEST_SLOT, 2);
+    g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
+  }
+  g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  kv_fs_engine_set_stalled (engine, FALSE);
+  g_assert_true (kv_secondary_tier_drain_jobs (st, &error));
+  results = kv_secondary_tier_get_finished_jobs (st);
+  for (guint i = 0; results[i] != NULL; i++)
+    {
+      g_assert_true (kv_job_result_get_success (results[i]));
+      kv_job_result_unref (results[i]);
+    }
+  g_free (results);
+  g_assert_true (fs_test_check (slot (f, 12), FS_TEST_SLOT, 0));
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+}
+
+/* ---- warm restart, multi-root ------------------------------------------- */
+
+static void
+test_warm_restart (Fixture       *f,
+                   gconstpointer  data)
+{
+  const FsVariant *v = data;
+  g_autoptr(KvRequest) request = kv_request_new ("restart", NULL);
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *path = NULL;
+  g_autofree char *stale = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  store_ok (f, 0, 5);
+  path = chunk_path (f, 0);
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+  /* a crash left a temporary file */
+  stale = g_strdup_printf ("%s_12345.tmp", path);
+  g_assert_true (g_file_set_contents (stale, "partial", 7, NULL));
+
+  kv_fs_tier_hold_scans (TRUE);
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  g_assert_false (kv_fs_tier_is_index_ready (f->tier));
+  /* during the scan a lookup asks the disk, off the owner thread */
+  g_assert_cmpint (lookup (f, 1, request), ==, KV_LOOKUP_RESULT_RETRY);
+  g_assert_cmpint (resolve (f, 1, request), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (resolve (f, 7, request), ==, KV_LOOKUP_RESULT_MISS);
+  kv_fs_tier_hold_scans (FALSE);
+  kv_fs_tier_wait_index_ready (f->tier);
+  g_assert_true (kv_fs_tier_is_index_ready (f->tier));
+  kv_secondary_tier_on_request_finished (KV_SECONDARY_TIER (f->tier), request);
+
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SCANNED_CHUNKS), ==, 5);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_TEMP_FILES_REMOVED), ==, 1);
+  g_assert_false (g_file_test (stale, G_FILE_TEST_EXISTS));
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (f->tier), ==, 5);
+  for (guint i = 0; i < 5; i++)
+    g_assert_cmpint (lookup (f, i, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 7, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  loaded = load_range (f, 0, 5, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  for (guint i = 0; i < 5; i++)
+    g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+  (void) v;
+}
+
+/* A restart with a smaller max-size trims the oldest chunks. */
+static void
+test_restart_trims (Fixture       *f,
+                    gconstpointer  data)
+{
+  guint64 file = FS_TEST_SLOT + 4096;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  store_ok (f, 0, 6);
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 4 * file, NULL);
+  kv_fs_tier_wait_index_ready (f->tier);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 2);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (f->tier), <=, 4);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), <=, 4 * file);
+}
+
+static void
+test_multi_root (Fixture       *f,
+                 gconstpointer  data)
+{
+  g_autofree char *a = g_build_filename (f->root, "drive-a", NULL);
+  g_autofree char *b = g_build_filename (f->root, "drive-b", NULL);
+  g_autofree char *roots = g_strdup_printf ("%s,%s", a, b);
+  g_autoptr(KvJobResult) loaded = NULL;
+  guint on_a = 0;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "root", roots,
+                              "inflight-bytes", (guint64) 2 * FS_TEST_SLOT, NULL);
+  store_ok (f, 0, 8);
+  for (guint i = 0; i < 8; i++)
+    {
+      g_autofree char *path = chunk_path (f, i);
+      const guint8 *hash = kv_key_get_hash (f->keys[i], NULL);
+      /* (big-endian hash) mod 2 is the parity of its last byte */
+      guint sum = hash[31];
+
+      g_assert_true (g_str_has_prefix (path, sum % 2 == 0 ? a : b));
+      g_assert_true (g_file_test (path, G_FILE_TEST_EXISTS));
+      on_a += sum % 2 == 0;
+    }
+  g_assert_cmpuint (on_a, >, 0);
+  g_assert_cmpuint (on_a, <, 8);
+  loaded = load_range (f, 0, 8, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+
+  /* restart: both roots are scanned */
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "root", roots, NULL);
+  kv_fs_tier_wait_index_ready (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (f->tier), ==, 8);
+}
+
+/* Two tiers (two processes, two primaries) with the same vLLM identity
+ * share paths and bytes: one writes, the other reads (cross-TP with a
+ * replicated layout uses rank 0 on both sides). */
+static void
+test_vllm_cross_instance (Fixture       *f,
+                          gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvHostBuffer) other = kv_host_buffer_new (4, FS_TEST_SLOT, &error);
+  g_autoptr(KvFsTier) reader = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *wpath = NULL;
+  g_autofree char *rpath = NULL;
+  g_autoptr(KvRequest) request = kv_request_new ("r", NULL);
+  guint32 s = 3;
+
+  g_assert_no_error (error);
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  store_ok (f, 0, 2);
+  reader = fs_test_tier_new (other, f->root, data, "shared", TRUE, NULL);
+  wpath = chunk_path (f, 1);
+  rpath = kv_fs_tier_get_chunk_path (reader, f->keys[1]);
+  g_assert_cmpstr (wpath, ==, rpath);
+  loaded = fs_test_run_job (reader, 1, TRUE, &f->keys[1], &s, 1, request);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (other, 3), FS_TEST_SLOT, 1));
+  fs_test_shutdown (reader);
+}
+
+static void
+add (const char      *name,
+     void           (*func) (Fixture *, gconstpointer),
+     gboolean         every_variant,
+     gboolean         make_tier)
+{
+  static FsVariant variants[12];
+  static guint n_variants;
+  guint n;
+
+  if (n_variants == 0)
+    {
+      static const KvFsIoEngine engines[] = {
+#if KV_FS_HAVE_URING
+        KV_FS_IO_ENGINE_URING,
+#endif
+        KV_FS_IO_ENGINE_GIO, KV_FS_IO_ENGINE_THREADS,
+      };
+
+      for (guint e = 0; e < G_N_ELEMENTS (engines); e++)
+        for (guint d = 0; d < 2; d++)
+          for (guint l = 0; l < 2; l++)
+            variants[n_variants++] = (FsVariant) {
+              engines[e], d == 0 ? KV_FS_O_DIRECT_AUTO : KV_FS_O_DIRECT_OFF,
+              l == 0 ? KV_FS_LAYOUT_KIND_KVTIER : KV_FS_LAYOUT_KIND_VLLM };
+    }
+
+  n = every_variant ? n_variants : 1;
+  for (guint i = 0; i < n; i++)
+    {
+      const FsVariant *v = &variants[i];
+      g_autofree char *path = g_strdup_printf ("/kvtier/fs/tier/%s/%s/%s/%s",
+                                               fs_engine_name (v->engine),
+                                               v->o_direct == KV_FS_O_DIRECT_OFF ? "buffered" : "direct",
+                                               v->layout == KV_FS_LAYOUT_KIND_VLLM ? "vllm" : "kvtier",
+                                               name);
+
+      g_test_add (path, Fixture, v, make_tier ? setup_tier : setup, func, teardown);
+    }
+}
+
+int
+main (int argc, char **argv)
+{
+  g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
+
+  /* the data path: every engine × O_DIRECT × layout */
+  add ("store-creates-file", test_store_creates_file, TRUE, TRUE);
+  add ("round-trip", test_round_trip, TRUE, TRUE);
+  add ("integrity-batch-sizes", test_integrity_batch_sizes, TRUE, TRUE);
+  add ("missing-file-fails-load", test_missing_file_fails_load, TRUE, TRUE);
+  add ("partial-load-prefix", test_partial_load, TRUE, TRUE);
+  add ("short-read-no-livelock", test_short_read_no_livelock, TRUE, TRUE);
+  add ("multi-job-tracking", test_multi_job_tracking, TRUE, TRUE);
+  add ("shutdown-reports-queued", test_shutdown_reports_queued, TRUE, TRUE);
+  add ("warm-restart", test_warm_restart, TRUE, FALSE);
+  add ("max-size-lru", test_max_size_lru, TRUE, FALSE);
+
+  /* the rest once */
+  add ("empty-lookup-miss", test_empty_lookup_miss, FALSE, TRUE);
+  add ("out-of-bounds-slot", test_out_of_bounds_slot, FALSE, TRUE);
+  add ("transient-error-keeps-file", test_transient_error_keeps_file, FALSE, TRUE);
+  add ("checksum-failure", test_checksum_failure, FALSE, TRUE);
+  add ("events", test_events, FALSE, FALSE);
+  add ("events-off-by-default", test_events_off_by_default, FALSE, TRUE);
+  add ("drain-waits", test_drain_waits, FALSE, TRUE);
+  add ("shared-batch-lookup", test_shared_batch_lookup, FALSE, FALSE);
+  add ("unwritable-root", test_unwritable_root, FALSE, FALSE);
+  add ("bad-combinations", test_bad_combinations, FALSE, FALSE);
+  add ("buffered-when-off", test_buffered_when_off, FALSE, FALSE);
+  add ("o-direct-on", test_o_direct_on, FALSE, FALSE);
+  add ("durability-modes", test_durability_modes, FALSE, FALSE);
+  add ("max-size-chain", test_max_size_chain, FALSE, FALSE);
+  add ("no-eviction-under-reader", test_no_eviction_under_reader, FALSE, FALSE);
+  add ("restart-trims", test_restart_trims, FALSE, FALSE);
+  add ("multi-root", test_multi_root, FALSE, FALSE);
+  {
+    static const FsVariant vllm = { KV_FS_IO_ENGINE_AUTO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_VLLM };
+
+    g_test_add ("/kvtier/fs/tier/vllm/cross-instance", Fixture, &vllm, setup,
+                test_vllm_cross_instance, teardown);
+  }
+
+  return g_test_run ();
+}

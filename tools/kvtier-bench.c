@@ -1,0 +1,1994 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kvtier-tool.h"
+
+#include <errno.h>
+#include <ftw.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <json-glib/json-glib.h>
+
+/*
+ * `kvtier bench`: an engine simulation that replays a workload through the
+ * whole stack. Per step, the scheduler admits waiting requests; each looks
+ * its prompt chunks up in the device prefix cache, then in the tiering
+ * manager (primary, then the secondary tiers); hits are loaded through
+ * promotion and the device, the rest is "computed" (written into device
+ * memory) and stored (device → primary, then the cascade to every tier).
+ * The device is small enough that chunks fall out of it, which is what
+ * offloading is for. Every step ends with kv_tiering_manager_on_schedule_end().
+ *
+ * Arrival times only order the requests (a closed loop: the next request is
+ * admitted as soon as there is room). Every manager call is timed.
+ */
+
+/* A request whose prefix is still on its way waits; after this long it
+ * loads what is there and computes the rest (a tier that never answers
+ * must not hang the run). */
+#define MAX_DEFER_NS (G_GINT64_CONSTANT (30) * 1000000000)
+#define MIB (1024.0 * 1024.0)
+
+enum {
+  SOURCE_DEVICE,
+  SOURCE_PRIMARY,
+  SOURCE_TIER0,   /* SOURCE_TIER0 + i: secondary tier i */
+};
+
+#define SOURCE_UNKNOWN G_MAXUINT8
+
+typedef struct _Chunk Chunk;
+
+struct _Chunk
+{
+  guint64  id;
+  KvKey   *key;
+  gint32   slot;       /* device slot (blocks slot × bpc ...), or -1 */
+  guint32  pins;       /* running requests and store jobs using it */
+  GList    link;       /* in the device recency queue while on the device */
+  guint32  refs;       /* times a served request referenced it */
+};
+
+typedef enum {
+  REQ_WAITING,
+  REQ_LOADING,
+  REQ_DONE,
+} ReqState;
+
+typedef struct
+{
+  guint              index;
+  char              *id;
+  const ToolRequest *spec;
+  Chunk            **chunks;
+  guint8            *source;     /* per chunk, the first place it was found */
+  KvRequest         *request;
+  ReqState           state;
+  gboolean           announced;
+  guint              deferrals;
+  gint64             first_deferred_ns;
+  guint              loaded_from;   /* [loaded_from, loaded_to) loaded from primary */
+  guint              loaded_to;
+} Req;
+
+typedef struct
+{
+  Chunk     **chunks;   /* keys_to_store, in order */
+  KvKey     **keys;
+  guint       n;
+  KvRequest  *request;  /* the request that stored them */
+} StoreJob;
+
+typedef struct
+{
+  /* options */
+  char     *config_path;
+  char     *trace_path;
+  gboolean  synthetic;
+  gint      conversations;
+  gint      turns;
+  gint      seed;
+  gint      max_requests;
+  char     *chunk_size_text;
+  gint      layers;
+  char     *gpu_size_text;
+  char     *primary_size_text;
+  char     *tier_size_text;
+  gint      batch;
+  gint      lookups_per_step;
+  gboolean  sync;
+  char     *json_path;
+  char     *plot_path;
+  gboolean  no_verify;
+  gboolean  no_progress;
+  gboolean  quiet;
+
+  /* setup */
+  ToolWorkload      *workload;
+  KvTierRegistry    *registry;
+  KvConfig          *config;
+  KvTieringManager  *manager;
+  KvPrimaryTier     *primary;
+  KvDevice          *device;
+  KvHostDevice      *host;        /* the device, when it is a host device */
+  char              *temp_root;   /* the default fs tier's directory */
+  char              *tier_note;   /* why the default tier is not fs */
+  guint              n_tiers;
+  char             **tier_names;
+  KvSecondaryTier  **tiers;
+  gsize              chunk_bytes;
+  gsize              slot_size;
+  guint              bpc;
+  guint              n_layers;
+  gsize              block_bytes;
+  guint              n_dev_slots;
+
+  /* chunks */
+  GHashTable *by_id;     /* guint64 id → Chunk */
+  GHashTable *by_key;    /* KvKey → Chunk */
+  Chunk     **dev_owner; /* per device slot */
+  GArray     *free_slots;
+  GQueue      recency;   /* device chunks, least recent first */
+  guint       n_evictable; /* device chunks with no pin */
+
+  /* requests */
+  GPtrArray  *reqs;
+  GQueue      waiting;
+  guint       next_request;
+  guint       n_running;
+  guint       n_done;
+  guint       n_skipped;
+  GHashTable *load_jobs;   /* job id → Req */
+  GHashTable *store_jobs;  /* job id → StoreJob */
+  GPtrArray  *new_ids;     /* request ids scheduled this step */
+
+  /* counters */
+  guint64  lookups;
+  guint64 *hits;           /* per source */
+  guint64  misses;
+  guint64  manager_lookups;
+  guint64  deferrals;
+  guint64  deferral_timeouts;
+  guint64  tokens_prompt;
+  guint64  tokens_device;
+  guint64  tokens_offload;
+  guint64  tokens_computed;
+  guint64  store_refused;
+  guint64  promotions_seen;
+  guint64  verified_chunks;
+  guint64  verify_mismatches;
+  guint64  dev_bytes[2];   /* [KvDeviceDirection] */
+  gdouble  dev_time[2];
+  guint64  dev_jobs[2];
+  KvStats *stats;          /* everything the manager reported */
+
+  /* steps */
+  guint64  steps;
+  gint64   step_mgr_ns;
+  guint64  step_lookups;
+  GArray  *busy_mgr_ns;    /* gint64 per step that looked up chunks */
+  GArray  *busy_lookups;   /* guint64, same steps */
+  gint64   mgr_ns_total;
+  gint64   start_ns;
+  gint64   end_ns;
+  gint64   last_sample_ns;
+  gint64   last_progress_ns;
+  GPtrArray *samples;
+} Bench;
+
+static gint64
+now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (gint64) ts.tv_sec * G_GINT64_CONSTANT (1000000000) + ts.tv_nsec;
+}
+
+/* Times a manager call into the step's manager time. */
+#define MGR(b, expr)                                \
+  ({ gint64 _t0 = now_ns ();                        \
+     __typeof__ (expr) _r = (expr);                 \
+     (b)->step_mgr_ns += now_ns () - _t0;           \
+     _r; })
+#define MGR_VOID(b, expr)                           \
+  G_STMT_START {                                    \
+    gint64 _t0 = now_ns ();                         \
+    expr;                                           \
+    (b)->step_mgr_ns += now_ns () - _t0;            \
+  } G_STMT_END
+
+/* ------------------------------------------------------------------------ */
+/* Chunks and the device prefix cache */
+
+static void
+chunk_free (Chunk *chunk)
+{
+  kv_key_unref (chunk->key);
+  g_free (chunk);
+}
+
+static Chunk *
+intern_chunk (Bench   *b,
+              guint64  id)
+{
+  Chunk *chunk = g_hash_table_lookup (b->by_id, &id);
+
+  if (chunk == NULL)
+    {
+      g_autoptr(GChecksum) checksum = g_checksum_new (G_CHECKSUM_SHA256);
+      char decimal[24];
+      guint8 digest[32];
+      gsize len = sizeof digest;
+
+      /* The key of a trace block: SHA-256 of its decimal id. */
+      g_snprintf (decimal, sizeof decimal, "%" G_GUINT64_FORMAT, id);
+      g_checksum_update (checksum, (const guchar *) decimal, -1);
+      g_checksum_get_digest (checksum, digest, &len);
+
+      chunk = g_new0 (Chunk, 1);
+      chunk->id = id;
+      chunk->key = kv_key_new (digest, len, 0);
+      chunk->slot = -1;
+      chunk->link.data = chunk;
+      g_hash_table_insert (b->by_id, &chunk->id, chunk);
+      g_hash_table_insert (b->by_key, chunk->key, chunk);
+    }
+  return chunk;
+}
+
+static void
+pin (Bench *b,
+     Chunk *chunk)
+{
+  g_assert (chunk->slot >= 0);
+  if (chunk->pins++ == 0)
+    b->n_evictable--;
+}
+
+static void
+unpin (Bench *b,
+       Chunk *chunk)
+{
+  g_assert (chunk->slot >= 0 && chunk->pins > 0);
+  if (--chunk->pins == 0)
+    b->n_evictable++;
+}
+
+/* Gives @chunk a device slot, evicting the least recent unpinned chunk;
+ * the new chunk comes back pinned. */
+static void
+dev_allocate (Bench *b,
+              Chunk *chunk)
+{
+  gint32 slot;
+
+  g_assert (chunk->slot < 0);
+  if (b->free_slots->len > 0)
+    {
+      slot = g_array_index (b->free_slots, gint32, b->free_slots->len - 1);
+      g_array_set_size (b->free_slots, b->free_slots->len - 1);
+    }
+  else
+    {
+      GList *l = b->recency.head;
+      Chunk *victim;
+
+      while (((Chunk *) l->data)->pins > 0)
+        l = l->next;
+      victim = l->data;
+      g_queue_unlink (&b->recency, &victim->link);
+      slot = victim->slot;
+      victim->slot = -1;
+      b->n_evictable--;
+    }
+  chunk->slot = slot;
+  chunk->pins = 1;
+  b->dev_owner[slot] = chunk;
+  g_queue_push_tail_link (&b->recency, &chunk->link);
+}
+
+static void
+dev_touch (Bench *b,
+           Chunk *chunk)
+{
+  g_queue_unlink (&b->recency, &chunk->link);
+  g_queue_push_tail_link (&b->recency, &chunk->link);
+}
+
+/* The fill pattern of one (chunk × layer) piece: what "computing" it
+ * writes, and what a load must bring back. */
+static guint64
+piece_word (guint64 id,
+            guint   layer)
+{
+  guint64 z = id * G_GUINT64_CONSTANT (0x9E3779B97F4A7C15) + layer + 1;
+
+  z = (z ^ (z >> 30)) * G_GUINT64_CONSTANT (0xBF58476D1CE4E5B9);
+  z = (z ^ (z >> 27)) * G_GUINT64_CONSTANT (0x94D049BB133111EB);
+  return z ^ (z >> 31);
+}
+
+static void
+compute_chunk (Bench *b,
+               Chunk *chunk)
+{
+  if (b->host == NULL)
+    return;
+  for (guint layer = 0; layer < b->n_layers; layer++)
+    {
+      guint64 word = piece_word (chunk->id, layer);
+
+      for (guint j = 0; j < b->bpc; j++)
+        {
+          guint64 *mem = kv_host_device_peek_block (b->host, layer, chunk->slot * b->bpc + j);
+
+          for (gsize w = 0; w < b->block_bytes / sizeof (guint64); w++)
+            mem[w] = word;
+        }
+    }
+}
+
+static void
+verify_chunk (Bench *b,
+              Chunk *chunk)
+{
+  gboolean ok = TRUE;
+
+  if (b->host == NULL || b->no_verify)
+    return;
+  for (guint layer = 0; layer < b->n_layers && ok; layer++)
+    {
+      guint64 word = piece_word (chunk->id, layer);
+
+      for (guint j = 0; j < b->bpc && ok; j++)
+        {
+          const guint64 *mem = kv_host_device_peek_block (b->host, layer, chunk->slot * b->bpc + j);
+
+          for (gsize w = 0; w < b->block_bytes / sizeof (guint64); w++)
+            if (mem[w] != word)
+              {
+                ok = FALSE;
+                break;
+              }
+        }
+    }
+  b->verified_chunks++;
+  if (!ok)
+    b->verify_mismatches++;
+}
+
+/* Device blocks of chunks, in block-table order. */
+static guint32 *
+chunk_blocks (Bench  *b,
+              Chunk **chunks,
+              guint   n)
+{
+  guint32 *blocks = g_new (guint32, (gsize) n * b->bpc + 1);
+
+  for (guint i = 0; i < n; i++)
+    for (guint j = 0; j < b->bpc; j++)
+      blocks[i * b->bpc + j] = (guint32) chunks[i]->slot * b->bpc + j;
+  return blocks;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests */
+
+static void
+req_free (Req *req)
+{
+  g_free (req->id);
+  g_free (req->chunks);
+  g_free (req->source);
+  g_clear_object (&req->request);
+  g_free (req);
+}
+
+static void
+store_job_free (StoreJob *job)
+{
+  g_free (job->chunks);
+  g_free (job->keys);
+  g_clear_object (&job->request);
+  g_free (job);
+}
+
+static Req *
+req_new (Bench             *b,
+         guint              index,
+         const ToolRequest *spec)
+{
+  Req *req = g_new0 (Req, 1);
+
+  req->index = index;
+  req->id = g_strdup_printf ("req-%u", index);
+  req->spec = spec;
+  req->chunks = g_new (Chunk *, MAX (spec->n_chunks, 1));
+  req->source = g_new (guint8, MAX (spec->n_chunks, 1));
+  memset (req->source, SOURCE_UNKNOWN, spec->n_chunks);
+  for (guint i = 0; i < spec->n_chunks; i++)
+    req->chunks[i] = intern_chunk (b, spec->ids[i]);
+  req->request = kv_request_new (req->id, NULL);
+  return req;
+}
+
+static KvKey **
+keys_of (Chunk **chunks,
+         guint   n)
+{
+  KvKey **keys = g_new (KvKey *, n + 1);
+
+  for (guint i = 0; i < n; i++)
+    keys[i] = chunks[i]->key;
+  keys[n] = NULL;
+  return keys;
+}
+
+static void
+finish_request (Bench *b,
+                Req   *req)
+{
+  guint n = req->spec->n_chunks;
+
+  if (req->loaded_to > req->loaded_from)
+    {
+      g_autofree KvKey **keys = keys_of (req->chunks + req->loaded_from,
+                                         req->loaded_to - req->loaded_from);
+
+      MGR_VOID (b, kv_tiering_manager_complete_load (b->manager, keys,
+                                                     req->loaded_to - req->loaded_from,
+                                                     req->request));
+      for (guint c = req->loaded_from; c < req->loaded_to; c++)
+        verify_chunk (b, req->chunks[c]);
+    }
+
+  MGR_VOID (b, kv_tiering_manager_on_request_finished (b->manager, req->request));
+
+  /* The whole prompt is now the most recent thing on the device. */
+  for (guint c = 0; c < n; c++)
+    {
+      unpin (b, req->chunks[c]);
+      dev_touch (b, req->chunks[c]);
+    }
+  req->state = REQ_DONE;
+  b->n_running--;
+  b->n_done++;
+  g_clear_object (&req->request);
+}
+
+static guint8
+find_tier (Bench *b,
+           Chunk *chunk,
+           Req   *req)
+{
+  for (guint t = 0; t < b->n_tiers; t++)
+    if (kv_secondary_tier_lookup (b->tiers[t], chunk->key, req->request) == KV_LOOKUP_RESULT_HIT)
+      return (guint8) (SOURCE_TIER0 + t);
+  return SOURCE_PRIMARY;
+}
+
+typedef enum {
+  SCHEDULED,
+  DEFERRED,
+  NO_ROOM,
+} Outcome;
+
+static Outcome
+try_schedule (Bench *b,
+              Req   *req)
+{
+  guint n = req->spec->n_chunks;
+  g_autofree KvLookupResult *results = g_new (KvLookupResult, MAX (n, 1));
+  g_autofree KvLookupResult *before = g_new (KvLookupResult, MAX (n, 1));
+  guint i = 0, j, stop, c;
+  gboolean pending = FALSE;
+  gint64 t0;
+
+  if (!req->announced)
+    {
+      MGR_VOID (b, kv_tiering_manager_on_new_request (b->manager, req->request));
+      req->announced = TRUE;
+    }
+
+  /* 1. The device prefix cache. */
+  while (i < n && req->chunks[i]->slot >= 0)
+    i++;
+
+  /* 2. The manager, for the rest, up to the first miss. What the primary
+   * tier held before tells a promotion (a tier's hit) from a chunk already
+   * on its way into the primary tier; it is not manager time. */
+  for (c = i; c < n; c++)
+    before[c] = kv_primary_tier_lookup (b->primary, req->chunks[c]->key);
+  t0 = now_ns ();
+  for (stop = i; stop < n; stop++)
+    {
+      results[stop] = kv_tiering_manager_lookup (b->manager, req->chunks[stop]->key, req->request);
+      if (results[stop] == KV_LOOKUP_RESULT_MISS || results[stop] == KV_LOOKUP_RESULT_RETRY)
+        break;
+    }
+  b->step_mgr_ns += now_ns () - t0;
+  b->manager_lookups += MIN (stop + 1, n) - i;
+  b->step_lookups += MIN (stop + 1, n) - i;
+
+  /* [i, stop) answered HIT or HIT_PENDING; a RETRY at stop also defers. */
+  stop = MIN (stop, n);
+  for (j = i; j < stop; j++)
+    {
+      if (results[j] == KV_LOOKUP_RESULT_HIT_PENDING)
+        pending = TRUE;
+      if (req->source[j] == SOURCE_UNKNOWN)
+        {
+          if (results[j] == KV_LOOKUP_RESULT_HIT_PENDING && before[j] == KV_LOOKUP_RESULT_MISS)
+            {
+              req->source[j] = find_tier (b, req->chunks[j], req);
+              if (req->source[j] != SOURCE_PRIMARY)
+                b->promotions_seen++;
+            }
+          else
+            req->source[j] = SOURCE_PRIMARY;
+        }
+    }
+  if (stop < n && results[stop] == KV_LOOKUP_RESULT_RETRY)
+    pending = TRUE;
+
+  if (pending)
+    {
+      if (req->deferrals++ == 0)
+        req->first_deferred_ns = now_ns ();
+      b->deferrals++;
+      if (now_ns () - req->first_deferred_ns < MAX_DEFER_NS)
+        return DEFERRED;
+      /* Waited long enough: load what is there, compute the rest. */
+      b->deferral_timeouts++;
+      for (j = i; j < n && j < stop && results[j] == KV_LOOKUP_RESULT_HIT; j++)
+        ;
+    }
+
+  /* 3. Room on the device for the chunks not there yet. Chunks already
+   * there (even after a gap in the prefix) keep their slot. */
+  {
+    guint missing = 0;
+
+    for (c = 0; c < n; c++)
+      if (req->chunks[c]->slot >= 0)
+        pin (b, req->chunks[c]);
+      else
+        missing++;
+    if (b->free_slots->len + b->n_evictable < missing)
+      {
+        for (c = 0; c < n; c++)
+          if (req->chunks[c]->slot >= 0)
+            unpin (b, req->chunks[c]);
+        return NO_ROOM;
+      }
+    for (c = 0; c < n; c++)
+      if (req->chunks[c]->slot < 0)
+        dev_allocate (b, req->chunks[c]);
+  }
+
+  /* 4. Load the offloaded hits [i, j). */
+  req->loaded_from = i;
+  req->loaded_to = j;
+  if (j > i)
+    {
+      g_autoptr(GError) error = NULL;
+      g_autofree KvKey **keys = keys_of (req->chunks + i, j - i);
+      g_autofree guint32 *chunk_ids = NULL;
+      g_autofree guint32 *blocks = chunk_blocks (b, req->chunks + i, j - i);
+      guint n_ids = 0;
+      guint64 job;
+
+      chunk_ids = MGR (b, kv_tiering_manager_prepare_load (b->manager, keys, j - i, req->request,
+                                                           &n_ids, &error));
+      if (chunk_ids == NULL)
+        g_error ("prepare_load of %s failed after a hit: %s", req->id, error->message);
+      g_assert (n_ids == j - i);
+      job = kv_device_submit_load (b->device, chunk_ids, j - i, blocks, (j - i) * b->bpc, &error);
+      if (job == 0)
+        g_error ("device load failed: %s", error->message);
+      g_hash_table_insert (b->load_jobs, g_memdup2 (&job, sizeof job), req);
+    }
+
+  /* Recency for every chunk the request reuses, device hits included. */
+  if (j > 0)
+    {
+      g_autofree KvKey **keys = keys_of (req->chunks, j);
+
+      MGR_VOID (b, kv_tiering_manager_touch (b->manager, keys, j, req->request));
+    }
+
+  /* 5. Compute the rest, and store it: device → primary, then the cascade
+   * when the copy is done. */
+  for (c = j; c < n; c++)
+    compute_chunk (b, req->chunks[c]);
+  if (j < n)
+    {
+      g_autoptr(GError) error = NULL;
+      g_autofree KvKey **keys = keys_of (req->chunks + j, n - j);
+      g_autoptr(KvPrepareStoreResult) result = NULL;
+
+      result = MGR (b, kv_tiering_manager_prepare_store (b->manager, keys, n - j,
+                                                         req->request, &error));
+      if (result == NULL)
+        b->store_refused += n - j;
+      else
+        {
+          guint n_store = 0, n_ids = 0;
+          KvKey * const *to_store = kv_prepare_store_result_get_keys_to_store (result, &n_store);
+          const guint32 *chunk_ids = kv_prepare_store_result_get_chunk_ids (result, &n_ids);
+
+          if (n_store > 0)
+            {
+              StoreJob *sj = g_new0 (StoreJob, 1);
+              g_autofree guint32 *blocks = NULL;
+              guint64 job;
+
+              sj->n = n_store;
+              sj->request = g_object_ref (req->request);
+              sj->chunks = g_new (Chunk *, n_store);
+              sj->keys = g_new (KvKey *, n_store + 1);
+              for (guint k = 0; k < n_store; k++)
+                {
+                  sj->chunks[k] = g_hash_table_lookup (b->by_key, to_store[k]);
+                  g_assert (sj->chunks[k] != NULL);
+                  sj->keys[k] = sj->chunks[k]->key;
+                  pin (b, sj->chunks[k]);
+                }
+              sj->keys[n_store] = NULL;
+              blocks = chunk_blocks (b, sj->chunks, n_store);
+              job = kv_device_submit_store (b->device, blocks, n_store * b->bpc,
+                                            chunk_ids, n_ids, &error);
+              if (job == 0)
+                g_error ("device store failed: %s", error->message);
+              g_hash_table_insert (b->store_jobs, g_memdup2 (&job, sizeof job), sj);
+            }
+        }
+    }
+
+  /* Accounting, once per served request. */
+  b->lookups += n;
+  for (c = 0; c < n; c++)
+    {
+      guint64 tokens = tool_request_chunk_tokens (req->spec, c);
+
+      b->tokens_prompt += tokens;
+      req->chunks[c]->refs++;
+      if (c < i)
+        {
+          b->hits[SOURCE_DEVICE]++;
+          b->tokens_device += tokens;
+        }
+      else if (c < j)
+        {
+          b->hits[req->source[c]]++;
+          b->tokens_offload += tokens;
+        }
+      else
+        {
+          b->misses++;
+          b->tokens_computed += tokens;
+        }
+    }
+
+  g_ptr_array_add (b->new_ids, g_strdup (req->id));
+  b->n_running++;
+  req->state = REQ_LOADING;
+  if (j == i)
+    finish_request (b, req);
+  return SCHEDULED;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Steps */
+
+static int
+compare_results (gconstpointer a,
+                 gconstpointer b)
+{
+  guint64 x = kv_job_result_get_job_id (*(KvJobResult * const *) a);
+  guint64 y = kv_job_result_get_job_id (*(KvJobResult * const *) b);
+
+  return x < y ? -1 : x > y;
+}
+
+/* Consumes device completions: finished loads release their requests,
+ * finished stores complete in the manager (which cascades them). Loads
+ * first, each kind in job order, so a --sync run is deterministic. */
+static guint
+drain_device (Bench *b)
+{
+  KvJobResult **results = kv_device_get_finished (b->device);
+  g_autoptr(GPtrArray) loads = g_ptr_array_new ();
+  g_autoptr(GPtrArray) stores = g_ptr_array_new ();
+  guint n = 0;
+
+  for (KvJobResult **r = results; *r != NULL; r++, n++)
+    {
+      guint64 id = kv_job_result_get_job_id (*r);
+
+      g_ptr_array_add (g_hash_table_contains (b->load_jobs, &id) ? loads : stores, *r);
+    }
+  g_ptr_array_sort (loads, compare_results);
+  g_ptr_array_sort (stores, compare_results);
+
+  for (guint k = 0; k < loads->len; k++)
+    {
+      KvJobResult *result = g_ptr_array_index (loads, k);
+      guint64 id = kv_job_result_get_job_id (result);
+      Req *req = g_hash_table_lookup (b->load_jobs, &id);
+
+      if (!kv_job_result_get_success (result))
+        g_error ("device load job %" G_GUINT64_FORMAT " failed", id);
+      b->dev_bytes[KV_DEVICE_DIRECTION_TO_DEVICE] += MAX (kv_job_result_get_transfer_bytes (result), 0);
+      b->dev_time[KV_DEVICE_DIRECTION_TO_DEVICE] += kv_job_result_get_transfer_time (result);
+      b->dev_jobs[KV_DEVICE_DIRECTION_TO_DEVICE]++;
+      finish_request (b, req);
+      g_hash_table_remove (b->load_jobs, &id);
+    }
+
+  for (guint k = 0; k < stores->len; k++)
+    {
+      KvJobResult *result = g_ptr_array_index (stores, k);
+      guint64 id = kv_job_result_get_job_id (result);
+      StoreJob *sj = g_hash_table_lookup (b->store_jobs, &id);
+      gboolean ok = kv_job_result_get_success (result);
+
+      g_assert (sj != NULL);
+      b->dev_bytes[KV_DEVICE_DIRECTION_TO_PRIMARY] += MAX (kv_job_result_get_transfer_bytes (result), 0);
+      b->dev_time[KV_DEVICE_DIRECTION_TO_PRIMARY] += kv_job_result_get_transfer_time (result);
+      b->dev_jobs[KV_DEVICE_DIRECTION_TO_PRIMARY]++;
+
+      /* The chunks are in the primary tier now: the cascade starts here. */
+      MGR_VOID (b, kv_tiering_manager_complete_store (b->manager, sj->keys, sj->n,
+                                                      sj->request, ok));
+      for (guint k = 0; k < sj->n; k++)
+        unpin (b, sj->chunks[k]);
+      g_hash_table_remove (b->store_jobs, &id);
+    }
+
+  for (KvJobResult **r = results; *r != NULL; r++)
+    kv_job_result_unref (*r);
+  g_free (results);
+  return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Samples, metrics and progress */
+
+static volatile sig_atomic_t interrupted;
+
+static void
+on_interrupt (int signum)
+{
+  interrupted = 1;
+}
+
+static const char *
+tier_label (Bench *b,
+            guint  t,
+            char  *buf,
+            gsize  len)
+{
+  g_snprintf (buf, len, "%u:%s", t + 1, kv_secondary_tier_get_tier_type (b->tiers[t]));
+  return buf;
+}
+
+static gdouble
+stat_value (Bench      *b,
+            const char *name,
+            guint       t)
+{
+  char label[128];
+  const char *labels[] = { tier_label (b, t, label, sizeof label), NULL };
+  gdouble value = 0;
+
+  if (b->stats == NULL || !kv_stats_lookup (b->stats, name, labels, &value))
+    return 0;
+  return value;
+}
+
+#define STAT_READ_BYTES "vllm:kv_offload_tiering_read_bytes"
+#define STAT_READ_TIME "vllm:kv_offload_tiering_read_time"
+#define STAT_WRITE_BYTES "vllm:kv_offload_tiering_write_bytes"
+#define STAT_WRITE_TIME "vllm:kv_offload_tiering_write_time"
+#define STAT_STORES_DROPPED "vllm:kv_offload_tiering_backpressure_stores_dropped"
+#define STAT_BLOCKS_DROPPED "vllm:kv_offload_tiering_backpressure_blocks_dropped"
+
+/* Folds the manager's return-and-reset metrics into the run's totals. */
+static void
+collect_stats (Bench *b)
+{
+  g_autoptr(KvStats) stats = kv_tiering_manager_get_stats (b->manager);
+
+  if (stats == NULL)
+    return;
+  if (b->stats == NULL)
+    b->stats = g_steal_pointer (&stats);
+  else
+    kv_stats_aggregate (b->stats, stats);
+}
+
+static guint
+n_sources (Bench *b)
+{
+  return SOURCE_TIER0 + b->n_tiers;
+}
+
+static guint
+n_paths (Bench *b)
+{
+  return 2 + 2 * b->n_tiers;
+}
+
+/* Bytes moved on each path so far: device → primary, primary → device,
+ * then primary → tier and tier → primary for each tier. */
+static void
+path_bytes (Bench   *b,
+            guint64 *out)
+{
+  out[0] = b->dev_bytes[KV_DEVICE_DIRECTION_TO_PRIMARY];
+  out[1] = b->dev_bytes[KV_DEVICE_DIRECTION_TO_DEVICE];
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      out[2 + 2 * t] = (guint64) stat_value (b, STAT_WRITE_BYTES, t);
+      out[3 + 2 * t] = (guint64) stat_value (b, STAT_READ_BYTES, t);
+    }
+}
+
+static gdouble
+path_time (Bench *b,
+           guint  path)
+{
+  if (path == 0)
+    return b->dev_time[KV_DEVICE_DIRECTION_TO_PRIMARY];
+  if (path == 1)
+    return b->dev_time[KV_DEVICE_DIRECTION_TO_DEVICE];
+  return stat_value (b, (path % 2 == 0) ? STAT_WRITE_TIME : STAT_READ_TIME, (path - 2) / 2);
+}
+
+static char *
+path_name (Bench *b,
+           guint  path)
+{
+  if (path == 0)
+    return g_strdup ("device → primary");
+  if (path == 1)
+    return g_strdup ("primary → device");
+  if (path % 2 == 0)
+    return g_strdup_printf ("primary → %s", b->tier_names[(path - 2) / 2]);
+  return g_strdup_printf ("%s → primary", b->tier_names[(path - 2) / 2]);
+}
+
+static char *
+path_key (Bench *b,
+          guint  path)
+{
+  if (path == 0)
+    return g_strdup ("device_to_primary");
+  if (path == 1)
+    return g_strdup ("primary_to_device");
+  if (path % 2 == 0)
+    return g_strdup_printf ("primary_to_%s", b->tier_names[(path - 2) / 2]);
+  return g_strdup_printf ("%s_to_primary", b->tier_names[(path - 2) / 2]);
+}
+
+static void
+sample_free (ToolSample *sample)
+{
+  g_free (sample->hits);
+  g_free (sample->bytes);
+  g_free (sample);
+}
+
+static void
+take_sample (Bench  *b,
+             gint64  now)
+{
+  ToolSample *sample = g_new0 (ToolSample, 1);
+
+  collect_stats (b);
+  sample->t_s = (now - b->start_ns) / 1e9;
+  sample->lookups = b->lookups;
+  sample->misses = b->misses;
+  sample->hits = g_memdup2 (b->hits, sizeof (guint64) * n_sources (b));
+  sample->bytes = g_new0 (guint64, n_paths (b));
+  path_bytes (b, sample->bytes);
+  g_ptr_array_add (b->samples, sample);
+  b->last_sample_ns = now;
+}
+
+static gdouble
+hit_rate (Bench *b)
+{
+  return b->lookups > 0 ? 100.0 * (b->lookups - b->misses) / b->lookups : 0.0;
+}
+
+static void
+show_progress (Bench    *b,
+               gint64    now,
+               gboolean  final)
+{
+  guint total = b->reqs->len;
+  guint done = b->n_done + b->n_skipped;
+  gdouble elapsed = (now - b->start_ns) / 1e9;
+  char bar[31];
+  guint filled = total > 0 ? (guint) ((guint64) done * 30 / total) : 30;
+
+  for (guint k = 0; k < 30; k++)
+    bar[k] = k < filled ? '#' : '.';
+  bar[30] = '\0';
+  fprintf (stderr, "\r  [%s] %3u%%  %u/%u requests  %.0f req/s  hit rate %.1f %%  ",
+           bar, total > 0 ? (guint) ((guint64) done * 100 / total) : 100, done, total,
+           elapsed > 0 ? done / elapsed : 0.0, hit_rate (b));
+  if (final)
+    fprintf (stderr, "\r\033[K");
+  fflush (stderr);
+  b->last_progress_ns = now;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The loop */
+
+static guint64
+waiting_chunks (Bench *b)
+{
+  guint64 n = 0;
+
+  for (GList *l = b->waiting.head; l != NULL; l = l->next)
+    n += ((Req *) l->data)->spec->n_chunks;
+  return n;
+}
+
+/* Moves requests from the workload into the waiting queue: enough to fill
+ * a step, not so many that thousands are announced to the manager early. */
+static void
+refill_waiting (Bench *b)
+{
+  guint want = b->lookups_per_step > 0 ? 0 : (guint) b->batch * 2;
+
+  while (b->next_request < b->reqs->len)
+    {
+      Req *req;
+
+      if (b->lookups_per_step > 0)
+        {
+          if (waiting_chunks (b) >= (guint64) b->lookups_per_step * 2)
+            break;
+        }
+      else if (b->waiting.length >= want)
+        break;
+
+      req = g_ptr_array_index (b->reqs, b->next_request++);
+      if (req->spec->n_chunks > b->n_dev_slots)
+        {
+          /* Longer than the whole device: no engine could run it. */
+          b->n_skipped++;
+          req->state = REQ_DONE;
+          continue;
+        }
+      g_queue_push_tail (&b->waiting, req);
+    }
+}
+
+static gboolean
+work_left (Bench *b)
+{
+  gboolean pending;
+
+  if (b->n_done + b->n_skipped < b->reqs->len || b->waiting.length > 0)
+    return TRUE;
+  if (g_hash_table_size (b->load_jobs) > 0 || g_hash_table_size (b->store_jobs) > 0)
+    return TRUE;
+  pending = MGR (b, kv_tiering_manager_has_pending_work (b->manager));
+  return pending;
+}
+
+static void
+wait_for_wakeup (Bench *b,
+                 int    timeout_ms)
+{
+  struct pollfd fds[2];
+  nfds_t n = 0;
+
+  fds[n].fd = kv_device_get_wakeup_fd (b->device);
+  fds[n++].events = POLLIN;
+  fds[n].fd = kv_tiering_manager_get_wakeup_fd (b->manager);
+  fds[n].events = POLLIN;
+  if (fds[n].fd >= 0)
+    n++;
+  (void) poll (fds, n, timeout_ms);
+}
+
+static gboolean
+run (Bench   *b,
+     GError **error)
+{
+  gboolean progress = !b->no_progress && !b->quiet && isatty (STDERR_FILENO);
+  guint64 idle_steps = 0;
+
+  b->start_ns = now_ns ();
+  b->last_sample_ns = b->start_ns;
+  take_sample (b, b->start_ns);
+
+  while (!interrupted)
+    {
+      gint64 step_start = now_ns ();
+      guint completions;
+      guint admitted = 0;
+      gboolean stop_admitting = FALSE;
+      g_autoptr(KvScheduleEnd) schedule_end = NULL;
+      gint64 now;
+
+      b->step_mgr_ns = 0;
+      b->step_lookups = 0;
+      g_ptr_array_set_size (b->new_ids, 0);
+
+      completions = drain_device (b);
+      refill_waiting (b);
+
+      for (GList *l = b->waiting.head, *next; l != NULL && !stop_admitting; l = next)
+        {
+          Req *req = l->data;
+
+          next = l->next;
+          if (b->lookups_per_step > 0 ? b->step_lookups >= (guint64) b->lookups_per_step
+                                      : admitted >= (guint) b->batch)
+            break;
+          switch (try_schedule (b, req))
+            {
+            case SCHEDULED:
+              g_queue_delete_link (&b->waiting, l);
+              admitted++;
+              break;
+            case DEFERRED:
+              /* --sync keeps the workload's order: nothing overtakes. */
+              if (b->sync)
+                stop_admitting = TRUE;
+              break;
+            case NO_ROOM:
+              stop_admitting = TRUE;
+              break;
+            default:
+              g_assert_not_reached ();
+            }
+          if (b->lookups_per_step > 0 && next == NULL)
+            {
+              refill_waiting (b);
+              next = l->next;
+            }
+        }
+
+      if (b->sync)
+        {
+          if (!kv_device_wait_all (b->device, error))
+            return FALSE;
+          completions += drain_device (b);
+        }
+
+      g_ptr_array_add (b->new_ids, NULL);
+      schedule_end = kv_schedule_end_new ((const char * const *) b->new_ids->pdata, NULL);
+      g_ptr_array_set_size (b->new_ids, b->new_ids->len - 1);
+      MGR_VOID (b, kv_tiering_manager_on_schedule_end (b->manager, schedule_end));
+
+      if (b->sync)
+        for (guint t = 0; t < b->n_tiers; t++)
+          if (!kv_secondary_tier_drain_jobs (b->tiers[t], error))
+            return FALSE;
+
+      b->steps++;
+      b->mgr_ns_total += b->step_mgr_ns;
+      if (b->step_lookups > 0)
+        {
+          g_array_append_val (b->busy_mgr_ns, b->step_mgr_ns);
+          g_array_append_val (b->busy_lookups, b->step_lookups);
+        }
+
+      now = now_ns ();
+      if (now - b->last_sample_ns >= 200 * G_GINT64_CONSTANT (1000000))
+        take_sample (b, now);
+      if (progress && now - b->last_progress_ns >= 100 * G_GINT64_CONSTANT (1000000))
+        show_progress (b, now, FALSE);
+
+      if (!work_left (b))
+        break;
+
+      /* Nothing moved: sleep until a transfer finishes (or 1 ms, for
+       * lookups that resolve without a completion). */
+      if (admitted == 0 && completions == 0)
+        {
+          idle_steps++;
+          wait_for_wakeup (b, 1);
+        }
+      (void) step_start;
+    }
+
+  b->end_ns = now_ns ();
+  take_sample (b, b->end_ns);
+  if (progress)
+    show_progress (b, b->end_ns, TRUE);
+  if (interrupted)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_CANCELLED, "interrupted");
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Setup */
+
+static int
+remove_entry (const char        *path,
+              const struct stat *sb,
+              int                flag,
+              struct FTW        *ftw)
+{
+  return remove (path);
+}
+
+static void
+remove_tree (const char *root)
+{
+  if (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+    g_printerr ("kvtier: could not remove %s: %s\n", root, g_strerror (errno));
+}
+
+static gboolean
+set (KvConfig    *config,
+     const char  *section,
+     const char  *key,
+     const char  *value,
+     GError     **error)
+{
+  return kv_config_set_value (config, section, key, value, error);
+}
+
+static gboolean
+type_has_property (KvTierRegistry *registry,
+                   const char     *type_name,
+                   const char     *property)
+{
+  GType type = kv_tier_registry_lookup_tier_type (registry, type_name, NULL);
+  g_autoptr(GTypeClass) klass = NULL;
+
+  if (type == G_TYPE_INVALID)
+    return FALSE;
+  klass = g_type_class_ref (type);
+  return g_object_class_find_property (G_OBJECT_CLASS (klass), property) != NULL;
+}
+
+static gboolean
+build_config (Bench   *b,
+              GError **error)
+{
+  guint64 chunk_size = 256 * 1024, gpu_size = 0, primary_size = 0, tier_size = 0;
+  gboolean have_chunk = b->chunk_size_text != NULL;
+  gboolean have_gpu = b->gpu_size_text != NULL;
+  gboolean overhead = b->lookups_per_step > 0;
+  char text[64];
+
+  if (have_chunk && !tool_parse_size (b->chunk_size_text, &chunk_size, error))
+    return FALSE;
+  if (overhead && !have_chunk)
+    chunk_size = 4096;
+  if (chunk_size % 4096 != 0 || chunk_size == 0)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                   "--chunk-size %" G_GUINT64_FORMAT " is not a multiple of 4096", chunk_size);
+      return FALSE;
+    }
+  if (overhead && b->layers == 0)
+    b->layers = 1;
+  if (b->layers == 0)
+    b->layers = 8;
+  if (chunk_size % ((guint64) b->layers * 8) != 0)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                   "--chunk-size %" G_GUINT64_FORMAT " does not split into %d layers of"
+                   " whole 8-byte words", chunk_size, b->layers);
+      return FALSE;
+    }
+
+  /* Defaults, in chunks: a device that holds a few batches, a primary
+   * tier twice that, the rest goes to the secondary tier. */
+  gpu_size = chunk_size * (overhead ? (guint64) b->lookups_per_step * 3 : 1024);
+  primary_size = chunk_size * (overhead ? (guint64) b->lookups_per_step * 6 : 2048);
+  if (have_gpu && !tool_parse_size (b->gpu_size_text, &gpu_size, error))
+    return FALSE;
+  if (b->primary_size_text != NULL && !tool_parse_size (b->primary_size_text, &primary_size, error))
+    return FALSE;
+  if (b->tier_size_text != NULL && !tool_parse_size (b->tier_size_text, &tier_size, error))
+    return FALSE;
+
+  if (b->config_path != NULL)
+    {
+      b->config = kv_config_new_from_file (b->registry, b->config_path, error);
+      if (b->config == NULL)
+        return FALSE;
+      if (b->primary_size_text != NULL)
+        {
+          g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, primary_size);
+          if (!set (b->config, "primary", "size", text, error))
+            return FALSE;
+        }
+      if (have_chunk)
+        {
+          g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, chunk_size);
+          if (!set (b->config, "primary", "slot-size", text, error))
+            return FALSE;
+        }
+    }
+  else
+    {
+      g_autofree char *tier_type = NULL;
+
+      b->config = kv_config_new (b->registry);
+      g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, primary_size);
+      if (!set (b->config, "primary", "size", text, error))
+        return FALSE;
+      g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, chunk_size);
+      if (!set (b->config, "primary", "slot-size", text, error))
+        return FALSE;
+
+      if (kv_tier_registry_lookup_tier_type (b->registry, "fs", NULL) != G_TYPE_INVALID)
+        tier_type = g_strdup ("fs");
+      else if (kv_tier_registry_lookup_tier_type (b->registry, "example", NULL) != G_TYPE_INVALID)
+        {
+          tier_type = g_strdup ("example");
+          b->tier_note = g_strdup ("the fs tier plugin was not found; using the in-memory"
+                                   " example tier instead");
+        }
+      else
+        b->tier_note = g_strdup ("no tier plugin was found (neither fs nor example):"
+                                 " primary tier only");
+
+      if (tier_type != NULL)
+        {
+          g_autofree char *section = g_strdup_printf ("tier %s", tier_type);
+
+          if (!set (b->config, section, "type", tier_type, error))
+            return FALSE;
+          if (g_str_equal (tier_type, "fs"))
+            {
+              b->temp_root = g_dir_make_tmp ("kvtier-bench-XXXXXX", error);
+              if (b->temp_root == NULL)
+                return FALSE;
+              if (!set (b->config, section, "root", b->temp_root, error))
+                return FALSE;
+            }
+          if (b->tier_size_text != NULL)
+            {
+              if (!type_has_property (b->registry, tier_type, "max-size"))
+                {
+                  g_set_error (error, G_IO_ERROR, G_IO_ERROR_NOT_SUPPORTED,
+                               "--tier-size: the %s tier has no max-size property", tier_type);
+                  return FALSE;
+                }
+              g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, tier_size);
+              if (!set (b->config, section, "max-size", text, error))
+                return FALSE;
+            }
+        }
+    }
+
+  /* The device: from the configuration, or the simulated GPU sized by the
+   * options (one block per chunk per layer). */
+  if (kv_config_get_device_type (b->config) == NULL || have_chunk || have_gpu || b->layers != 8)
+    {
+      guint64 n_blocks = gpu_size / chunk_size;
+
+      if (kv_config_get_device_type (b->config) == NULL &&
+          !set (b->config, "device", "type", "host", error))
+        return FALSE;
+      if (n_blocks == 0 || n_blocks > G_MAXUINT32)
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                       "--gpu-size %" G_GUINT64_FORMAT " holds no chunk of %" G_GUINT64_FORMAT
+                       " bytes", gpu_size, chunk_size);
+          return FALSE;
+        }
+      g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, n_blocks);
+      if (!set (b->config, "device", "n-blocks", text, error))
+        return FALSE;
+      g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, chunk_size / (guint64) b->layers);
+      if (!set (b->config, "device", "block-bytes", text, error))
+        return FALSE;
+      g_snprintf (text, sizeof text, "%d", b->layers);
+      if (!set (b->config, "device", "n-layers", text, error))
+        return FALSE;
+      if (!set (b->config, "device", "blocks-per-chunk", "1", error))
+        return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+setup (Bench   *b,
+       GError **error)
+{
+  g_auto(GStrv) names = NULL;
+  KvHostBuffer *buffer;
+
+  if (!build_config (b, error))
+    return FALSE;
+
+  b->manager = kv_config_create_manager (b->config, error);
+  if (b->manager == NULL)
+    return FALSE;
+  b->primary = g_object_ref (kv_tiering_manager_get_primary (b->manager));
+  buffer = kv_primary_tier_get_buffer (b->primary);
+  b->device = kv_config_create_device (b->config, buffer, error);
+  if (b->device == NULL)
+    return FALSE;
+  if (KV_IS_HOST_DEVICE (b->device))
+    b->host = KV_HOST_DEVICE (b->device);
+
+  b->bpc = kv_device_get_blocks_per_chunk (b->device);
+  b->n_layers = kv_device_get_n_layers (b->device);
+  b->block_bytes = kv_device_get_block_bytes (b->device);
+  b->chunk_bytes = kv_device_get_chunk_bytes (b->device);
+  b->slot_size = kv_primary_tier_get_slot_size (b->primary);
+  b->n_dev_slots = kv_device_get_n_blocks (b->device) / b->bpc;
+  if (b->block_bytes % sizeof (guint64) != 0)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                   "device block-bytes %" G_GSIZE_FORMAT " is not a multiple of 8",
+                   b->block_bytes);
+      return FALSE;
+    }
+
+  names = kv_config_get_tier_names (b->config);
+  b->n_tiers = kv_tiering_manager_get_n_tiers (b->manager);
+  g_assert (b->n_tiers == g_strv_length (names));
+  b->tier_names = g_steal_pointer (&names);
+  b->tiers = g_new0 (KvSecondaryTier *, b->n_tiers + 1);
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      if (g_str_equal (b->tier_names[t], "device") || g_str_equal (b->tier_names[t], "primary"))
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                       "a tier may not be called '%s' in a bench (the report uses the name)",
+                       b->tier_names[t]);
+          return FALSE;
+        }
+      b->tiers[t] = kv_tiering_manager_get_tier (b->manager, t);
+    }
+  b->hits = g_new0 (guint64, n_sources (b));
+
+  b->dev_owner = g_new0 (Chunk *, b->n_dev_slots);
+  b->free_slots = g_array_sized_new (FALSE, FALSE, sizeof (gint32), b->n_dev_slots);
+  for (guint s = b->n_dev_slots; s > 0; s--)
+    {
+      gint32 slot = (gint32) s - 1;
+
+      g_array_append_val (b->free_slots, slot);
+    }
+
+  for (guint r = 0; r < b->workload->requests->len; r++)
+    g_ptr_array_add (b->reqs, req_new (b, r, &g_array_index (b->workload->requests,
+                                                              ToolRequest, r)));
+
+  /* Fault the primary tier in now: first-touch page faults would
+   * otherwise dominate the first pass over it. */
+  memset (kv_host_buffer_get_data (buffer), 0, kv_host_buffer_get_size (buffer));
+  return TRUE;
+}
+
+static void
+teardown (Bench *b)
+{
+  g_autoptr(GError) error = NULL;
+
+  if (b->device != NULL && !kv_device_shutdown (b->device, &error))
+    {
+      g_printerr ("kvtier: device shutdown: %s\n", error->message);
+      g_clear_error (&error);
+    }
+  if (b->manager != NULL && !kv_tiering_manager_shutdown (b->manager, &error))
+    g_printerr ("kvtier: manager shutdown: %s\n", error->message);
+
+  g_clear_pointer (&b->reqs, g_ptr_array_unref);
+  g_clear_pointer (&b->load_jobs, g_hash_table_unref);
+  g_clear_pointer (&b->store_jobs, g_hash_table_unref);
+  g_clear_object (&b->device);
+  g_clear_object (&b->primary);
+  g_clear_object (&b->manager);
+  g_clear_object (&b->config);
+  g_clear_pointer (&b->by_key, g_hash_table_unref);
+  g_clear_pointer (&b->by_id, g_hash_table_unref);
+  g_queue_clear (&b->waiting);
+  g_free (b->dev_owner);
+  g_clear_pointer (&b->free_slots, g_array_unref);
+  g_clear_pointer (&b->new_ids, g_ptr_array_unref);
+  g_clear_pointer (&b->busy_mgr_ns, g_array_unref);
+  g_clear_pointer (&b->busy_lookups, g_array_unref);
+  g_clear_pointer (&b->samples, g_ptr_array_unref);
+  g_clear_object (&b->stats);
+  g_free (b->hits);
+  g_free (b->tiers);
+  g_strfreev (b->tier_names);
+  g_clear_object (&b->registry);
+  g_clear_pointer (&b->workload, tool_workload_free);
+  if (b->temp_root != NULL)
+    remove_tree (b->temp_root);
+  g_free (b->temp_root);
+  g_free (b->tier_note);
+  g_free (b->config_path);
+  g_free (b->trace_path);
+  g_free (b->chunk_size_text);
+  g_free (b->gpu_size_text);
+  g_free (b->primary_size_text);
+  g_free (b->tier_size_text);
+  g_free (b->json_path);
+  g_free (b->plot_path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Report */
+
+static int
+compare_gint64 (gconstpointer a,
+                gconstpointer b)
+{
+  gint64 x = *(const gint64 *) a, y = *(const gint64 *) b;
+
+  return x < y ? -1 : x > y;
+}
+
+static gint64
+percentile (GArray  *sorted,
+            gdouble  p)
+{
+  guint index;
+
+  if (sorted->len == 0)
+    return 0;
+  index = (guint) ceil (p / 100.0 * sorted->len);
+  index = CLAMP (index, 1, sorted->len) - 1;
+  return g_array_index (sorted, gint64, index);
+}
+
+typedef struct
+{
+  gdouble wall_s;
+  gdouble mgr_s;
+  gint64  p50_ns;
+  gint64  p99_ns;
+  gint64  max_ns;
+  gdouble lookups_mean;
+  guint64 lookups_max;
+  guint64 busy_steps;
+  gdouble busy_wall_s;   /* unused by the text report */
+} Summary;
+
+static void
+summarize (Bench   *b,
+           Summary *s)
+{
+  g_autoptr(GArray) sorted = g_array_copy (b->busy_mgr_ns);
+  guint64 total_lookups = 0;
+
+  g_array_sort (sorted, compare_gint64);
+  s->wall_s = (b->end_ns - b->start_ns) / 1e9;
+  s->mgr_s = b->mgr_ns_total / 1e9;
+  s->p50_ns = percentile (sorted, 50);
+  s->p99_ns = percentile (sorted, 99);
+  s->max_ns = sorted->len > 0 ? g_array_index (sorted, gint64, sorted->len - 1) : 0;
+  s->busy_steps = b->busy_lookups->len;
+  s->lookups_max = 0;
+  for (guint k = 0; k < b->busy_lookups->len; k++)
+    {
+      guint64 v = g_array_index (b->busy_lookups, guint64, k);
+
+      total_lookups += v;
+      s->lookups_max = MAX (s->lookups_max, v);
+    }
+  s->lookups_mean = s->busy_steps > 0 ? (gdouble) total_lookups / s->busy_steps : 0;
+}
+
+static char *
+format_duration_ns (gint64 ns)
+{
+  if (ns < 1000)
+    return g_strdup_printf ("%" G_GINT64_FORMAT " ns", ns);
+  if (ns < 1000000)
+    return g_strdup_printf ("%.1f µs", ns / 1e3);
+  return g_strdup_printf ("%.2f ms", ns / 1e6);
+}
+
+static char *
+format_tokens (guint64 tokens)
+{
+  if (tokens >= 10000000)
+    return g_strdup_printf ("%.1f M", tokens / 1e6);
+  return tool_format_count (tokens);
+}
+
+static gdouble
+percent (guint64 part,
+         guint64 whole)
+{
+  return whole > 0 ? 100.0 * part / whole : 0.0;
+}
+
+static const char *
+source_name (Bench *b,
+             guint  source)
+{
+  if (source == SOURCE_DEVICE)
+    return "device";
+  if (source == SOURCE_PRIMARY)
+    return "primary";
+  return b->tier_names[source - SOURCE_TIER0];
+}
+
+static void
+print_report (Bench         *b,
+              const Summary *s)
+{
+  g_autofree char *chunk = tool_format_size (b->chunk_bytes);
+  g_autofree char *dev = tool_format_size ((guint64) b->n_dev_slots * b->chunk_bytes);
+  g_autofree char *prim = tool_format_size ((guint64) kv_primary_tier_get_n_slots (b->primary) * b->slot_size);
+  g_autofree char *slot = tool_format_size (b->slot_size);
+  g_autofree char *p50 = format_duration_ns (s->p50_ns);
+  g_autofree char *p99 = format_duration_ns (s->p99_ns);
+  g_autofree char *prompt = format_tokens (b->tokens_prompt);
+  g_autofree char *computed = format_tokens (b->tokens_computed);
+  g_autofree char *saved = format_tokens (b->tokens_offload);
+  g_autofree char *without = format_tokens (b->tokens_computed + b->tokens_offload);
+  g_autofree guint64 *bytes = g_new0 (guint64, n_paths (b));
+  GString *tiers = g_string_new (NULL);
+
+  path_bytes (b, bytes);
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      const char *type = kv_secondary_tier_get_tier_type (b->tiers[t]);
+
+      g_string_append_printf (tiers, "%s%s (%s)", t > 0 ? ", " : "", b->tier_names[t], type);
+    }
+  if (b->temp_root != NULL)
+    g_string_append_printf (tiers, " in %s (removed at exit)", b->temp_root);
+
+  printf ("kvtier bench: %s\n", b->workload->description);
+  printf ("  device   %s: %u chunks of %s (%s), %u layers%s\n",
+          kv_config_get_device_type (b->config), b->n_dev_slots, chunk, dev, b->n_layers,
+          b->sync ? ", synchronous steps" : "");
+  printf ("  primary  %u slots of %s (%s)\n", kv_primary_tier_get_n_slots (b->primary), slot, prim);
+  printf ("  tiers    %s\n", tiers->len > 0 ? tiers->str : "none");
+  if (b->tier_note != NULL)
+    printf ("  note     %s\n", b->tier_note);
+  if (b->lookups_per_step > 0)
+    printf ("  steps    %" G_GUINT64_FORMAT " (about %d chunk lookups each)\n",
+            b->steps, b->lookups_per_step);
+  else
+    printf ("  steps    %" G_GUINT64_FORMAT " (up to %d requests scheduled per step)\n",
+            b->steps, b->batch);
+  printf ("\n");
+
+  printf ("  %-28s %12u", "requests", b->n_done);
+  if (b->n_skipped > 0)
+    printf ("   (%u skipped: longer than the device)", b->n_skipped);
+  printf ("\n");
+  printf ("  %-28s %12" G_GUINT64_FORMAT "\n", "prefix chunks looked up", b->lookups);
+  for (guint src = 0; src < n_sources (b); src++)
+    {
+      g_autofree char *label = g_strdup_printf ("  %s %s", src == 0 ? "hits " : "     ",
+                                                source_name (b, src));
+
+      printf ("  %-28s %12" G_GUINT64_FORMAT "   %5.1f %%\n", label, b->hits[src],
+              percent (b->hits[src], b->lookups));
+    }
+  printf ("  %-28s %12" G_GUINT64_FORMAT "   %5.1f %%\n", "  misses", b->misses,
+          percent (b->misses, b->lookups));
+  printf ("  prefill tokens: %s in prompts, %s computed; without offloading %s would"
+          " have been computed:\n", prompt, computed, without);
+  printf ("  %-28s %12s   %5.1f %% of prompt tokens\n", "saved by offloading", saved,
+          percent (b->tokens_offload, b->tokens_prompt));
+  printf ("\n");
+
+  printf ("  %-28s %12s %12s %12s\n", "path", "bytes", "GB/s (run)", "GB/s (jobs)");
+  for (guint p = 0; p < n_paths (b); p++)
+    {
+      g_autofree char *name = path_name (b, p);
+      g_autofree char *size = tool_format_size (bytes[p]);
+      gdouble job_time = path_time (b, p);
+
+      printf ("  %-30s %12s %12.2f ", name, size, s->wall_s > 0 ? bytes[p] / s->wall_s / 1e9 : 0.0);
+      if (job_time > 0)
+        printf ("%12.2f\n", bytes[p] / job_time / 1e9);
+      else
+        printf ("%12s\n", "-");
+    }
+  printf ("\n");
+
+  for (guint t = 0; t < b->n_tiers; t++)
+    printf ("  %-28s %s: %.0f stores (%.0f chunks)\n", t == 0 ? "backpressure drops" : "",
+            b->tier_names[t], stat_value (b, STAT_STORES_DROPPED, t),
+            stat_value (b, STAT_BLOCKS_DROPPED, t));
+  if (b->store_refused > 0)
+    printf ("  %-28s %" G_GUINT64_FORMAT " chunks (primary tier full of pinned chunks)\n",
+            "stores refused", b->store_refused);
+  printf ("  %-28s p50 %s, p99 %s over %" G_GUINT64_FORMAT " steps with lookups"
+          " (mean %.0f lookups per step)\n", "manager time per step", p50, p99, s->busy_steps,
+          s->lookups_mean);
+  printf ("  %-28s %.3f s of %.2f s wall time: %.2f %%\n", "manager time, total", s->mgr_s,
+          s->wall_s, percent ((guint64) (s->mgr_s * 1e6), (guint64) (s->wall_s * 1e6)));
+  printf ("  %-28s %.2f s, %.0f requests/s\n", "wall time", s->wall_s,
+          s->wall_s > 0 ? b->n_done / s->wall_s : 0.0);
+  if (b->host != NULL && !b->no_verify)
+    printf ("  %-28s %" G_GUINT64_FORMAT " loaded chunks checked byte for byte, %" G_GUINT64_FORMAT
+            " mismatches\n", "verified", b->verified_chunks, b->verify_mismatches);
+  if (b->deferrals > 0)
+    printf ("  %-28s %" G_GUINT64_FORMAT " (a prefix still on its way; %" G_GUINT64_FORMAT
+            " gave up after %.0f s)\n", "deferred schedulings", b->deferrals,
+            b->deferral_timeouts, MAX_DEFER_NS / 1e9);
+  g_string_free (tiers, TRUE);
+}
+
+/* The schema is documented in doc/bench.md; add fields, never change one. */
+static gboolean
+write_json (Bench          *b,
+            const Summary  *s,
+            const char     *path,
+            GError        **error)
+{
+  g_autoptr(JsonBuilder) builder = json_builder_new ();
+  g_autoptr(JsonGenerator) generator = json_generator_new ();
+  g_autoptr(JsonNode) root = NULL;
+  g_autofree guint64 *bytes = g_new0 (guint64, n_paths (b));
+
+  path_bytes (b, bytes);
+  json_builder_begin_object (builder);
+  json_builder_set_member_name (builder, "schema");
+  json_builder_add_string_value (builder, "kvtier-bench/1");
+
+  json_builder_set_member_name (builder, "workload");
+  json_builder_begin_object (builder);
+  json_builder_set_member_name (builder, "kind");
+  json_builder_add_string_value (builder, b->workload->kind);
+  json_builder_set_member_name (builder, "description");
+  json_builder_add_string_value (builder, b->workload->description);
+  json_builder_set_member_name (builder, "tokens_per_chunk");
+  json_builder_add_int_value (builder, TOOL_TOKENS_PER_CHUNK);
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "setup");
+  json_builder_begin_object (builder);
+  json_builder_set_member_name (builder, "chunk_bytes");
+  json_builder_add_int_value (builder, (gint64) b->chunk_bytes);
+  json_builder_set_member_name (builder, "device_chunks");
+  json_builder_add_int_value (builder, b->n_dev_slots);
+  json_builder_set_member_name (builder, "primary_chunks");
+  json_builder_add_int_value (builder, kv_primary_tier_get_n_slots (b->primary));
+  json_builder_set_member_name (builder, "tiers");
+  json_builder_begin_array (builder);
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      json_builder_begin_object (builder);
+      json_builder_set_member_name (builder, "name");
+      json_builder_add_string_value (builder, b->tier_names[t]);
+      json_builder_set_member_name (builder, "type");
+      json_builder_add_string_value (builder, kv_secondary_tier_get_tier_type (b->tiers[t]));
+      json_builder_end_object (builder);
+    }
+  json_builder_end_array (builder);
+  json_builder_set_member_name (builder, "batch");
+  json_builder_add_int_value (builder, b->lookups_per_step > 0 ? 0 : b->batch);
+  json_builder_set_member_name (builder, "lookups_per_step");
+  json_builder_add_int_value (builder, b->lookups_per_step);
+  json_builder_set_member_name (builder, "sync");
+  json_builder_add_boolean_value (builder, b->sync);
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "requests");
+  json_builder_add_int_value (builder, b->n_done);
+  json_builder_set_member_name (builder, "requests_skipped");
+  json_builder_add_int_value (builder, b->n_skipped);
+  json_builder_set_member_name (builder, "lookups");
+  json_builder_add_int_value (builder, (gint64) b->lookups);
+  json_builder_set_member_name (builder, "hits");
+  json_builder_begin_object (builder);
+  for (guint src = 0; src < n_sources (b); src++)
+    {
+      json_builder_set_member_name (builder, source_name (b, src));
+      json_builder_add_int_value (builder, (gint64) b->hits[src]);
+    }
+  json_builder_end_object (builder);
+  json_builder_set_member_name (builder, "misses");
+  json_builder_add_int_value (builder, (gint64) b->misses);
+  json_builder_set_member_name (builder, "manager_lookups");
+  json_builder_add_int_value (builder, (gint64) b->manager_lookups);
+  json_builder_set_member_name (builder, "deferrals");
+  json_builder_add_int_value (builder, (gint64) b->deferrals);
+  json_builder_set_member_name (builder, "deferral_timeouts");
+  json_builder_add_int_value (builder, (gint64) b->deferral_timeouts);
+  json_builder_set_member_name (builder, "store_refused_chunks");
+  json_builder_add_int_value (builder, (gint64) b->store_refused);
+
+  json_builder_set_member_name (builder, "tokens");
+  json_builder_begin_object (builder);
+  json_builder_set_member_name (builder, "prompt");
+  json_builder_add_int_value (builder, (gint64) b->tokens_prompt);
+  json_builder_set_member_name (builder, "from_device");
+  json_builder_add_int_value (builder, (gint64) b->tokens_device);
+  json_builder_set_member_name (builder, "from_offload");
+  json_builder_add_int_value (builder, (gint64) b->tokens_offload);
+  json_builder_set_member_name (builder, "computed");
+  json_builder_add_int_value (builder, (gint64) b->tokens_computed);
+  json_builder_set_member_name (builder, "computed_without_offload");
+  json_builder_add_int_value (builder, (gint64) (b->tokens_computed + b->tokens_offload));
+  json_builder_set_member_name (builder, "saved");
+  json_builder_add_int_value (builder, (gint64) b->tokens_offload);
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "paths");
+  json_builder_begin_object (builder);
+  for (guint p = 0; p < n_paths (b); p++)
+    {
+      g_autofree char *key = path_key (b, p);
+      gdouble job_time = path_time (b, p);
+
+      json_builder_set_member_name (builder, key);
+      json_builder_begin_object (builder);
+      json_builder_set_member_name (builder, "bytes");
+      json_builder_add_int_value (builder, (gint64) bytes[p]);
+      json_builder_set_member_name (builder, "gbps_run");
+      json_builder_add_double_value (builder, s->wall_s > 0 ? bytes[p] / s->wall_s / 1e9 : 0.0);
+      json_builder_set_member_name (builder, "job_time_s");
+      json_builder_add_double_value (builder, job_time);
+      json_builder_set_member_name (builder, "gbps_jobs");
+      json_builder_add_double_value (builder, job_time > 0 ? bytes[p] / job_time / 1e9 : 0.0);
+      json_builder_end_object (builder);
+    }
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "backpressure_drops");
+  json_builder_begin_object (builder);
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      json_builder_set_member_name (builder, b->tier_names[t]);
+      json_builder_begin_object (builder);
+      json_builder_set_member_name (builder, "stores");
+      json_builder_add_int_value (builder, (gint64) stat_value (b, STAT_STORES_DROPPED, t));
+      json_builder_set_member_name (builder, "chunks");
+      json_builder_add_int_value (builder, (gint64) stat_value (b, STAT_BLOCKS_DROPPED, t));
+      json_builder_end_object (builder);
+    }
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "manager");
+  json_builder_begin_object (builder);
+  json_builder_set_member_name (builder, "steps");
+  json_builder_add_int_value (builder, (gint64) b->steps);
+  json_builder_set_member_name (builder, "steps_with_lookups");
+  json_builder_add_int_value (builder, (gint64) s->busy_steps);
+  json_builder_set_member_name (builder, "time_s");
+  json_builder_add_double_value (builder, s->mgr_s);
+  json_builder_set_member_name (builder, "share_of_wall");
+  json_builder_add_double_value (builder, s->wall_s > 0 ? s->mgr_s / s->wall_s : 0.0);
+  json_builder_set_member_name (builder, "step_time_p50_s");
+  json_builder_add_double_value (builder, s->p50_ns / 1e9);
+  json_builder_set_member_name (builder, "step_time_p99_s");
+  json_builder_add_double_value (builder, s->p99_ns / 1e9);
+  json_builder_set_member_name (builder, "step_time_max_s");
+  json_builder_add_double_value (builder, s->max_ns / 1e9);
+  json_builder_set_member_name (builder, "lookups_per_step_mean");
+  json_builder_add_double_value (builder, s->lookups_mean);
+  json_builder_set_member_name (builder, "lookups_per_step_max");
+  json_builder_add_int_value (builder, (gint64) s->lookups_max);
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "verify");
+  json_builder_begin_object (builder);
+  json_builder_set_member_name (builder, "chunks");
+  json_builder_add_int_value (builder, (gint64) b->verified_chunks);
+  json_builder_set_member_name (builder, "mismatches");
+  json_builder_add_int_value (builder, (gint64) b->verify_mismatches);
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "wall_s");
+  json_builder_add_double_value (builder, s->wall_s);
+  json_builder_set_member_name (builder, "requests_per_s");
+  json_builder_add_double_value (builder, s->wall_s > 0 ? b->n_done / s->wall_s : 0.0);
+  json_builder_end_object (builder);
+
+  root = json_builder_get_root (builder);
+  json_generator_set_root (generator, root);
+  json_generator_set_pretty (generator, TRUE);
+  return json_generator_to_file (generator, path, error);
+}
+
+static gboolean
+write_plot (Bench       *b,
+            const char  *path,
+            GError     **error)
+{
+  g_autofree const char **sources = g_new0 (const char *, n_sources (b) + 1);
+  g_autoptr(GPtrArray) paths = g_ptr_array_new_with_free_func (g_free);
+  g_autofree char *title = g_strdup_printf ("kvtier bench: %s", b->workload->description);
+  ToolPlotInfo info = { 0 };
+
+  for (guint src = 0; src < n_sources (b); src++)
+    sources[src] = source_name (b, src);
+  for (guint p = 0; p < n_paths (b); p++)
+    g_ptr_array_add (paths, path_name (b, p));
+  info.n_sources = n_sources (b);
+  info.source_names = sources;
+  info.n_paths = n_paths (b);
+  info.path_names = (const char **) paths->pdata;
+  info.samples = b->samples;
+  info.title = title;
+  return tool_plot_write (path, &info, error);
+}
+
+/* ------------------------------------------------------------------------ */
+
+int
+tool_bench (int    argc,
+            char **argv)
+{
+  Bench bench = {
+    .conversations = 300,
+    .turns = 6,
+    .seed = 1,
+    .batch = 8,
+  };
+  Bench *b = &bench;
+  g_autoptr(GOptionContext) context = NULL;
+  g_autoptr(GError) error = NULL;
+  ToolSyntheticParams params = { 0 };
+  gboolean plugin_errors = FALSE;
+  Summary summary = { 0 };
+  int status = TOOL_EXIT_OK;
+  GOptionEntry entries[] = {
+    { "config", 'c', 0, G_OPTION_ARG_FILENAME, &b->config_path,
+      "Configuration file (primary, device, tiers); the size options below override it", "FILE" },
+    { "trace", 't', 0, G_OPTION_ARG_FILENAME, &b->trace_path,
+      "Replay a Mooncake trace (JSON lines with hash_ids)", "FILE" },
+    { "synthetic", 's', 0, G_OPTION_ARG_NONE, &b->synthetic,
+      "Replay built-in synthetic multi-turn chats (the default)", NULL },
+    { "conversations", 0, 0, G_OPTION_ARG_INT, &b->conversations,
+      "Synthetic: conversations (default 300)", "N" },
+    { "turns", 0, 0, G_OPTION_ARG_INT, &b->turns, "Synthetic: turns per conversation (default 6)", "N" },
+    { "seed", 0, 0, G_OPTION_ARG_INT, &b->seed, "Synthetic: random seed (default 1)", "N" },
+    { "requests", 'n', 0, G_OPTION_ARG_INT, &b->max_requests,
+      "Replay only the first N requests (default: all)", "N" },
+    { "chunk-size", 0, 0, G_OPTION_ARG_STRING, &b->chunk_size_text,
+      "Bytes of one chunk of 512 tokens, a multiple of 4096 (default 256KiB)", "SIZE" },
+    { "layers", 0, 0, G_OPTION_ARG_INT, &b->layers,
+      "Model layers: a device block is chunk-size / layers (default 8)", "N" },
+    { "gpu-size", 0, 0, G_OPTION_ARG_STRING, &b->gpu_size_text,
+      "Device KV capacity (default 1024 chunks)", "SIZE" },
+    { "primary-size", 0, 0, G_OPTION_ARG_STRING, &b->primary_size_text,
+      "Primary tier capacity (default 2048 chunks)", "SIZE" },
+    { "tier-size", 0, 0, G_OPTION_ARG_STRING, &b->tier_size_text,
+      "Capacity of the default fs tier (default: unbounded)", "SIZE" },
+    { "batch", 'b', 0, G_OPTION_ARG_INT, &b->batch,
+      "Requests scheduled per step (default 8)", "N" },
+    { "lookups-per-step", 0, 0, G_OPTION_ARG_INT, &b->lookups_per_step,
+      "Fill each step with about N manager lookups, to measure the manager's share of"
+      " step time (small chunks unless --chunk-size)", "N" },
+    { "sync", 0, 0, G_OPTION_ARG_NONE, &b->sync,
+      "Wait for every transfer before the step ends (deterministic runs)", NULL },
+    { "json", 'j', 0, G_OPTION_ARG_FILENAME, &b->json_path,
+      "Write the results as JSON (schema in doc/bench.md)", "FILE" },
+    { "plot", 'p', 0, G_OPTION_ARG_FILENAME, &b->plot_path,
+      "Draw hit rates and tier traffic over time (.svg or .png)", "FILE" },
+    { "no-verify", 0, 0, G_OPTION_ARG_NONE, &b->no_verify,
+      "Do not check loaded chunks byte for byte", NULL },
+    { "no-progress", 0, 0, G_OPTION_ARG_NONE, &b->no_progress, "No progress bar", NULL },
+    { "quiet", 'q', 0, G_OPTION_ARG_NONE, &b->quiet, "Print no table (with --json)", NULL },
+    { NULL }
+  };
+
+  context = g_option_context_new ("- replay requests through device, primary and tiers");
+  g_option_context_set_summary (context,
+    "Simulates an inference engine: each step, requests look their prompt chunks up in the\n"
+    "device prefix cache and then the tiering manager, load the hits, compute the rest and\n"
+    "store it (device → primary → every tier). Prints what offloading saved.\n"
+    "Without --config: a host device, the primary tier in memory and an fs tier in a\n"
+    "fresh temporary directory that is removed at exit.");
+  g_option_context_add_main_entries (context, entries, NULL);
+  if (!g_option_context_parse (context, &argc, &argv, &error))
+    return tool_usage_error (context, "%s", error->message);
+  if (argc > 1)
+    return tool_usage_error (context, "unexpected argument '%s'", argv[1]);
+  if (b->trace_path != NULL && b->synthetic)
+    return tool_usage_error (context, "--trace and --synthetic exclude each other");
+  if (b->batch < 1)
+    return tool_usage_error (context, "--batch must be at least 1");
+  if (b->layers < 0 || b->max_requests < 0 || b->lookups_per_step < 0)
+    return tool_usage_error (context, "--layers, --requests and --lookups-per-step must not be negative");
+  if (b->conversations < 1 || b->turns < 1)
+    return tool_usage_error (context, "--conversations and --turns must be at least 1");
+  if (b->plot_path != NULL && !g_str_has_suffix (b->plot_path, ".svg") &&
+      !g_str_has_suffix (b->plot_path, ".png"))
+    return tool_usage_error (context, "--plot FILE must end in .svg or .png");
+  {
+    const char *sizes[] = { b->chunk_size_text, b->gpu_size_text, b->primary_size_text,
+                            b->tier_size_text };
+    const char *names[] = { "--chunk-size", "--gpu-size", "--primary-size", "--tier-size" };
+
+    for (guint k = 0; k < G_N_ELEMENTS (sizes); k++)
+      {
+        guint64 ignored;
+        g_autoptr(GError) size_error = NULL;
+
+        if (sizes[k] != NULL && !tool_parse_size (sizes[k], &ignored, &size_error))
+          return tool_usage_error (context, "%s: %s", names[k], size_error->message);
+      }
+  }
+
+  if (b->trace_path != NULL)
+    b->workload = tool_workload_load_trace (b->trace_path, (guint) b->max_requests, &error);
+  else
+    {
+      params.conversations = (guint) b->conversations;
+      params.turns = (guint) b->turns;
+      params.system_prompts = 8;
+      params.system_chunks = 6;
+      params.seed = (guint) b->seed;
+      b->workload = tool_workload_synthetic (&params, (guint) b->max_requests);
+    }
+  if (b->workload == NULL)
+    {
+      g_printerr ("kvtier: %s\n", error->message);
+      return TOOL_EXIT_FAILURE;
+    }
+
+  b->registry = tool_load_registry (TRUE, &plugin_errors);
+  b->by_id = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, (GDestroyNotify) chunk_free);
+  b->by_key = g_hash_table_new (kv_key_hash, kv_key_equal);
+  b->reqs = g_ptr_array_new_with_free_func ((GDestroyNotify) req_free);
+  b->load_jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free, NULL);
+  b->store_jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free,
+                                         (GDestroyNotify) store_job_free);
+  b->new_ids = g_ptr_array_new_with_free_func (g_free);
+  b->busy_mgr_ns = g_array_new (FALSE, FALSE, sizeof (gint64));
+  b->busy_lookups = g_array_new (FALSE, FALSE, sizeof (guint64));
+  b->samples = g_ptr_array_new_with_free_func ((GDestroyNotify) sample_free);
+  g_queue_init (&b->waiting);
+  g_queue_init (&b->recency);
+
+  signal (SIGINT, on_interrupt);
+  signal (SIGTERM, on_interrupt);
+
+  if (!setup (b, &error) || !run (b, &error))
+    {
+      g_printerr ("kvtier: %s\n", error->message);
+      status = g_error_matches (error, G_IO_ERROR, G_IO_ERROR_CANCELLED) ? 130 : TOOL_EXIT_FAILURE;
+    }
+  else
+    {
+      collect_stats (b);
+      summarize (b, &summary);
+      if (!b->quiet)
+        print_report (b, &summary);
+      if (b->json_path != NULL && !write_json (b, &summary, b->json_path, &error))
+        {
+          g_printerr ("kvtier: cannot write %s: %s\n", b->json_path, error->message);
+          status = TOOL_EXIT_FAILURE;
+        }
+      g_clear_error (&error);
+      if (b->plot_path != NULL && !write_plot (b, b->plot_path, &error))
+        {
+          g_printerr ("kvtier: cannot draw %s: %s\n", b->plot_path, error->message);
+          status = TOOL_EXIT_FAILURE;
+        }
+      if (b->verify_mismatches > 0)
+        {
+          g_printerr ("kvtier: %" G_GUINT64_FORMAT " loaded chunks did not hold the bytes"
+                      " that were stored\n", b->verify_mismatches);
+          status = TOOL_EXIT_FAILURE;
+        }
+    }
+
+  teardown (b);
+  return status;
+}

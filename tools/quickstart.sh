@@ -55,6 +55,8 @@ case "$cmd" in
   bench)
     install_packages
     build_tree
+    # run from the build tree: point the registry at the built plugins
+    export KVTIER_PLUGIN_PATH="$build/plugins/fs:$build/plugins/example${KVTIER_PLUGIN_PATH:+:$KVTIER_PLUGIN_PATH}"
     exec "$build/tools/kvtier" bench "$@"
     ;;
   test)

@@ -1,37 +1,49 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Print the one-line verdict CI reads, 'N passed, N failed, N skipped',
-from meson's testlog.json. TAP tests count their individual test cases;
-other tests count once. Exits non-zero on any failure or when nothing ran."""
+from one or more meson testlog.json files; a missing file counts as a
+failure. TAP tests count their individual test cases, other tests count
+once. Exits non-zero on any failure or when nothing ran."""
 import json
 import sys
 
-passed = failed = skipped = 0
-with open(sys.argv[1]) as log:
-    for line in log:
-        test = json.loads(line)
-        result = test["result"]
-        cases = [l for l in test.get("stdout", "").splitlines()
-                 if l.startswith(("ok ", "not ok "))]
-        if test.get("protocol") == "tap" or cases:
-            for case in cases:
-                if case.startswith("not ok") and "# TODO" not in case:
-                    failed += 1
-                elif "# SKIP" in case or "# skip" in case:
-                    skipped += 1
-                else:
-                    passed += 1
-            # a crash or time-out after the last case still fails the run
-            if result not in ("OK", "EXPECTEDFAIL", "SKIP") and not any(
-                    c.startswith("not ok") for c in cases):
-                failed += 1
-            continue
+
+def count(test):
+    """(passed, failed, skipped) of one meson test record."""
+    result = test["result"]
+    cases = [line for line in test.get("stdout", "").splitlines()
+             if line.startswith(("ok ", "not ok "))]
+    if test.get("protocol") != "tap" and not cases:
         if result in ("OK", "EXPECTEDFAIL"):
-            passed += 1
-        elif result == "SKIP":
+            return 1, 0, 0
+        return (0, 0, 1) if result == "SKIP" else (0, 1, 0)
+
+    passed = failed = skipped = 0
+    for case in cases:
+        if case.startswith("not ok") and "# TODO" not in case:
+            failed += 1
+        elif "# SKIP" in case or "# skip" in case:
             skipped += 1
         else:
-            failed += 1
+            passed += 1
+    # a crash or time-out after the last case still fails the run
+    if result not in ("OK", "EXPECTEDFAIL", "SKIP") and failed == 0:
+        failed += 1
+    return passed, failed, skipped
 
+
+totals = [0, 0, 0]
+for path in sys.argv[1:]:
+    try:
+        with open(path) as log:
+            records = [json.loads(line) for line in log]
+    except OSError as e:
+        print(f"{path}: {e.strerror}", file=sys.stderr)
+        totals[1] += 1
+        continue
+    for record in records:
+        totals = [t + c for t, c in zip(totals, count(record))]
+
+passed, failed, skipped = totals
 print(f"{passed} passed, {failed} failed, {skipped} skipped")
 sys.exit(1 if failed or not passed else 0)

@@ -1,9 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
-/* tests/tiers/meson.build does not put plugins/example on the include path
- * of the test-tier library itself, so name the header by its location. */
-#include "../../plugins/example/kv-example-tier.h"
+#include "kv-example-tier.h"
 
 G_BEGIN_DECLS
 

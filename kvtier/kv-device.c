@@ -88,6 +88,44 @@ G_DEFINE_ABSTRACT_TYPE_WITH_CODE (KvDevice, kv_device, G_TYPE_OBJECT,
                                   G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
                                                          kv_device_initable_iface_init))
 
+/**
+ * KvDeviceClass::submit:
+ * @self: a device
+ * @job_id: the id [method@Kv.Device.complete_job] reports the job with
+ * @direction: which way the job copies
+ * @copies: (array length=n_copies): the job's pieces
+ * @n_copies: the number of pieces; 0 for an empty job, which still
+ *   completes in order
+ * @error: return location for a #GError
+ *
+ * Starts a job and returns without waiting for it. @copies is only valid
+ * during the call.
+ *
+ * Returns: %TRUE when the job was started, %FALSE with @error set when it
+ *   could not be
+ */
+
+/**
+ * KvDeviceClass::get_finished:
+ * @self: a device
+ *
+ * Takes the results of the jobs reported since the last call.
+ *
+ * Returns: (transfer full) (array zero-terminated=1): the results
+ */
+
+/**
+ * KvDeviceClass::wait:
+ * @self: a device
+ * @job_ids: (array length=n_job_ids): jobs to wait for
+ * @n_job_ids: the number of jobs
+ * @error: return location for a #GError
+ *
+ * Blocks until the jobs have finished.
+ *
+ * Returns: %TRUE when they finished, %FALSE with @error set otherwise
+ */
+
 static gboolean
 kv_device_real_open (KvDevice  *self,
                      GError   **error)

@@ -74,6 +74,7 @@ typedef struct
   gint64             first_deferred_ns;
   guint              loaded_from;   /* [loaded_from, loaded_to) loaded from primary */
   guint              loaded_to;
+  gboolean           load_failed;
 } Req;
 
 typedef struct
@@ -87,6 +88,7 @@ typedef struct
 typedef struct
 {
   /* options */
+  guint64   chunk_size;   /* resolved from --chunk-size and the mode */
   char     *config_path;
   char     *trace_path;
   gboolean  synthetic;
@@ -96,12 +98,16 @@ typedef struct
   gint      max_requests;
   char     *chunk_size_text;
   gint      layers;
+  gboolean  layers_given;
   char     *gpu_size_text;
   char     *primary_size_text;
   char     *tier_size_text;
   gint      batch;
   gint      lookups_per_step;
+  gdouble   prefill_rate;   /* tokens per second of simulated compute */
   gboolean  sync;
+  gboolean  no_device_cache;
+  char     *backpressure;
   char     *json_path;
   char     *plot_path;
   gboolean  no_verify;
@@ -159,9 +165,10 @@ typedef struct
   guint64  tokens_offload;
   guint64  tokens_computed;
   guint64  store_refused;
-  guint64  promotions_seen;
   guint64  verified_chunks;
   guint64  verify_mismatches;
+  guint64  transfer_failures;  /* device jobs that failed */
+  GError  *failure;            /* why a request could not be scheduled */
   guint64  dev_bytes[2];   /* [KvDeviceDirection] */
   gdouble  dev_time[2];
   guint64  dev_jobs[2];
@@ -171,9 +178,12 @@ typedef struct
   guint64  steps;
   gint64   step_mgr_ns;
   guint64  step_lookups;
+  guint64  step_computed;   /* tokens computed this step */
+  gint64   compute_ns;      /* simulated GPU time, whole run */
   GArray  *busy_mgr_ns;    /* gint64 per step that looked up chunks */
   GArray  *busy_lookups;   /* guint64, same steps */
   gint64   mgr_ns_total;
+  gint64   lookup_ns_total;  /* inside kv_tiering_manager_lookup only */
   gint64   start_ns;
   gint64   end_ns;
   gint64   last_sample_ns;
@@ -256,8 +266,18 @@ unpin (Bench *b,
        Chunk *chunk)
 {
   g_assert (chunk->slot >= 0 && chunk->pins > 0);
-  if (--chunk->pins == 0)
-    b->n_evictable++;
+  if (--chunk->pins > 0)
+    return;
+  if (!b->no_device_cache)
+    {
+      b->n_evictable++;
+      return;
+    }
+  /* No prefix cache: device memory is held only while in use. */
+  g_queue_unlink (&b->recency, &chunk->link);
+  g_array_append_val (b->free_slots, chunk->slot);
+  b->dev_owner[chunk->slot] = NULL;
+  chunk->slot = -1;
 }
 
 /* Gives @chunk a device slot, evicting the least recent unpinned chunk;
@@ -444,7 +464,7 @@ finish_request (Bench *b,
       MGR_VOID (b, kv_tiering_manager_complete_load (b->manager, keys,
                                                      req->loaded_to - req->loaded_from,
                                                      req->request));
-      for (guint c = req->loaded_from; c < req->loaded_to; c++)
+      for (guint c = req->loaded_from; c < req->loaded_to && !req->load_failed; c++)
         verify_chunk (b, req->chunks[c]);
     }
 
@@ -453,8 +473,9 @@ finish_request (Bench *b,
   /* The whole prompt is now the most recent thing on the device. */
   for (guint c = 0; c < n; c++)
     {
+      if (req->chunks[c]->pins > 1 || !b->no_device_cache)
+        dev_touch (b, req->chunks[c]);
       unpin (b, req->chunks[c]);
-      dev_touch (b, req->chunks[c]);
     }
   req->state = REQ_DONE;
   b->n_running--;
@@ -477,6 +498,7 @@ typedef enum {
   SCHEDULED,
   DEFERRED,
   NO_ROOM,
+  FAILED,     /* b->failure says why */
 } Outcome;
 
 static Outcome
@@ -512,7 +534,9 @@ try_schedule (Bench *b,
       if (results[stop] == KV_LOOKUP_RESULT_MISS || results[stop] == KV_LOOKUP_RESULT_RETRY)
         break;
     }
-  b->step_mgr_ns += now_ns () - t0;
+  t0 = now_ns () - t0;
+  b->step_mgr_ns += t0;
+  b->lookup_ns_total += t0;
   b->manager_lookups += MIN (stop + 1, n) - i;
   b->step_lookups += MIN (stop + 1, n) - i;
 
@@ -527,8 +551,6 @@ try_schedule (Bench *b,
           if (results[j] == KV_LOOKUP_RESULT_HIT_PENDING && before[j] == KV_LOOKUP_RESULT_MISS)
             {
               req->source[j] = find_tier (b, req->chunks[j], req);
-              if (req->source[j] != SOURCE_PRIMARY)
-                b->promotions_seen++;
             }
           else
             req->source[j] = SOURCE_PRIMARY;
@@ -587,11 +609,19 @@ try_schedule (Bench *b,
       chunk_ids = MGR (b, kv_tiering_manager_prepare_load (b->manager, keys, j - i, req->request,
                                                            &n_ids, &error));
       if (chunk_ids == NULL)
-        g_error ("prepare_load of %s failed after a hit: %s", req->id, error->message);
+        {
+          g_prefix_error (&error, "prepare_load of %s after its lookups hit: ", req->id);
+          g_propagate_error (&b->failure, g_steal_pointer (&error));
+          return FAILED;
+        }
       g_assert (n_ids == j - i);
       job = kv_device_submit_load (b->device, chunk_ids, j - i, blocks, (j - i) * b->bpc, &error);
       if (job == 0)
-        g_error ("device load failed: %s", error->message);
+        {
+          g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error),
+                                      "device load of %s: ", req->id);
+          return FAILED;
+        }
       g_hash_table_insert (b->load_jobs, g_memdup2 (&job, sizeof job), req);
     }
 
@@ -645,7 +675,12 @@ try_schedule (Bench *b,
               job = kv_device_submit_store (b->device, blocks, n_store * b->bpc,
                                             chunk_ids, n_ids, &error);
               if (job == 0)
-                g_error ("device store failed: %s", error->message);
+                {
+                  g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error),
+                                              "device store of %s: ", req->id);
+                  store_job_free (sj);
+                  return FAILED;
+                }
               g_hash_table_insert (b->store_jobs, g_memdup2 (&job, sizeof job), sj);
             }
         }
@@ -673,6 +708,7 @@ try_schedule (Bench *b,
         {
           b->misses++;
           b->tokens_computed += tokens;
+          b->step_computed += tokens;
         }
     }
 
@@ -723,8 +759,13 @@ drain_device (Bench *b)
       guint64 id = kv_job_result_get_job_id (result);
       Req *req = g_hash_table_lookup (b->load_jobs, &id);
 
+      /* A failed load still releases its primary slots; the chunks it
+       * should have brought are not checked, and the run fails. */
       if (!kv_job_result_get_success (result))
-        g_error ("device load job %" G_GUINT64_FORMAT " failed", id);
+        {
+          b->transfer_failures++;
+          req->load_failed = TRUE;
+        }
       b->dev_bytes[KV_DEVICE_DIRECTION_TO_DEVICE] += MAX (kv_job_result_get_transfer_bytes (result), 0);
       b->dev_time[KV_DEVICE_DIRECTION_TO_DEVICE] += kv_job_result_get_transfer_time (result);
       b->dev_jobs[KV_DEVICE_DIRECTION_TO_DEVICE]++;
@@ -744,6 +785,8 @@ drain_device (Bench *b)
       b->dev_time[KV_DEVICE_DIRECTION_TO_PRIMARY] += kv_job_result_get_transfer_time (result);
       b->dev_jobs[KV_DEVICE_DIRECTION_TO_PRIMARY]++;
 
+      if (!ok)
+        b->transfer_failures++;
       /* The chunks are in the primary tier now: the cascade starts here. */
       MGR_VOID (b, kv_tiering_manager_complete_store (b->manager, sj->keys, sj->n,
                                                       sj->request, ok));
@@ -1027,6 +1070,7 @@ run (Bench   *b,
 
       b->step_mgr_ns = 0;
       b->step_lookups = 0;
+      b->step_computed = 0;
       g_ptr_array_set_size (b->new_ids, 0);
 
       completions = drain_device (b);
@@ -1054,6 +1098,9 @@ run (Bench   *b,
             case NO_ROOM:
               stop_admitting = TRUE;
               break;
+            case FAILED:
+              g_propagate_error (error, g_steal_pointer (&b->failure));
+              return FALSE;
             default:
               g_assert_not_reached ();
             }
@@ -1081,8 +1128,24 @@ run (Bench   *b,
           if (!kv_secondary_tier_drain_jobs (b->tiers[t], error))
             return FALSE;
 
+      /* The GPU runs the step: prefill of the computed tokens, while the
+       * transfers go on in the background. */
+      if (b->prefill_rate > 0 && b->step_computed > 0)
+        {
+          gint64 ns = (gint64) (b->step_computed * 1e9 / b->prefill_rate);
+
+          b->compute_ns += ns;
+          g_usleep (ns / 1000);
+        }
+
       b->steps++;
       b->mgr_ns_total += b->step_mgr_ns;
+      if (admitted > 0 || b->step_lookups > 0)
+        g_debug ("step %" G_GUINT64_FORMAT ": %u scheduled, %" G_GUINT64_FORMAT " manager lookups,"
+                 " manager %.3f ms, step %.3f ms, %u waiting, %u free device slots%s",
+                 b->steps, admitted, b->step_lookups, b->step_mgr_ns / 1e6,
+                 (now_ns () - step_start) / 1e6, b->waiting.length, b->free_slots->len,
+                 stop_admitting ? ", admission stopped" : "");
       if (b->step_lookups > 0)
         {
           g_array_append_val (b->busy_mgr_ns, b->step_mgr_ns);
@@ -1105,7 +1168,6 @@ run (Bench   *b,
           idle_steps++;
           wait_for_wakeup (b, 1);
         }
-      (void) step_start;
     }
 
   b->end_ns = now_ns ();
@@ -1167,33 +1229,11 @@ static gboolean
 build_config (Bench   *b,
               GError **error)
 {
-  guint64 chunk_size = 256 * 1024, gpu_size = 0, primary_size = 0, tier_size = 0;
+  guint64 chunk_size = b->chunk_size, gpu_size = 0, primary_size = 0, tier_size = 0;
   gboolean have_chunk = b->chunk_size_text != NULL;
   gboolean have_gpu = b->gpu_size_text != NULL;
   gboolean overhead = b->lookups_per_step > 0;
   char text[64];
-
-  if (have_chunk && !tool_parse_size (b->chunk_size_text, &chunk_size, error))
-    return FALSE;
-  if (overhead && !have_chunk)
-    chunk_size = 4096;
-  if (chunk_size % 4096 != 0 || chunk_size == 0)
-    {
-      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
-                   "--chunk-size %" G_GUINT64_FORMAT " is not a multiple of 4096", chunk_size);
-      return FALSE;
-    }
-  if (overhead && b->layers == 0)
-    b->layers = 1;
-  if (b->layers == 0)
-    b->layers = 8;
-  if (chunk_size % ((guint64) b->layers * 8) != 0)
-    {
-      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
-                   "--chunk-size %" G_GUINT64_FORMAT " does not split into %d layers of"
-                   " whole 8-byte words", chunk_size, b->layers);
-      return FALSE;
-    }
 
   /* Defaults, in chunks: a device that holds a few batches, a primary
    * tier twice that, the rest goes to the secondary tier. */
@@ -1211,6 +1251,21 @@ build_config (Bench   *b,
       b->config = kv_config_new_from_file (b->registry, b->config_path, error);
       if (b->config == NULL)
         return FALSE;
+      /* Without --chunk-size a chunk fills the configuration's slot. */
+      if (!have_chunk)
+        {
+          chunk_size = kv_config_get_slot_size (b->config);
+          if (!have_gpu)
+            gpu_size = chunk_size * (overhead ? (guint64) b->lookups_per_step * 3 : 1024);
+          if (chunk_size % ((guint64) b->layers * 8) != 0)
+            {
+              g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                           "the slot size %" G_GUINT64_FORMAT " of %s does not split into"
+                           " %d layers of whole 8-byte words", chunk_size, b->config_path,
+                           b->layers);
+              return FALSE;
+            }
+        }
       if (b->primary_size_text != NULL)
         {
           g_snprintf (text, sizeof text, "%" G_GUINT64_FORMAT, primary_size);
@@ -1262,6 +1317,12 @@ build_config (Bench   *b,
               if (!set (b->config, section, "root", b->temp_root, error))
                 return FALSE;
             }
+          /* The EMA presets are seconds per MiB for real chunks (tens of
+           * MiB); the bench's scaled-down chunks would read as slow, so the
+           * detector is opt-in here. */
+          if (b->backpressure != NULL &&
+              !set (b->config, section, "backpressure", b->backpressure, error))
+            return FALSE;
           if (b->tier_size_text != NULL)
             {
               if (!type_has_property (b->registry, tier_type, "max-size"))
@@ -1279,7 +1340,7 @@ build_config (Bench   *b,
 
   /* The device: from the configuration, or the simulated GPU sized by the
    * options (one block per chunk per layer). */
-  if (kv_config_get_device_type (b->config) == NULL || have_chunk || have_gpu || b->layers != 8)
+  if (kv_config_get_device_type (b->config) == NULL || have_chunk || have_gpu || b->layers_given)
     {
       guint64 n_blocks = gpu_size / chunk_size;
 
@@ -1384,6 +1445,7 @@ static void
 teardown (Bench *b)
 {
   g_autoptr(GError) error = NULL;
+  gint64 t0 = now_ns ();
 
   if (b->device != NULL && !kv_device_shutdown (b->device, &error))
     {
@@ -1392,6 +1454,7 @@ teardown (Bench *b)
     }
   if (b->manager != NULL && !kv_tiering_manager_shutdown (b->manager, &error))
     g_printerr ("kvtier: manager shutdown: %s\n", error->message);
+  g_debug ("shutdown took %.2f s", (now_ns () - t0) / 1e9);
 
   g_clear_pointer (&b->reqs, g_ptr_array_unref);
   g_clear_pointer (&b->load_jobs, g_hash_table_unref);
@@ -1410,13 +1473,18 @@ teardown (Bench *b)
   g_clear_pointer (&b->busy_lookups, g_array_unref);
   g_clear_pointer (&b->samples, g_ptr_array_unref);
   g_clear_object (&b->stats);
+  g_clear_error (&b->failure);
   g_free (b->hits);
   g_free (b->tiers);
   g_strfreev (b->tier_names);
   g_clear_object (&b->registry);
   g_clear_pointer (&b->workload, tool_workload_free);
   if (b->temp_root != NULL)
-    remove_tree (b->temp_root);
+    {
+      t0 = now_ns ();
+      remove_tree (b->temp_root);
+      g_debug ("removing %s took %.2f s", b->temp_root, (now_ns () - t0) / 1e9);
+    }
   g_free (b->temp_root);
   g_free (b->tier_note);
   g_free (b->config_path);
@@ -1427,6 +1495,7 @@ teardown (Bench *b)
   g_free (b->tier_size_text);
   g_free (b->json_path);
   g_free (b->plot_path);
+  g_free (b->backpressure);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1464,7 +1533,6 @@ typedef struct
   gdouble lookups_mean;
   guint64 lookups_max;
   guint64 busy_steps;
-  gdouble busy_wall_s;   /* unused by the text report */
 } Summary;
 
 static void
@@ -1505,7 +1573,7 @@ format_duration_ns (gint64 ns)
 static char *
 format_tokens (guint64 tokens)
 {
-  if (tokens >= 10000000)
+  if (tokens >= 1000000)
     return g_strdup_printf ("%.1f M", tokens / 1e6);
   return tool_format_count (tokens);
 }
@@ -1619,8 +1687,16 @@ print_report (Bench         *b,
           s->lookups_mean);
   printf ("  %-28s %.3f s of %.2f s wall time: %.2f %%\n", "manager time, total", s->mgr_s,
           s->wall_s, percent ((guint64) (s->mgr_s * 1e6), (guint64) (s->wall_s * 1e6)));
-  printf ("  %-28s %.2f s, %.0f requests/s\n", "wall time", s->wall_s,
+  if (b->manager_lookups > 0)
+    printf ("  %-28s %" G_GUINT64_FORMAT " in %.3f s, %.0f ns each (tier lookups included)\n",
+            "manager lookups", b->manager_lookups, b->lookup_ns_total / 1e9,
+            (gdouble) b->lookup_ns_total / b->manager_lookups);
+  printf ("  %-28s %.2f s, %.0f requests/s", "wall time", s->wall_s,
           s->wall_s > 0 ? b->n_done / s->wall_s : 0.0);
+  if (b->prefill_rate > 0)
+    printf (" (%.2f s of it simulated prefill at %.0f tokens/s)", b->compute_ns / 1e9,
+            b->prefill_rate);
+  printf ("\n");
   if (b->host != NULL && !b->no_verify)
     printf ("  %-28s %" G_GUINT64_FORMAT " loaded chunks checked byte for byte, %" G_GUINT64_FORMAT
             " mismatches\n", "verified", b->verified_chunks, b->verify_mismatches);
@@ -1684,6 +1760,8 @@ write_json (Bench          *b,
   json_builder_add_int_value (builder, b->lookups_per_step);
   json_builder_set_member_name (builder, "sync");
   json_builder_add_boolean_value (builder, b->sync);
+  json_builder_set_member_name (builder, "prefill_rate");
+  json_builder_add_double_value (builder, b->prefill_rate);
   json_builder_end_object (builder);
 
   json_builder_set_member_name (builder, "requests");
@@ -1772,6 +1850,8 @@ write_json (Bench          *b,
   json_builder_add_double_value (builder, s->mgr_s);
   json_builder_set_member_name (builder, "share_of_wall");
   json_builder_add_double_value (builder, s->wall_s > 0 ? s->mgr_s / s->wall_s : 0.0);
+  json_builder_set_member_name (builder, "lookup_time_s");
+  json_builder_add_double_value (builder, b->lookup_ns_total / 1e9);
   json_builder_set_member_name (builder, "step_time_p50_s");
   json_builder_add_double_value (builder, s->p50_ns / 1e9);
   json_builder_set_member_name (builder, "step_time_p99_s");
@@ -1790,10 +1870,14 @@ write_json (Bench          *b,
   json_builder_add_int_value (builder, (gint64) b->verified_chunks);
   json_builder_set_member_name (builder, "mismatches");
   json_builder_add_int_value (builder, (gint64) b->verify_mismatches);
+  json_builder_set_member_name (builder, "failed_device_transfers");
+  json_builder_add_int_value (builder, (gint64) b->transfer_failures);
   json_builder_end_object (builder);
 
   json_builder_set_member_name (builder, "wall_s");
   json_builder_add_double_value (builder, s->wall_s);
+  json_builder_set_member_name (builder, "compute_s");
+  json_builder_add_double_value (builder, b->compute_ns / 1e9);
   json_builder_set_member_name (builder, "requests_per_s");
   json_builder_add_double_value (builder, s->wall_s > 0 ? b->n_done / s->wall_s : 0.0);
   json_builder_end_object (builder);
@@ -1838,6 +1922,7 @@ tool_bench (int    argc,
     .turns = 6,
     .seed = 1,
     .batch = 8,
+    .prefill_rate = 300000,
   };
   Bench *b = &bench;
   g_autoptr(GOptionContext) context = NULL;
@@ -1845,6 +1930,8 @@ tool_bench (int    argc,
   ToolSyntheticParams params = { 0 };
   gboolean plugin_errors = FALSE;
   Summary summary = { 0 };
+  gint64 setup_ns;
+  gboolean ok;
   int status = TOOL_EXIT_OK;
   GOptionEntry entries[] = {
     { "config", 'c', 0, G_OPTION_ARG_FILENAME, &b->config_path,
@@ -1874,6 +1961,14 @@ tool_bench (int    argc,
     { "lookups-per-step", 0, 0, G_OPTION_ARG_INT, &b->lookups_per_step,
       "Fill each step with about N manager lookups, to measure the manager's share of"
       " step time (small chunks unless --chunk-size)", "N" },
+    { "no-device-cache", 0, 0, G_OPTION_ARG_NONE, &b->no_device_cache,
+      "No prefix caching on the device: every prompt chunk is looked up in the manager"
+      " (the default with --lookups-per-step)", NULL },
+    { "backpressure", 0, 0, G_OPTION_ARG_STRING, &b->backpressure,
+      "Backpressure of the default tier: none (the default) or ema", "KIND" },
+    { "prefill-rate", 0, 0, G_OPTION_ARG_DOUBLE, &b->prefill_rate,
+      "Simulated GPU prefill speed in tokens/s: each step lasts its computed tokens / RATE"
+      " (default 300000; 0: no compute time)", "RATE" },
     { "sync", 0, 0, G_OPTION_ARG_NONE, &b->sync,
       "Wait for every transfer before the step ends (deterministic runs)", NULL },
     { "json", 'j', 0, G_OPTION_ARG_FILENAME, &b->json_path,
@@ -1903,13 +1998,43 @@ tool_bench (int    argc,
     return tool_usage_error (context, "--trace and --synthetic exclude each other");
   if (b->batch < 1)
     return tool_usage_error (context, "--batch must be at least 1");
+  if (b->prefill_rate < 0)
+    return tool_usage_error (context, "--prefill-rate must not be negative");
   if (b->layers < 0 || b->max_requests < 0 || b->lookups_per_step < 0)
     return tool_usage_error (context, "--layers, --requests and --lookups-per-step must not be negative");
   if (b->conversations < 1 || b->turns < 1)
     return tool_usage_error (context, "--conversations and --turns must be at least 1");
+  if (b->backpressure != NULL && !g_str_equal (b->backpressure, "ema") &&
+      !g_str_equal (b->backpressure, "none"))
+    return tool_usage_error (context, "--backpressure must be ema or none, not '%s'",
+                             b->backpressure);
+  if (b->backpressure != NULL && b->config_path != NULL)
+    return tool_usage_error (context, "--backpressure sets the default tier's; with --config,"
+                             " set it in the file");
+  if (b->lookups_per_step > 0)
+    b->no_device_cache = TRUE;
   if (b->plot_path != NULL && !g_str_has_suffix (b->plot_path, ".svg") &&
       !g_str_has_suffix (b->plot_path, ".png"))
     return tool_usage_error (context, "--plot FILE must end in .svg or .png");
+  /* The chunk geometry: 256 KiB of 8 layers, or 4 KiB of 1 layer for the
+   * manager-overhead mode (many chunks per step). */
+  b->layers_given = b->layers != 0;
+  if (b->layers == 0)
+    b->layers = b->lookups_per_step > 0 ? 1 : 8;
+  b->chunk_size = b->lookups_per_step > 0 ? 4096 : 256 * 1024;
+  if (b->chunk_size_text != NULL)
+    {
+      g_autoptr(GError) size_error = NULL;
+
+      if (!tool_parse_size (b->chunk_size_text, &b->chunk_size, &size_error))
+        return tool_usage_error (context, "--chunk-size: %s", size_error->message);
+      if (b->chunk_size == 0 || b->chunk_size % 4096 != 0)
+        return tool_usage_error (context, "--chunk-size %s is not a multiple of 4096",
+                                 b->chunk_size_text);
+    }
+  if (b->chunk_size % ((guint64) b->layers * 8) != 0)
+    return tool_usage_error (context, "a chunk of %" G_GUINT64_FORMAT " bytes does not split"
+                             " into %d layers of whole 8-byte words", b->chunk_size, b->layers);
   {
     const char *sizes[] = { b->chunk_size_text, b->gpu_size_text, b->primary_size_text,
                             b->tier_size_text };
@@ -1959,7 +2084,10 @@ tool_bench (int    argc,
   signal (SIGINT, on_interrupt);
   signal (SIGTERM, on_interrupt);
 
-  if (!setup (b, &error) || !run (b, &error))
+  setup_ns = now_ns ();
+  ok = setup (b, &error);
+  g_debug ("setup took %.2f s", (now_ns () - setup_ns) / 1e9);
+  if (!ok || !run (b, &error))
     {
       g_printerr ("kvtier: %s\n", error->message);
       status = g_error_matches (error, G_IO_ERROR, G_IO_ERROR_CANCELLED) ? 130 : TOOL_EXIT_FAILURE;
@@ -1979,6 +2107,12 @@ tool_bench (int    argc,
       if (b->plot_path != NULL && !write_plot (b, b->plot_path, &error))
         {
           g_printerr ("kvtier: cannot draw %s: %s\n", b->plot_path, error->message);
+          status = TOOL_EXIT_FAILURE;
+        }
+      if (b->transfer_failures > 0)
+        {
+          g_printerr ("kvtier: %" G_GUINT64_FORMAT " device transfers failed\n",
+                      b->transfer_failures);
           status = TOOL_EXIT_FAILURE;
         }
       if (b->verify_mismatches > 0)

@@ -208,7 +208,10 @@ draw (cairo_t            *cr,
       const ToolSample *b = g_ptr_array_index (samples, k);
       double dt = b->t_s - a->t_s;
 
-      for (guint p = 0; p < info->n_paths && dt > 0; p++)
+      /* A last, short interval (the run's tail) gives meaningless rates. */
+      if (dt < 0.05)
+        continue;
+      for (guint p = 0; p < info->n_paths; p++)
         rate_max = MAX (rate_max, (b->bytes[p] - a->bytes[p]) / dt / 1e6);
     }
   rate_max = rate_max > 0 ? rate_max * 1.1 : 1;
@@ -224,9 +227,13 @@ draw (cairo_t            *cr,
           const ToolSample *a = g_ptr_array_index (samples, k - 1);
           const ToolSample *b = g_ptr_array_index (samples, k);
           double dt = b->t_s - a->t_s;
-          double rate = dt > 0 ? (b->bytes[p] - a->bytes[p]) / dt / 1e6 : 0;
-          double x = LEFT + w * (a->t_s + b->t_s) / 2 / t_max;
-          double y = y2 + h - h * rate / rate_max;
+          double rate, x, y;
+
+          if (dt < 0.05)
+            continue;
+          rate = (b->bytes[p] - a->bytes[p]) / dt / 1e6;
+          x = LEFT + w * (a->t_s + b->t_s) / 2 / t_max;
+          y = y2 + h - h * rate / rate_max;
 
           if (!started)
             cairo_move_to (cr, x, y);

@@ -75,6 +75,8 @@ gboolean tool_plot_write (const char          *path,
 
 int      tool_bench       (int    argc,
                            char **argv);
+int      tool_inspect     (int    argc,
+                           char **argv);
 
 /* Small helpers shared by the subcommands. */
 gboolean tool_parse_size  (const char  *text,

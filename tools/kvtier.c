@@ -10,9 +10,9 @@
 
 #include <json-glib/json-glib.h>
 
-/* The `kvtier` command: subcommands bench, plugins, config check (and
- * inspect, in kvtier-inspect.c when the fs tier documents its format). Exit
- * codes: 0 success, 1 the command failed, 2 it was used wrongly. */
+/* The `kvtier` command: subcommands bench (kvtier-bench.c), plugins,
+ * config check, and inspect fs (kvtier-inspect.c). Exit codes: 0 success,
+ * 1 the command failed, 2 it was used wrongly. */
 
 /* ------------------------------------------------------------------------ */
 /* Helpers */
@@ -376,15 +376,11 @@ typedef struct
   const char *summary;
 } Command;
 
-int tool_inspect (int argc, char **argv);
-
 static const Command commands[] = {
   { "bench", tool_bench, "replay requests through device, primary and tiers; report what tiering saved" },
   { "plugins", cmd_plugins, "list the tier and device types and their properties" },
   { "config", cmd_config, "config check FILE: validate a configuration, print the resolved objects" },
-#ifdef KVTIER_HAVE_INSPECT
   { "inspect", tool_inspect, "inspect fs ROOT: namespaces, chunks, checksums, stale files" },
-#endif
 };
 
 static char *

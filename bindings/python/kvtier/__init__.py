@@ -74,16 +74,17 @@ def _python_enum(gi_enum):
 
 
 def _install_enums():
-    names = []
+    enums = {}
     for name in dir(Kv):
         obj = getattr(Kv, name)
         if isinstance(obj, type) and issubclass(obj, GObject.GEnum) and obj is not GObject.GEnum:
-            globals()[name] = _python_enum(obj)
-            names.append(name)
-    return names
+            enums[name] = _python_enum(obj)
+    globals().update(enums)
+    return enums
 
 
-__all__ += _install_enums()
+_ENUMS = _install_enums()
+__all__ += sorted(_ENUMS)
 
 
 # ---- configuration -------------------------------------------------------------
@@ -252,4 +253,5 @@ def lookup_many(manager, keys, request):
     returns a list of :class:`LookupResult`: what the C-only
     ``kv_tiering_manager_lookup_many()`` does, whose caller-allocated result
     array introspection cannot describe."""
-    return [LookupResult(int(manager.lookup(key, request))) for key in keys]  # noqa: F821
+    result = _ENUMS['LookupResult']
+    return [result(int(manager.lookup(key, request))) for key in keys]

@@ -1,0 +1,543 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <string.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <sys/wait.h>
+#include <utime.h>
+
+#include <glib/gstdio.h>
+#include <json-glib/json-glib.h>
+
+#include <kvtier.h>
+
+/* The `kvtier` command: every subcommand's exit status and output on good
+ * and bad input (0 success, 1 failure, 2 usage error). The bench's numbers
+ * are checked by tests/test_cli_bench.py. */
+
+typedef struct
+{
+  int   status;
+  char *out;
+  char *err;
+} Result;
+
+static void
+result_clear (Result *result)
+{
+  g_free (result->out);
+  g_free (result->err);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Result, result_clear)
+
+/* Runs kvtier with the NULL-terminated arguments; @plugin_path replaces
+ * KVTIER_PLUGIN_PATH when not NULL. */
+static void
+run_kvtier (Result     *result,
+            const char *plugin_path,
+            ...)
+{
+  g_autofree char *kvtier = g_test_build_filename (G_TEST_BUILT, "..", "tools", "kvtier", NULL);
+  g_autoptr(GPtrArray) argv = g_ptr_array_new ();
+  g_auto(GStrv) envp = g_get_environ ();
+  g_autoptr(GError) error = NULL;
+  int wait_status = 0;
+  const char *arg;
+  va_list args;
+
+  g_ptr_array_add (argv, kvtier);
+  va_start (args, plugin_path);
+  while ((arg = va_arg (args, const char *)) != NULL)
+    g_ptr_array_add (argv, (gpointer) arg);
+  va_end (args);
+  g_ptr_array_add (argv, NULL);
+
+  if (plugin_path != NULL)
+    envp = g_environ_setenv (envp, "KVTIER_PLUGIN_PATH", plugin_path, TRUE);
+  envp = g_environ_unsetenv (envp, "G_DEBUG");
+
+  memset (result, 0, sizeof *result);
+  g_assert_true (g_spawn_sync (NULL, (char **) argv->pdata, envp, G_SPAWN_DEFAULT, NULL, NULL,
+                               &result->out, &result->err, &wait_status, &error));
+  g_assert_no_error (error);
+  g_assert_true (WIFEXITED (wait_status));
+  result->status = WEXITSTATUS (wait_status);
+  g_test_message ("kvtier %s → %d\n%s%s", (const char *) argv->pdata[1], result->status,
+                  result->out, result->err);
+}
+
+static void
+assert_contains (const char *haystack,
+                 const char *needle)
+{
+  if (strstr (haystack, needle) == NULL)
+    g_error ("“%s” not found in:\n%s", needle, haystack);
+}
+
+static char *
+write_temp (const char *name,
+            const char *contents)
+{
+  g_autoptr(GError) error = NULL;
+  char *path = g_build_filename (g_get_tmp_dir (), name, NULL);
+
+  g_assert_true (g_file_set_contents (path, contents, -1, &error));
+  g_assert_no_error (error);
+  return path;
+}
+
+static void
+test_usage (void)
+{
+  g_auto(Result) r = { 0 };
+
+  run_kvtier (&r, NULL, NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "kvtier: missing COMMAND");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "frobnicate", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "unknown command 'frobnicate'");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "--frobnicate", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "Unknown option --frobnicate");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "--help", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "Commands:");
+  assert_contains (r.out, "  bench ");
+  assert_contains (r.out, "  plugins ");
+  assert_contains (r.out, "  config ");
+  assert_contains (r.out, "0 success, 1 failure, 2 usage error");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "--version", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "kvtier " PACKAGE_VERSION);
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "help", "bench", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "kvtier bench [OPTION");
+  assert_contains (r.out, "--trace=FILE");
+}
+
+static void
+test_help_everywhere (void)
+{
+  const char *commands[] = { "bench", "plugins", "config" };
+
+  for (guint i = 0; i < G_N_ELEMENTS (commands); i++)
+    {
+      g_auto(Result) r = { 0 };
+      g_autofree char *usage = g_strdup_printf ("kvtier %s [OPTION", commands[i]);
+
+      run_kvtier (&r, NULL, commands[i], "--help", NULL);
+      g_assert_cmpint (r.status, ==, 0);
+      assert_contains (r.out, usage);
+    }
+}
+
+static void
+test_bench_usage_errors (void)
+{
+  struct { const char *a, *b, *c, *message; } cases[] = {
+    { "--batch", "0", NULL, "--batch must be at least 1" },
+    { "--chunk-size", "12XB", NULL, "--chunk-size: '12XB' is not a size" },
+    { "--trace", "x.jsonl", "--synthetic", "--trace and --synthetic exclude each other" },
+    { "--plot", "out.gif", NULL, "--plot FILE must end in .svg or .png" },
+    { "--requests", "-3", NULL, "must not be negative" },
+    { "--batch", "many", NULL, "Cannot parse integer value “many” for --batch" },
+    { "extra", NULL, NULL, "unexpected argument 'extra'" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_auto(Result) r = { 0 };
+
+      run_kvtier (&r, NULL, "bench", cases[i].a, cases[i].b, cases[i].c, NULL);
+      g_assert_cmpint (r.status, ==, 2);
+      assert_contains (r.err, cases[i].message);
+      assert_contains (r.err, "Try “kvtier bench --help”");
+    }
+}
+
+static void
+test_bench_bad_input (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autofree char *bad = write_temp ("bad-trace.jsonl",
+                                     "{\"timestamp\": 0, \"input_length\": 10, \"hash_ids\": [1, 2]}\n"
+                                     "{\"timestamp\": 1, \"hash_ids\": [1, 2,\n");
+  g_autofree char *negative = write_temp ("negative-trace.jsonl",
+                                          "{\"timestamp\": 0, \"hash_ids\": [1, -2]}\n");
+  g_autofree char *bad_config = write_temp ("bad-bench.conf", "[primary]\nsize = 12XB\n");
+  g_autofree char *expected = g_strdup_printf ("%s:2: not JSON", bad);
+
+  run_kvtier (&r, NULL, "bench", "--trace", "/nonexistent/trace.jsonl", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "/nonexistent/trace.jsonl");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "bench", "--trace", bad, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, expected);
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "bench", "--trace", negative, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, ":1: hash_ids[1] is not a non-negative integer");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "bench", "--config", bad_config, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "bad-bench.conf:2: [primary] key 'size': '12XB' is not a size");
+  result_clear (&r);
+
+  /* A chunk that does not split into whole layers. */
+  run_kvtier (&r, NULL, "bench", "--chunk-size", "12KiB", "--layers", "5", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "a chunk of 12288 bytes does not split into 5 layers");
+}
+
+static void
+test_bench_synthetic (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autofree char *json = g_build_filename (g_get_tmp_dir (), "bench.json", NULL);
+  g_autofree char *svg = g_build_filename (g_get_tmp_dir (), "bench.svg", NULL);
+  g_autofree char *png = g_build_filename (g_get_tmp_dir (), "bench.png", NULL);
+  g_autofree char *svg_text = NULL;
+  g_autofree char *png_bytes = NULL;
+  gsize png_len = 0;
+  JsonObject *root, *hits;
+  GList *members;
+  gint64 lookups, total;
+
+  run_kvtier (&r, NULL, "bench", "--synthetic", "--conversations", "24", "--turns", "3",
+              "--chunk-size", "16KiB", "--layers", "2", "--gpu-size", "1MiB",
+              "--primary-size", "2MiB", "--json", json, "--plot", svg, NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_cmpstr (r.err, ==, "");
+  assert_contains (r.out, "kvtier bench: synthetic chats (24 conversations × 3 turns");
+  assert_contains (r.out, "\n  requests ");
+  assert_contains (r.out, "prefix chunks looked up");
+  assert_contains (r.out, "hits  device");
+  assert_contains (r.out, "saved by offloading");
+  assert_contains (r.out, "device → primary");
+  assert_contains (r.out, "manager time per step");
+  assert_contains (r.out, "0 mismatches");
+
+  g_assert_true (json_parser_load_from_file (parser, json, &error));
+  g_assert_no_error (error);
+  root = json_node_get_object (json_parser_get_root (parser));
+  g_assert_cmpstr (json_object_get_string_member (root, "schema"), ==, "kvtier-bench/1");
+  g_assert_cmpint (json_object_get_int_member (root, "requests"), ==, 72);
+  lookups = json_object_get_int_member (root, "lookups");
+  hits = json_object_get_object_member (root, "hits");
+  total = json_object_get_int_member (root, "misses") +
+          json_object_get_int_member (hits, "device") +
+          json_object_get_int_member (hits, "primary");
+  members = json_object_get_members (hits);
+  for (GList *m = members; m != NULL; m = m->next)
+    if (!g_str_equal (m->data, "device") && !g_str_equal (m->data, "primary"))
+      total += json_object_get_int_member (hits, m->data);
+  g_list_free (members);
+  g_assert_cmpint (lookups, >, 0);
+  g_assert_cmpint (total, ==, lookups);
+  g_assert_true (json_object_has_member (root, "paths"));
+  g_assert_true (json_object_has_member (root, "manager"));
+
+  g_assert_true (g_file_get_contents (svg, &svg_text, NULL, &error));
+  g_assert_no_error (error);
+  assert_contains (svg_text, "<svg");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "bench", "--synthetic", "--conversations", "8", "--turns", "2",
+              "--chunk-size", "16KiB", "--layers", "2", "--gpu-size", "1MiB", "--quiet",
+              "--plot", png, NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_cmpstr (r.out, ==, "");
+  g_assert_true (g_file_get_contents (png, &png_bytes, &png_len, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (png_len, >, 8);
+  g_assert_cmpmem (png_bytes, 8, "\x89PNG\r\n\x1a\n", 8);
+  g_remove (json);
+  g_remove (svg);
+  g_remove (png);
+}
+
+static void
+test_plugins (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autoptr(GError) error = NULL;
+  g_autofree char *test_plugins = g_test_build_filename (G_TEST_BUILT, "plugins", NULL);
+  g_autofree char *empty = g_dir_make_tmp ("kvtier-empty-XXXXXX", NULL);
+  JsonObject *root;
+  JsonArray *devices;
+
+  run_kvtier (&r, empty, "plugins", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "Plugin directories (searched in order):");
+  assert_contains (r.out, empty);
+  assert_contains (r.out, "Tier types:\n  (none: no tier plugin was found)");
+  assert_contains (r.out, "host  (KvHostDevice, built-in)");
+  assert_contains (r.out, "block-bytes");
+  result_clear (&r);
+
+  run_kvtier (&r, empty, "plugins", "--json", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_true (json_parser_load_from_data (parser, r.out, -1, &error));
+  g_assert_no_error (error);
+  root = json_node_get_object (json_parser_get_root (parser));
+  devices = json_object_get_array_member (root, "devices");
+  g_assert_cmpuint (json_array_get_length (devices), ==, 1);
+  g_assert_cmpstr (json_object_get_string_member (json_array_get_object_element (devices, 0), "name"),
+                   ==, "host");
+  g_assert_cmpuint (json_array_get_length (json_object_get_array_member (root, "tiers")), ==, 0);
+  result_clear (&r);
+
+  /* The test plugins: two register "test-good" (the first in name order,
+   * the dup plugin, wins), one has the wrong ABI. */
+  run_kvtier (&r, test_plugins, "plugins", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, "test-good  (KvTestDupTier, ");
+  assert_contains (r.out, "max-size");
+  assert_contains (r.err, "was built for kvtier plugin ABI 2, but this kvtier loads ABI 1");
+  assert_contains (r.err, "Tier 'test-good' is already registered.");
+  result_clear (&r);
+
+  run_kvtier (&r, empty, "plugins", "extra", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  g_rmdir (empty);
+}
+
+static void
+test_config_check (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autofree char *empty = g_dir_make_tmp ("kvtier-empty-XXXXXX", NULL);
+  g_autofree char *test_plugins = g_test_build_filename (G_TEST_BUILT, "plugins", NULL);
+  g_autofree char *path = g_strdup_printf ("%s:%s", empty, test_plugins);
+  g_autofree char *good = write_temp ("good.conf",
+                                      "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n"
+                                      "[device]\ntype = host\nn-blocks = 32\n"
+                                      "block-bytes = 128KiB\nn-layers = 8\n\n"
+                                      "[tier t]\ntype = test-good\nlabel = fast\n"
+                                      "backpressure = ema\n");
+  g_autofree char *bad = write_temp ("bad.conf", "[primary]\n\nsize = 64XB\n");
+
+  run_kvtier (&r, path, "config", "check", good, NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "good.conf: valid");
+  assert_contains (r.out, "[primary]  64 slots of 1 MiB (64 MiB), policy lru");
+  assert_contains (r.out, "[device]  type host → KvHostDevice (built-in)");
+  assert_contains (r.out, "    n-blocks                     = 32\n");
+  assert_contains (r.out, "    n-workers                    = 2  (default)");
+  assert_contains (r.out, "#1 [tier t]  type test-good → KvTestDupTier (");
+  assert_contains (r.out, "    label                        = fast\n");
+  assert_contains (r.out, "    backpressure                 = ema\n");
+  assert_contains (r.out, "    max-size                     = 1GiB  (default)");
+  /* The plugin errors of the test directory are warnings here. */
+  assert_contains (r.err, "kvtier: warning: ");
+  result_clear (&r);
+
+  run_kvtier (&r, path, "config", "check", bad, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "bad.conf:3: [primary] key 'size': '64XB' is not a size");
+  result_clear (&r);
+
+  run_kvtier (&r, empty, "config", "check", "/nonexistent.conf", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "/nonexistent.conf");
+  result_clear (&r);
+
+  run_kvtier (&r, empty, "config", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "missing subcommand (config check FILE)");
+  result_clear (&r);
+
+  run_kvtier (&r, empty, "config", "lint", good, NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "unknown subcommand 'lint'");
+  result_clear (&r);
+
+  run_kvtier (&r, empty, "config", "check", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "missing FILE");
+  g_remove (good);
+  g_remove (bad);
+  g_rmdir (empty);
+}
+
+static int
+remove_entry (const char        *path,
+              const struct stat *sb,
+              int                flag,
+              struct FTW        *ftw)
+{
+  return remove (path);
+}
+
+static guint64
+json_path_int (const char *file,
+               const char *member,
+               const char *field)
+{
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autoptr(GError) error = NULL;
+  JsonObject *root;
+
+  g_assert_true (json_parser_load_from_file (parser, file, &error));
+  g_assert_no_error (error);
+  root = json_node_get_object (json_parser_get_root (parser));
+  return (guint64) json_object_get_int_member (json_object_get_object_member (
+    json_object_get_object_member (root, "paths"), member), field);
+}
+
+/* Chunks the bench stored with the fs tier, read back from disk. */
+static void
+test_inspect_fs (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(GError) error = NULL;
+  g_autofree char *root = g_dir_make_tmp ("kvtier-inspect-XXXXXX", &error);
+  g_autofree char *conf_text = g_strdup_printf ("[primary]\nsize = 8MiB\nslot-size = 64KiB\n"
+                                                "[tier fs]\ntype = fs\nroot = %s\n", root);
+  g_autofree char *conf = write_temp ("inspect.conf", conf_text);
+  g_autofree char *json = g_build_filename (g_get_tmp_dir (), "inspect-bench.json", NULL);
+  g_autofree char *count = NULL;
+  g_autofree char *ok = NULL;
+  g_autofree char *victim = NULL;
+  g_autofree char *temp = NULL;
+  g_autoptr(GDir) top = NULL;
+  guint64 n_chunks;
+  const char *ns_dir = NULL;
+
+  g_assert_no_error (error);
+  run_kvtier (&r, NULL, "bench", "--config", conf, "--conversations", "16", "--turns", "2",
+              "--no-progress", "--quiet", "--json", json, NULL);
+  if (r.status != 0 && strstr (r.err, "Unknown secondary tier type: 'fs'") != NULL)
+    {
+      g_test_skip ("the fs tier plugin is not built");
+      g_rmdir (root);
+      return;
+    }
+  g_assert_cmpint (r.status, ==, 0);
+  n_chunks = json_path_int (json, "primary_to_fs", "bytes") / (64 * 1024);
+  g_assert_cmpuint (n_chunks, >, 0);
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "inspect", "fs", root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, ": 1 namespace\n");
+  assert_contains (r.out, "(kvtier layout, namespace \"default\", chunks of 64 KiB)");
+  count = g_strdup_printf ("chunks         %" G_GUINT64_FORMAT " (", n_chunks);
+  assert_contains (r.out, count);
+  ok = g_strdup_printf ("verified       %" G_GUINT64_FORMAT " ok, 0 bad", n_chunks);
+  assert_contains (r.out, ok);
+  assert_contains (r.out, "temp files     0 (0 B), 0 stale");
+  result_clear (&r);
+
+  /* Flip a payload byte of one chunk and leave an old temporary file. */
+  top = g_dir_open (root, 0, NULL);
+  for (const char *base; (base = g_dir_read_name (top)) != NULL;)
+    if (g_str_has_prefix (base, "kvtier-"))
+      ns_dir = base;
+  g_assert_nonnull (ns_dir);
+  {
+    g_autofree char *dir = g_build_filename (root, ns_dir, NULL);
+    g_autoptr(GDir) d1 = g_dir_open (dir, 0, NULL);
+    const char *a, *b2, *c;
+
+    while ((a = g_dir_read_name (d1)) != NULL && victim == NULL)
+      {
+        g_autofree char *p1 = g_build_filename (dir, a, NULL);
+        g_autoptr(GDir) d2 = NULL;
+
+        if (!g_file_test (p1, G_FILE_TEST_IS_DIR))
+          continue;
+        d2 = g_dir_open (p1, 0, NULL);
+        while ((b2 = g_dir_read_name (d2)) != NULL && victim == NULL)
+          {
+            g_autofree char *p2 = g_build_filename (p1, b2, NULL);
+            g_autoptr(GDir) d3 = g_dir_open (p2, 0, NULL);
+
+            while (d3 != NULL && (c = g_dir_read_name (d3)) != NULL && victim == NULL)
+              if (g_str_has_suffix (c, ".kv"))
+                {
+                  victim = g_build_filename (p2, c, NULL);
+                  temp = g_strdup_printf ("%s_x-1.tmp", victim);
+                }
+          }
+      }
+  }
+  g_assert_nonnull (victim);
+  {
+    g_autofree char *bytes = NULL;
+    gsize len = 0;
+    struct utimbuf old = { 0, 0 };
+
+    g_assert_true (g_file_get_contents (victim, &bytes, &len, &error));
+    bytes[4096 + 100] ^= 0x5a;
+    g_assert_true (g_file_set_contents (victim, bytes, len, &error));
+    g_assert_true (g_file_set_contents (temp, "partial", -1, &error));
+    g_assert_cmpint (g_utime (temp, &old), ==, 0);
+  }
+
+  run_kvtier (&r, NULL, "inspect", "fs", root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, " ok, 1 bad");
+  assert_contains (r.out, "payload checksum mismatch    1");
+  assert_contains (r.out, victim);
+  assert_contains (r.out, "temp files     1 (7 B), 1 stale");
+  result_clear (&r);
+
+  /* Without --verify only sizes are checked: the flipped byte goes unseen. */
+  run_kvtier (&r, NULL, "inspect", "fs", root, NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "inspect", NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  result_clear (&r);
+  run_kvtier (&r, NULL, "inspect", "redis", root, NULL);
+  g_assert_cmpint (r.status, ==, 2);
+  assert_contains (r.err, "cannot inspect tier type 'redis'");
+  result_clear (&r);
+  run_kvtier (&r, NULL, "inspect", "fs", "/nonexistent/kvtier", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "/nonexistent/kvtier");
+
+  g_remove (json);
+  g_remove (conf);
+  g_assert_cmpint (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), ==, 0);
+}
+
+int
+main (int   argc,
+      char *argv[])
+{
+  g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
+
+  g_test_add_func ("/kvtier/cli/usage", test_usage);
+  g_test_add_func ("/kvtier/cli/help-everywhere", test_help_everywhere);
+  g_test_add_func ("/kvtier/cli/bench/usage-errors", test_bench_usage_errors);
+  g_test_add_func ("/kvtier/cli/bench/bad-input", test_bench_bad_input);
+  g_test_add_func ("/kvtier/cli/bench/synthetic", test_bench_synthetic);
+  g_test_add_func ("/kvtier/cli/plugins", test_plugins);
+  g_test_add_func ("/kvtier/cli/config-check", test_config_check);
+  g_test_add_func ("/kvtier/cli/inspect-fs", test_inspect_fs);
+
+  return g_test_run ();
+}

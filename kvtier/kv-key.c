@@ -161,7 +161,10 @@ kv_key_ref (KvKey *self)
 {
   g_return_val_if_fail (self != NULL, NULL);
 
-  g_atomic_ref_count_inc (&self->ref_count);
+  /* Inline rather than g_atomic_ref_count_inc(), a library call: keys are
+   * referenced several times per chunk on the store path. Same check. */
+  if (G_UNLIKELY (g_atomic_int_add (&self->ref_count, 1) <= 0))
+    g_critical ("kv_key_ref: key %p was already freed", (gpointer) self);
 
   return self;
 }
@@ -176,10 +179,15 @@ kv_key_ref (KvKey *self)
 void
 kv_key_unref (KvKey *self)
 {
+  gint old_count;
+
   g_return_if_fail (self != NULL);
 
-  if (g_atomic_ref_count_dec (&self->ref_count))
+  old_count = g_atomic_int_add (&self->ref_count, -1);
+  if (old_count == 1)
     g_free (self);
+  else if (G_UNLIKELY (old_count <= 0))
+    g_critical ("kv_key_unref: key %p was already freed", (gpointer) self);
 }
 
 /**
@@ -332,7 +340,11 @@ kv_key_equal (gconstpointer a,
   if (ka == kb)
     return TRUE;
 
-  return ka->group == kb->group &&
+  /* The cached hashes differ for almost every pair of different keys, so
+   * most mismatches (protected-set scans, colliding table probes) end here
+   * without reading the block hashes. */
+  return ka->hash == kb->hash &&
+         ka->group == kb->group &&
          ka->hash_len == kb->hash_len &&
          memcmp (ka->data, kb->data, ka->hash_len) == 0;
 }

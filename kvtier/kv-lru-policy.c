@@ -7,13 +7,23 @@
 #include "kv-cache-policy-private.h"
 
 /* One tracked key. The list link is embedded so that touching, pinning and
- * releasing a key never allocates. */
-typedef struct
+ * releasing a key never allocates. Nodes of keys no longer tracked are kept
+ * (key NULL) in a spare list and reused by the next insert, so a steady
+ * store/evict cycle does not allocate either. */
+struct _KvLruNode
 {
-  KvKey   *key;
-  GList    link;
-  gboolean in_list;
-} LruNode;
+  KvKey    *key;
+  /* in the evictable queue (in_list) or, untracked, the next spare node */
+  GList     link;
+  gboolean  in_list;
+  /* TRUE: found through the policy's table; FALSE: inserted by the
+   * attached primary tier and found through its resolver */
+  gboolean  in_table;
+  /* what the primary tier attached (its entry), NULL for keys inserted
+   * through the interface */
+  gpointer  user_data;
+};
+typedef KvLruNode LruNode;
 
 /**
  * KvLruPolicy:
@@ -38,10 +48,22 @@ struct _KvLruPolicy
 {
   GObject parent_instance;
 
-  /* KvKey (the node's own key) → LruNode */
+  /* KvKey (the node's own key) → LruNode, for keys inserted through the
+   * interface; no destroy functions: nodes go back to the spare list */
   GHashTable *nodes;
   /* evictable nodes only; head = least recently used */
   GQueue evictable;
+  /* untracked nodes, ready for reuse, chained by link.next */
+  GList *spare;
+  /* every node allocated: the tracked ones that are not in the table are
+   * found here by clear() and detach */
+  GPtrArray *all_nodes;
+
+  /* The primary tier this policy is attached to finds the nodes of its
+   * keys in its own table (see _kv_lru_policy_attach()); those nodes are
+   * not in self->nodes. */
+  KvLruResolveFunc resolve;
+  gpointer resolve_data;
 };
 
 static void kv_lru_policy_iface_init (KvCachePolicyInterface *iface);
@@ -50,13 +72,45 @@ G_DEFINE_FINAL_TYPE_WITH_CODE (KvLruPolicy, kv_lru_policy, G_TYPE_OBJECT,
                                G_IMPLEMENT_INTERFACE (KV_TYPE_CACHE_POLICY,
                                                       kv_lru_policy_iface_init))
 
-static void
-lru_node_free (gpointer data)
+static LruNode *
+lru_node_take (KvLruPolicy *self,
+               KvKey       *key)
 {
-  LruNode *node = data;
+  GList *link = self->spare;
+  LruNode *node;
 
+  if (link != NULL)
+    {
+      node = link->data;
+      self->spare = link->next;
+      link->next = NULL;
+    }
+  else
+    {
+      node = g_new0 (LruNode, 1);
+      node->link.data = node;
+      g_ptr_array_add (self->all_nodes, node);
+    }
+  node->key = kv_key_ref (key);
+  node->in_list = FALSE;
+  node->in_table = FALSE;
+  node->user_data = NULL;
+  return node;
+}
+
+/* The node must be out of the table and of the evictable queue (or that
+ * whole queue must have been forgotten, as clear() does). */
+static void
+lru_node_release (KvLruPolicy *self,
+                  LruNode     *node)
+{
   g_clear_pointer (&node->key, kv_key_unref);
-  g_free (node);
+  node->in_list = FALSE;
+  node->in_table = FALSE;
+  node->user_data = NULL;
+  node->link.prev = NULL;
+  node->link.next = self->spare;
+  self->spare = &node->link;
 }
 
 static void
@@ -75,6 +129,48 @@ lru_unlink (KvLruPolicy *self,
   node->in_list = FALSE;
 }
 
+/* The node tracking @key, wherever it is kept. */
+static LruNode *
+lru_find (KvLruPolicy *self,
+          const KvKey *key)
+{
+  LruNode *node = NULL;
+
+  if (self->resolve != NULL)
+    {
+      /* A stale handle (its node was reused) shows by its key. */
+      node = self->resolve (self->resolve_data, key);
+      if (node != NULL && (node->key == NULL || !kv_key_equal (node->key, key)))
+        node = NULL;
+      if (node != NULL || g_hash_table_size (self->nodes) == 0)
+        return node;
+    }
+  return g_hash_table_lookup (self->nodes, key);
+}
+
+/* Takes the node out of the table if it is there (the attached tier
+ * forgets its own handle). */
+static void
+lru_forget (KvLruPolicy *self,
+            LruNode     *node)
+{
+  if (node->in_table)
+    g_hash_table_remove (self->nodes, node->key);
+}
+
+/* Moves a tracked key to the most recent end if it is evictable, out of
+ * the order if not. */
+static void
+lru_reinsert (KvLruPolicy *self,
+              LruNode     *node,
+              gboolean     evictable)
+{
+  if (node->in_list)
+    lru_unlink (self, node);
+  if (evictable)
+    lru_link (self, node);
+}
+
 static void
 kv_lru_policy_insert (KvCachePolicy *policy,
                       KvKey         *key,
@@ -83,21 +179,24 @@ kv_lru_policy_insert (KvCachePolicy *policy,
   KvLruPolicy *self = KV_LRU_POLICY (policy);
   LruNode *node;
 
-  node = g_hash_table_lookup (self->nodes, key);
+  node = lru_find (self, key);
   if (node == NULL)
     {
-      node = g_new0 (LruNode, 1);
-      node->key = kv_key_ref (key);
-      node->link.data = node;
+      node = lru_node_take (self, key);
+      node->in_table = TRUE;
       g_hash_table_insert (self->nodes, node->key, node);
     }
-  else if (node->in_list)
-    {
-      lru_unlink (self, node);
-    }
+  lru_reinsert (self, node, evictable);
+}
 
-  if (evictable)
-    lru_link (self, node);
+static void
+lru_remove (KvLruPolicy *self,
+            LruNode     *node)
+{
+  if (node->in_list)
+    lru_unlink (self, node);
+  lru_forget (self, node);
+  lru_node_release (self, node);
 }
 
 static void
@@ -107,13 +206,9 @@ kv_lru_policy_remove (KvCachePolicy *policy,
   KvLruPolicy *self = KV_LRU_POLICY (policy);
   LruNode *node;
 
-  node = g_hash_table_lookup (self->nodes, key);
-  if (node == NULL)
-    return;
-
-  if (node->in_list)
-    lru_unlink (self, node);
-  g_hash_table_remove (self->nodes, node->key);
+  node = lru_find (self, key);
+  if (node != NULL)
+    lru_remove (self, node);
 }
 
 static void
@@ -126,7 +221,7 @@ kv_lru_policy_touch (KvCachePolicy *policy,
   /* Last to first, so keys[0] ends up at the most recent end. */
   for (guint i = n_keys; i > 0; i--)
     {
-      LruNode *node = g_hash_table_lookup (self->nodes, keys[i - 1]);
+      LruNode *node = lru_find (self, keys[i - 1]);
 
       if (node != NULL && node->in_list)
         {
@@ -143,7 +238,7 @@ kv_lru_policy_mark_evictable (KvCachePolicy *policy,
   KvLruPolicy *self = KV_LRU_POLICY (policy);
   LruNode *node;
 
-  node = g_hash_table_lookup (self->nodes, key);
+  node = lru_find (self, key);
   if (node != NULL && !node->in_list)
     lru_link (self, node);
 }
@@ -155,30 +250,34 @@ kv_lru_policy_mark_non_evictable (KvCachePolicy *policy,
   KvLruPolicy *self = KV_LRU_POLICY (policy);
   LruNode *node;
 
-  node = g_hash_table_lookup (self->nodes, key);
+  node = lru_find (self, key);
   if (node != NULL && node->in_list)
     lru_unlink (self, node);
 }
 
-static KvKey **
-kv_lru_policy_evict (KvCachePolicy *policy,
-                     guint          n,
-                     KvKey * const *protected_keys,
-                     guint          n_protected)
+/* Evicts @n keys into @keys (room for n + 1; the node references move
+ * there) or changes nothing. @user_data: (nullable): room for n pointers,
+ * filled with the victims' user data. */
+static gboolean
+lru_evict (KvLruPolicy   *self,
+           guint          n,
+           KvKey * const *protected_keys,
+           guint          n_protected,
+           KvKey        **keys,
+           gpointer      *user_data)
 {
-  KvLruPolicy *self = KV_LRU_POLICY (policy);
   KvProtectedSet protect;
-  g_autofree LruNode **victims = NULL;
-  KvKey **result;
+  LruNode *stack_victims[64];
+  g_autofree LruNode **heap_victims = NULL;
+  LruNode **victims = stack_victims;
   guint found = 0;
 
-  if (n == 0)
-    return g_new0 (KvKey *, 1);
   if (n > self->evictable.length)
-    return NULL;
+    return FALSE;
 
   /* Choose first, change nothing until all n are found. */
-  victims = g_new (LruNode *, n);
+  if (n > G_N_ELEMENTS (stack_victims))
+    victims = heap_victims = g_new (LruNode *, n);
   kv_protected_set_init (&protect, protected_keys, n_protected);
   for (GList *l = self->evictable.head; l != NULL && found < n; l = l->next)
     {
@@ -190,22 +289,36 @@ kv_lru_policy_evict (KvCachePolicy *policy,
   kv_protected_set_clear (&protect);
 
   if (found < n)
-    return NULL;
+    return FALSE;
 
-  result = g_new (KvKey *, n + 1);
   for (guint i = 0; i < n; i++)
     {
       LruNode *node = victims[i];
 
       lru_unlink (self, node);
-      g_hash_table_steal (self->nodes, node->key);
+      lru_forget (self, node);
+      if (user_data != NULL)
+        user_data[i] = node->user_data;
       /* The node's reference moves to the result. */
-      result[i] = g_steal_pointer (&node->key);
-      lru_node_free (node);
+      keys[i] = g_steal_pointer (&node->key);
+      lru_node_release (self, node);
     }
-  result[n] = NULL;
+  keys[n] = NULL;
 
-  return result;
+  return TRUE;
+}
+
+static KvKey **
+kv_lru_policy_evict (KvCachePolicy *policy,
+                     guint          n,
+                     KvKey * const *protected_keys,
+                     guint          n_protected)
+{
+  KvKey **keys = g_new (KvKey *, n + 1);
+
+  if (!lru_evict (KV_LRU_POLICY (policy), n, protected_keys, n_protected, keys, NULL))
+    g_clear_pointer (&keys, g_free);
+  return keys;
 }
 
 static void
@@ -213,9 +326,16 @@ kv_lru_policy_clear (KvCachePolicy *policy)
 {
   KvLruPolicy *self = KV_LRU_POLICY (policy);
 
-  /* The links live in the nodes: forget them before freeing the nodes. */
+  /* The links live in the nodes: forget the order before reusing them. */
   g_queue_init (&self->evictable);
-  g_hash_table_remove_all (self->nodes);
+  g_hash_table_steal_all (self->nodes);
+  for (guint i = 0; i < self->all_nodes->len; i++)
+    {
+      LruNode *node = g_ptr_array_index (self->all_nodes, i);
+
+      if (node->key != NULL)
+        lru_node_release (self, node);
+    }
 }
 
 static guint
@@ -244,7 +364,9 @@ kv_lru_policy_finalize (GObject *object)
 {
   KvLruPolicy *self = KV_LRU_POLICY (object);
 
-  g_queue_init (&self->evictable);
+  kv_lru_policy_clear (KV_CACHE_POLICY (self));
+  self->spare = NULL;
+  g_clear_pointer (&self->all_nodes, g_ptr_array_unref);
   g_clear_pointer (&self->nodes, g_hash_table_unref);
 
   G_OBJECT_CLASS (kv_lru_policy_parent_class)->finalize (object);
@@ -261,8 +383,9 @@ kv_lru_policy_class_init (KvLruPolicyClass *klass)
 static void
 kv_lru_policy_init (KvLruPolicy *self)
 {
-  self->nodes = g_hash_table_new_full (kv_key_hash, kv_key_equal, NULL, lru_node_free);
+  self->nodes = g_hash_table_new (kv_key_hash, kv_key_equal);
   g_queue_init (&self->evictable);
+  self->all_nodes = g_ptr_array_new_with_free_func (g_free);
 }
 
 /**
@@ -276,4 +399,118 @@ KvCachePolicy *
 kv_lru_policy_new (void)
 {
   return g_object_new (KV_TYPE_LRU_POLICY, NULL);
+}
+
+/* ---- the primary tier's fast path (kv-cache-policy-private.h) ---------- */
+
+gboolean
+_kv_lru_policy_attach (KvLruPolicy      *self,
+                       KvLruResolveFunc  resolve,
+                       gpointer          resolve_data)
+{
+  g_return_val_if_fail (KV_IS_LRU_POLICY (self), FALSE);
+  g_return_val_if_fail (resolve != NULL, FALSE);
+
+  if (self->resolve != NULL)
+    return FALSE;
+  self->resolve = resolve;
+  self->resolve_data = resolve_data;
+  return TRUE;
+}
+
+void
+_kv_lru_policy_detach (KvLruPolicy *self)
+{
+  g_return_if_fail (KV_IS_LRU_POLICY (self));
+
+  /* The policy may outlive the tier: its keys stay findable by key (when
+   * the tier holds the last reference, finalize releases them instead). */
+  for (guint i = 0; G_OBJECT (self)->ref_count > 1 && i < self->all_nodes->len; i++)
+    {
+      LruNode *node = g_ptr_array_index (self->all_nodes, i);
+
+      if (node->key == NULL || node->in_table)
+        continue;
+      node->in_table = TRUE;
+      node->user_data = NULL;
+      g_hash_table_insert (self->nodes, node->key, node);
+    }
+  self->resolve = NULL;
+  self->resolve_data = NULL;
+}
+
+/* A node handle is only trusted while its node still tracks the very key
+ * object the caller holds (the caller keeps that key referenced, so its
+ * address cannot be reused); a handle made stale by direct calls on the
+ * policy falls back to a lookup. */
+static inline LruNode *
+lru_node_for (KvLruPolicy *self,
+              KvLruNode   *node,
+              KvKey       *key)
+{
+  if (G_LIKELY (node != NULL && node->key == key))
+    return node;
+  return lru_find (self, key);
+}
+
+KvLruNode *
+_kv_lru_policy_insert_node (KvLruPolicy *self,
+                            KvKey       *key,
+                            gboolean     evictable,
+                            gpointer     user_data)
+{
+  LruNode *node = NULL;
+
+  /* The tier calls this for keys it has just claimed, whose entries have no
+   * node yet: only a key inserted through the interface can be known. */
+  if (g_hash_table_size (self->nodes) > 0)
+    node = g_hash_table_lookup (self->nodes, key);
+  if (node == NULL)
+    {
+      node = lru_node_take (self, key);
+      if (self->resolve == NULL)
+        {
+          node->in_table = TRUE;
+          g_hash_table_insert (self->nodes, node->key, node);
+        }
+    }
+  lru_reinsert (self, node, evictable);
+  node->user_data = user_data;
+  return node;
+}
+
+gboolean
+_kv_lru_policy_evict_into (KvLruPolicy   *self,
+                           guint          n,
+                           KvKey * const *protected_keys,
+                           guint          n_protected,
+                           KvKey        **keys,
+                           gpointer      *user_data)
+{
+  return lru_evict (self, n, protected_keys, n_protected, keys, user_data);
+}
+
+void
+_kv_lru_policy_set_node_evictable (KvLruPolicy *self,
+                                   KvLruNode   *node,
+                                   KvKey       *key,
+                                   gboolean     evictable)
+{
+  node = lru_node_for (self, node, key);
+  if (node == NULL || node->in_list == evictable)
+    return;
+  if (evictable)
+    lru_link (self, node);
+  else
+    lru_unlink (self, node);
+}
+
+void
+_kv_lru_policy_remove_node (KvLruPolicy *self,
+                            KvLruNode   *node,
+                            KvKey       *key)
+{
+  node = lru_node_for (self, node, key);
+  if (node != NULL)
+    lru_remove (self, node);
 }

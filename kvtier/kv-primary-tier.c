@@ -3,22 +3,31 @@
 #include "config.h"
 
 #include "kv-primary-tier.h"
+#include "kv-primary-tier-private.h"
 
+#include "kv-cache-policy-private.h"
 #include "kv-lru-policy.h"
 
-/* Up to this many keys a prepare_store batch is deduplicated by a linear
- * scan; larger batches use a hash set. */
-#define KV_DEDUP_LINEAR_MAX 16
+/* Batches up to this many keys keep their per-call scratch arrays on the
+ * stack (the manager's usual batches are a request's chunks). */
+#define KV_STACK_KEYS 64
 
 /* The state of one stored chunk (vLLM's BlockStatus): ref_cnt −1 while its
  * slot is being written, 0 when ready and evictable, n > 0 while n readers
  * (GPU loads, cascade reads) pin it. */
-typedef struct
+typedef struct _KvEntry KvEntry;
+struct _KvEntry
 {
-  KvKey  *key;
-  guint32 slot;
-  gint32  ref_cnt;
-} KvEntry;
+  KvKey     *key;
+  guint32    slot;
+  gint32     ref_cnt;
+  union {
+    /* the key's node in the built-in LRU policy (see self->lru) */
+    KvLruNode *lru_node;
+    /* while unused (key NULL): the next spare entry */
+    KvEntry   *next_spare;
+  };
+};
 
 /**
  * KvPrimaryTier:
@@ -57,6 +66,9 @@ struct _KvPrimaryTier
   KvCachePolicy *policy;
   /* looked up once: the policy is called several times per key */
   KvCachePolicyInterface *policy_iface;
+  /* the policy when it is the built-in LRU: entries then keep their node,
+   * so that pinning and releasing a chunk skip the policy's table */
+  KvLruPolicy *lru;
   gboolean enable_events;
 
   guint n_slots;
@@ -65,11 +77,14 @@ struct _KvPrimaryTier
   /* KvKey (the entry's own key) → KvEntry, tagged while pending. No destroy
    * functions: replacing the tagged value must not free the entry. */
   GHashTable *entries;
+  /* KvEntry structs of removed chunks, reused by the next stores */
+  KvEntry *spare_entries;
 
   /* bump allocator: slots [0, n_bumped) have been handed out at least once */
   guint n_bumped;
-  /* freed slots, reused last in first out */
-  GArray *free_list;
+  /* freed slots, reused last in first out: a stack of at most n_slots */
+  guint32 *free_list;
+  guint n_free_list;
 
   guint n_evictable;
   guint n_write_pending;
@@ -111,29 +126,92 @@ primary_get_entry (KvPrimaryTier *self,
   return entry_from_value (g_hash_table_lookup (self->entries, key));
 }
 
-static void
-kv_entry_free (gpointer data)
+static KvEntry *
+primary_take_entry (KvPrimaryTier *self,
+                    KvKey         *key)
 {
-  KvEntry *entry = entry_from_value (data);
+  KvEntry *entry;
 
-  kv_key_unref (entry->key);
-  g_free (entry);
+  entry = self->spare_entries;
+  if (entry != NULL)
+    self->spare_entries = entry->next_spare;
+  else
+    entry = g_new (KvEntry, 1);
+  entry->key = kv_key_ref (key);
+  entry->slot = G_MAXUINT32;
+  entry->ref_cnt = -1;
+  entry->lru_node = NULL;
+  return entry;
 }
 
+/* The entry must be out of the table. */
 static void
-free_keys (KvKey **keys)
+primary_release_entry (KvPrimaryTier *self,
+                       KvEntry       *entry)
 {
-  if (keys == NULL)
-    return;
-  for (KvKey **k = keys; *k != NULL; k++)
-    kv_key_unref (*k);
-  g_free (keys);
+  g_clear_pointer (&entry->key, kv_key_unref);
+  entry->next_spare = self->spare_entries;
+  self->spare_entries = entry;
+}
+
+/* ---- the policy, by node when it is the built-in LRU ---- */
+
+/* The LRU policy's lookups by key (see _kv_lru_policy_attach()). */
+static KvLruNode *
+primary_resolve_lru_node (gpointer     user_data,
+                          const KvKey *key)
+{
+  KvEntry *entry = primary_get_entry (user_data, key);
+
+  return entry != NULL ? entry->lru_node : NULL;
+}
+
+static inline void
+policy_insert (KvPrimaryTier *self,
+               KvEntry       *entry,
+               gboolean       evictable)
+{
+  if (self->lru != NULL)
+    entry->lru_node = _kv_lru_policy_insert_node (self->lru, entry->key, evictable, entry);
+  else
+    self->policy_iface->insert (self->policy, entry->key, evictable);
+}
+
+static inline void
+policy_mark_evictable (KvPrimaryTier *self,
+                       KvEntry       *entry)
+{
+  if (self->lru != NULL)
+    _kv_lru_policy_set_node_evictable (self->lru, entry->lru_node, entry->key, TRUE);
+  else
+    self->policy_iface->mark_evictable (self->policy, entry->key);
+}
+
+static inline void
+policy_mark_non_evictable (KvPrimaryTier *self,
+                           KvEntry       *entry)
+{
+  if (self->lru != NULL)
+    _kv_lru_policy_set_node_evictable (self->lru, entry->lru_node, entry->key, FALSE);
+  else
+    self->policy_iface->mark_non_evictable (self->policy, entry->key);
+}
+
+static inline void
+policy_remove (KvPrimaryTier *self,
+               KvEntry       *entry)
+{
+  if (self->lru != NULL)
+    _kv_lru_policy_remove_node (self->lru, entry->lru_node, entry->key);
+  else
+    self->policy_iface->remove (self->policy, entry->key);
+  entry->lru_node = NULL;
 }
 
 static inline guint
 primary_n_free (KvPrimaryTier *self)
 {
-  return self->free_list->len + self->n_slots - self->n_bumped;
+  return self->n_free_list + self->n_slots - self->n_bumped;
 }
 
 static guint32
@@ -144,9 +222,8 @@ primary_take_slot (KvPrimaryTier *self)
   if (self->n_bumped < self->n_slots)
     return self->n_bumped++;
 
-  g_assert (self->free_list->len > 0);
-  slot = g_array_index (self->free_list, guint32, self->free_list->len - 1);
-  g_array_set_size (self->free_list, self->free_list->len - 1);
+  g_assert (self->n_free_list > 0);
+  slot = self->free_list[--self->n_free_list];
   return slot;
 }
 
@@ -175,9 +252,10 @@ primary_remove_entry (KvPrimaryTier *self,
   else if (entry->ref_cnt < 0)
     self->n_write_pending--;
 
-  g_array_append_val (self->free_list, entry->slot);
+  g_assert (self->n_free_list < self->n_slots);
+  self->free_list[self->n_free_list++] = entry->slot;
   g_hash_table_remove (self->entries, entry->key);
-  kv_entry_free (entry);
+  primary_release_entry (self, entry);
 }
 
 static void
@@ -190,7 +268,7 @@ primary_clear_entries (KvPrimaryTier *self)
   while (g_hash_table_iter_next (&iter, NULL, &value))
     {
       g_hash_table_iter_steal (&iter);
-      kv_entry_free (value);
+      primary_release_entry (self, entry_from_value (value));
     }
 }
 
@@ -210,10 +288,16 @@ kv_primary_tier_constructed (GObject *object)
 
   self->n_slots = kv_host_buffer_get_n_slots (self->buffer);
   self->slot_size = kv_host_buffer_get_slot_size (self->buffer);
+  self->free_list = g_new (guint32, MAX (self->n_slots, 1));
 
   if (self->policy == NULL)
     self->policy = kv_lru_policy_new ();
   self->policy_iface = KV_CACHE_POLICY_GET_IFACE (self->policy);
+  /* KvLruPolicy is final: its exact type means the built-in behaviour. A
+   * policy some other tier is attached to gets the interface calls. */
+  if (G_OBJECT_TYPE (self->policy) == KV_TYPE_LRU_POLICY &&
+      _kv_lru_policy_attach (KV_LRU_POLICY (self->policy), primary_resolve_lru_node, self))
+    self->lru = KV_LRU_POLICY (self->policy);
 
   /* A capacity-aware policy created without a size (such as
    * kv_cache_policy_new_for_name ("arc")) gets the slot count. */
@@ -236,6 +320,11 @@ kv_primary_tier_dispose (GObject *object)
   KvPrimaryTier *self = KV_PRIMARY_TIER (object);
 
   g_clear_object (&self->buffer);
+  if (self->lru != NULL)
+    {
+      _kv_lru_policy_detach (self->lru);
+      self->lru = NULL;
+    }
   g_clear_object (&self->policy);
 
   G_OBJECT_CLASS (kv_primary_tier_parent_class)->dispose (object);
@@ -248,7 +337,14 @@ kv_primary_tier_finalize (GObject *object)
 
   primary_clear_entries (self);
   g_clear_pointer (&self->entries, g_hash_table_unref);
-  g_clear_pointer (&self->free_list, g_array_unref);
+  while (self->spare_entries != NULL)
+    {
+      KvEntry *next = self->spare_entries->next_spare;
+
+      g_free (self->spare_entries);
+      self->spare_entries = next;
+    }
+  g_clear_pointer (&self->free_list, g_free);
   g_clear_pointer (&self->events, g_ptr_array_unref);
 
   G_OBJECT_CLASS (kv_primary_tier_parent_class)->finalize (object);
@@ -386,7 +482,6 @@ static void
 kv_primary_tier_init (KvPrimaryTier *self)
 {
   self->entries = g_hash_table_new (kv_key_hash, kv_key_equal);
-  self->free_list = g_array_new (FALSE, FALSE, sizeof (guint32));
   self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
 }
 
@@ -516,10 +611,18 @@ primary_pin (KvPrimaryTier  *self,
              guint32        *chunk_ids,
              GError        **error)
 {
-  /* Validate everything first so that a failure pins nothing. */
+  KvEntry *stack_entries[KV_STACK_KEYS];
+  g_autofree KvEntry **heap_entries = NULL;
+  KvEntry **entries = stack_entries;
+
+  if (n_keys > G_N_ELEMENTS (stack_entries))
+    entries = heap_entries = g_new (KvEntry *, n_keys);
+
+  /* Validate everything first so that a failure pins nothing; the entries
+   * found are kept, so each key is looked up once. */
   for (guint i = 0; i < n_keys; i++)
     {
-      const KvEntry *entry = primary_get_entry (self, keys[i]);
+      KvEntry *entry = primary_get_entry (self, keys[i]);
 
       if (entry == NULL || entry->ref_cnt < 0)
         {
@@ -531,16 +634,17 @@ primary_pin (KvPrimaryTier  *self,
                        hex);
           return FALSE;
         }
+      entries[i] = entry;
     }
 
   for (guint i = 0; i < n_keys; i++)
     {
-      KvEntry *entry = primary_get_entry (self, keys[i]);
+      KvEntry *entry = entries[i];
 
       if (entry->ref_cnt == 0)
         {
           self->n_evictable--;
-          self->policy_iface->mark_non_evictable (self->policy, entry->key);
+          policy_mark_non_evictable (self, entry);
         }
       entry->ref_cnt++;
       if (chunk_ids != NULL)
@@ -655,7 +759,7 @@ kv_primary_tier_complete_load (KvPrimaryTier *self,
       if (entry->ref_cnt == 0)
         {
           self->n_evictable++;
-          self->policy_iface->mark_evictable (self->policy, entry->key);
+          policy_mark_evictable (self, entry);
         }
     }
 }
@@ -678,6 +782,172 @@ kv_primary_tier_touch (KvPrimaryTier *self,
   g_return_if_fail (keys != NULL || n_keys == 0);
 
   self->policy_iface->touch (self->policy, keys, n_keys);
+}
+
+/* Takes the new entries of a batch that cannot be stored back out of the
+ * table: prepare_store changes nothing when it fails. */
+static void
+primary_unclaim (KvPrimaryTier *self,
+                 KvEntry      **fresh,
+                 guint          n_fresh)
+{
+  for (guint i = 0; i < n_fresh; i++)
+    {
+      g_hash_table_remove (self->entries, fresh[i]->key);
+      primary_release_entry (self, fresh[i]);
+    }
+}
+
+/* kv_primary_tier_prepare_store() into caller-allocated arrays:
+ * @to_store (borrowed keys, owned by the new entries) and @chunk_ids have
+ * room for @n_keys. *@evicted_inout points to room for @n_keys + 1 evicted
+ * keys; a policy other than the built-in LRU may replace it by an array
+ * the caller frees (when it differs from the one passed). The evicted keys
+ * are NULL-terminated and transfer full. */
+gboolean
+_kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
+                                     KvKey * const  *keys,
+                                     guint           n_keys,
+                                     KvKey         **to_store,
+                                     guint32        *chunk_ids,
+                                     guint          *n_to_store,
+                                     KvKey        ***evicted_inout,
+                                     guint          *n_evicted,
+                                     GError        **error)
+{
+  KvKey **evicted = *evicted_inout;
+  KvEntry *stack_fresh[KV_STACK_KEYS];
+  g_autofree KvEntry **heap_fresh = NULL;
+  KvEntry **fresh = stack_fresh;
+  gpointer stack_victims[KV_STACK_KEYS];
+  g_autofree gpointer *heap_victims = NULL;
+  guint n_fresh = 0;
+  guint n_free;
+
+  *n_to_store = 0;
+  *n_evicted = 0;
+  evicted[0] = NULL;
+
+  if (n_keys > KV_STACK_KEYS)
+    fresh = heap_fresh = g_new (KvEntry *, n_keys);
+
+  /* Each absent key is claimed in the table at once, not ready and without
+   * a slot yet: a key repeated in the batch then finds its first
+   * occurrence, so deduplication costs nothing more than the presence
+   * check. The policy hears about the new keys only once they fit. */
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvEntry *entry;
+
+      if (g_hash_table_lookup (self->entries, keys[i]) != NULL)
+        continue;
+
+      entry = primary_take_entry (self, keys[i]);
+      g_hash_table_insert (self->entries, entry->key,
+                           (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
+      fresh[n_fresh++] = entry;
+    }
+
+  if (n_fresh == 0)
+    return TRUE;
+
+  n_free = primary_n_free (self);
+  if (n_fresh > n_free)
+    {
+      guint need = n_fresh - n_free;
+      gpointer *victims = NULL;
+      gboolean chosen;
+
+      if (need > self->n_evictable)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "Cannot store %u chunks in the primary tier: %u slots free, "
+                       "%u more needed but only %u chunks are evictable",
+                       n_fresh, n_free, need, self->n_evictable);
+          primary_unclaim (self, fresh, n_fresh);
+          return FALSE;
+        }
+
+      if (self->lru != NULL)
+        {
+          victims = stack_victims;
+          if (need > G_N_ELEMENTS (stack_victims))
+            victims = heap_victims = g_new (gpointer, need);
+          chosen = _kv_lru_policy_evict_into (self->lru, need, keys, n_keys, evicted, victims);
+        }
+      else
+        {
+          KvKey **chosen_keys = self->policy_iface->evict (self->policy, need, keys, n_keys);
+
+          chosen = chosen_keys != NULL;
+          if (chosen)
+            *evicted_inout = evicted = chosen_keys;
+        }
+      if (!chosen)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "Cannot store %u chunks in the primary tier: %u slots free "
+                       "and %u evictable chunks not being stored are needed",
+                       n_fresh, n_free, need);
+          primary_unclaim (self, fresh, n_fresh);
+          return FALSE;
+        }
+
+      /* Remove the evicted chunks; keep only those in the list. */
+      for (guint i = 0; evicted[i] != NULL; i++)
+        {
+          KvEntry *entry = victims != NULL ? victims[i] : NULL;
+
+          /* The LRU hands back the entries it was given; a key the policy
+           * got some other way is looked up. */
+          if (entry == NULL || entry->key != evicted[i])
+            entry = primary_get_entry (self, evicted[i]);
+          if (entry == NULL || entry->ref_cnt != 0)
+            {
+              g_autofree char *hex = kv_key_to_string (evicted[i]);
+
+              g_critical ("Cache policy %s evicted chunk %s, which is not an "
+                          "evictable chunk of the primary tier",
+                          G_OBJECT_TYPE_NAME (self->policy), hex);
+              kv_key_unref (evicted[i]);
+              continue;
+            }
+          /* The policy already forgot the key: its node is gone. */
+          entry->lru_node = NULL;
+          primary_remove_entry (self, entry);
+          evicted[(*n_evicted)++] = evicted[i];
+        }
+      evicted[*n_evicted] = NULL;
+
+      primary_queue_event (self, evicted, *n_evicted, TRUE);
+
+      /* Only a misbehaving policy leaves too few slots. */
+      if (primary_n_free (self) < n_fresh)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "Cannot store %u chunks in the primary tier: the cache "
+                       "policy freed too few slots", n_fresh);
+          for (guint i = 0; i < *n_evicted; i++)
+            kv_key_unref (evicted[i]);
+          *n_evicted = 0;
+          evicted[0] = NULL;
+          primary_unclaim (self, fresh, n_fresh);
+          return FALSE;
+        }
+    }
+
+  for (guint i = 0; i < n_fresh; i++)
+    {
+      KvEntry *entry = fresh[i];
+
+      entry->slot = primary_take_slot (self);
+      self->n_write_pending++;
+      policy_insert (self, entry, FALSE);
+      to_store[i] = entry->key;
+      chunk_ids[i] = entry->slot;
+    }
+  *n_to_store = n_fresh;
+  return TRUE;
 }
 
 /**
@@ -708,119 +978,38 @@ kv_primary_tier_prepare_store (KvPrimaryTier  *self,
                                guint           n_keys,
                                GError        **error)
 {
-  g_autoptr(GPtrArray) to_store = NULL;
-  g_autoptr(GHashTable) seen = NULL;
-  g_autofree guint32 *chunk_ids = NULL;
-  KvKey **evicted = NULL;
-  guint n_evicted = 0;
-  guint n_free;
-  KvPrepareStoreResult *result;
+  KvKey *stack_to_store[KV_STACK_KEYS];
+  guint32 stack_chunk_ids[KV_STACK_KEYS];
+  KvKey *stack_evicted[KV_STACK_KEYS + 1];
+  g_autofree KvKey **heap_to_store = NULL;
+  g_autofree guint32 *heap_chunk_ids = NULL;
+  g_autofree KvKey **heap_evicted = NULL;
+  KvKey **to_store = stack_to_store;
+  guint32 *chunk_ids = stack_chunk_ids;
+  KvKey **buffer_evicted = stack_evicted;
+  KvKey **evicted;
+  guint n_to_store, n_evicted;
+  KvPrepareStoreResult *result = NULL;
 
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
   g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  to_store = g_ptr_array_sized_new (n_keys);
-  if (n_keys > KV_DEDUP_LINEAR_MAX)
-    seen = g_hash_table_new (kv_key_hash, kv_key_equal);
-
-  for (guint i = 0; i < n_keys; i++)
+  if (n_keys > KV_STACK_KEYS)
     {
-      gboolean duplicate = FALSE;
-
-      if (g_hash_table_contains (self->entries, keys[i]))
-        continue;
-
-      if (seen != NULL)
-        duplicate = !g_hash_table_add (seen, keys[i]);
-      else
-        for (guint j = 0; j < to_store->len && !duplicate; j++)
-          duplicate = kv_key_equal (g_ptr_array_index (to_store, j), keys[i]);
-
-      if (!duplicate)
-        g_ptr_array_add (to_store, keys[i]);
+      to_store = heap_to_store = g_new (KvKey *, n_keys);
+      chunk_ids = heap_chunk_ids = g_new (guint32, n_keys);
+      buffer_evicted = heap_evicted = g_new (KvKey *, n_keys + 1);
     }
 
-  if (to_store->len == 0)
-    return kv_prepare_store_result_new (NULL, NULL, 0, NULL, 0);
-
-  n_free = primary_n_free (self);
-  if (to_store->len > n_free)
-    {
-      guint need = to_store->len - n_free;
-
-      if (need > self->n_evictable)
-        {
-          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
-                       "Cannot store %u chunks in the primary tier: %u slots free, "
-                       "%u more needed but only %u chunks are evictable",
-                       to_store->len, n_free, need, self->n_evictable);
-          return NULL;
-        }
-
-      evicted = self->policy_iface->evict (self->policy, need, keys, n_keys);
-      if (evicted == NULL)
-        {
-          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
-                       "Cannot store %u chunks in the primary tier: %u slots free "
-                       "and %u evictable chunks not being stored are needed",
-                       to_store->len, n_free, need);
-          return NULL;
-        }
-
-      /* Remove the evicted chunks; keep only those in the list. */
-      for (guint i = 0; evicted[i] != NULL; i++)
-        {
-          KvEntry *entry = primary_get_entry (self, evicted[i]);
-
-          if (entry == NULL || entry->ref_cnt != 0)
-            {
-              g_autofree char *hex = kv_key_to_string (evicted[i]);
-
-              g_critical ("Cache policy %s evicted chunk %s, which is not an "
-                          "evictable chunk of the primary tier",
-                          G_OBJECT_TYPE_NAME (self->policy), hex);
-              kv_key_unref (evicted[i]);
-              continue;
-            }
-          primary_remove_entry (self, entry);
-          evicted[n_evicted++] = evicted[i];
-        }
-      evicted[n_evicted] = NULL;
-
-      primary_queue_event (self, evicted, n_evicted, TRUE);
-
-      /* Only a misbehaving policy leaves too few slots. */
-      if (primary_n_free (self) < to_store->len)
-        {
-          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
-                       "Cannot store %u chunks in the primary tier: the cache "
-                       "policy freed too few slots", to_store->len);
-          free_keys (evicted);
-          return NULL;
-        }
-    }
-
-  chunk_ids = g_new (guint32, to_store->len);
-  for (guint i = 0; i < to_store->len; i++)
-    {
-      KvEntry *entry = g_new (KvEntry, 1);
-
-      entry->key = kv_key_ref (g_ptr_array_index (to_store, i));
-      entry->slot = primary_take_slot (self);
-      entry->ref_cnt = -1;
-      g_hash_table_insert (self->entries, entry->key,
-                           (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
-      self->n_write_pending++;
-      self->policy_iface->insert (self->policy, entry->key, FALSE);
-      chunk_ids[i] = entry->slot;
-    }
-
-  result = kv_prepare_store_result_new ((KvKey * const *) to_store->pdata, chunk_ids,
-                                        to_store->len, evicted, n_evicted);
-
-  free_keys (evicted);
-
+  evicted = buffer_evicted;
+  if (_kv_primary_tier_prepare_store_into (self, keys, n_keys, to_store, chunk_ids, &n_to_store,
+                                           &evicted, &n_evicted, error))
+    result = kv_prepare_store_result_new (to_store, chunk_ids, n_to_store, evicted, n_evicted);
+  for (guint i = 0; i < n_evicted; i++)
+    kv_key_unref (evicted[i]);
+  if (evicted != buffer_evicted)
+    g_free (evicted);
   return result;
 }
 
@@ -866,13 +1055,13 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
           g_hash_table_insert (self->entries, entry->key, entry);
           self->n_write_pending--;
           self->n_evictable++;
-          self->policy_iface->mark_evictable (self->policy, entry->key);
+          policy_mark_evictable (self, entry);
           if (stored != NULL)
             g_ptr_array_add (stored, entry->key);
         }
       else
         {
-          self->policy_iface->remove (self->policy, entry->key);
+          policy_remove (self, entry);
           primary_remove_entry (self, entry);
         }
     }
@@ -938,7 +1127,7 @@ kv_primary_tier_reset (KvPrimaryTier *self)
 
   self->policy_iface->clear (self->policy);
   primary_clear_entries (self);
-  g_array_set_size (self->free_list, 0);
+  self->n_free_list = 0;
   self->n_bumped = 0;
   self->n_evictable = 0;
   self->n_write_pending = 0;
@@ -1032,7 +1221,7 @@ kv_primary_tier_get_n_allocated (KvPrimaryTier *self)
 {
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
 
-  return self->n_bumped - self->free_list->len;
+  return self->n_bumped - self->n_free_list;
 }
 
 /**

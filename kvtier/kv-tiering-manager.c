@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kv-metric-registry.h"
+#include "kv-primary-tier-private.h"
 #include "kv-secondary-tier-private.h"
 #include "kv-stats.h"
 #include "kv-tier-parent-private.h"
@@ -82,6 +83,9 @@ typedef struct
   GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
   /* results the manager produced itself for jobs a tier refused at submit */
   GPtrArray *refused;               /* KvJobResult */
+  /* the tier reports through complete_job() and the default
+   * get_finished_jobs(): a step with nothing queued skips the call */
+  gboolean default_drain;
 } TierSlot;
 
 struct _KvTieringManager
@@ -433,6 +437,9 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
   slot.pending_loads = g_ptr_array_new_with_free_func (pending_promotion_free);
   slot.pending_loads_by_req = g_hash_table_new (g_str_hash, g_str_equal);
   slot.refused = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
+  slot.default_drain =
+    KV_SECONDARY_TIER_GET_CLASS (tier)->get_finished_jobs ==
+    ((KvSecondaryTierClass *) g_type_class_peek (KV_TYPE_SECONDARY_TIER))->get_finished_jobs;
   g_array_append_val (self->tiers, slot);
 
   _kv_secondary_tier_set_queued_func (tier, kv_tiering_manager_tier_queued, self);
@@ -770,6 +777,11 @@ process_finished_jobs (KvTieringManager *self)
             process_result (self, i, g_ptr_array_index (refused, j));
         }
 
+      /* The default drain would return an empty array: no call, no
+       * allocation in a step without completions. */
+      if (slot->default_drain && !_kv_secondary_tier_has_queued_results (slot->tier))
+        continue;
+
       results = kv_secondary_tier_get_finished_jobs (slot->tier);
       for (KvJobResult **r = results; *r != NULL; r++)
         {
@@ -949,27 +961,32 @@ initiate_promotion (KvTieringManager *self,
                     KvKey            *key,
                     KvRequest        *request)
 {
-  g_autoptr(KvPrepareStoreResult) prepared = NULL;
+  KvKey *to_store[1];
+  guint32 chunk_ids[1];
+  KvKey *evicted_room[2];
+  KvKey **evicted = evicted_room;
+  guint n_keys, n_evicted;
   PendingPromotion *p;
-  KvKey * const *keys;
-  const guint32 *chunk_ids;
-  guint n_keys;
+  gboolean stored;
 
-  prepared = kv_primary_tier_prepare_store (self->primary, &key, 1, NULL);
-  if (prepared == NULL)
+  /* As kv_primary_tier_prepare_store (&key, 1), without a result object. */
+  stored = _kv_primary_tier_prepare_store_into (self->primary, &key, 1, to_store, chunk_ids,
+                                                &n_keys, &evicted, &n_evicted, NULL);
+  for (guint i = 0; i < n_evicted; i++)
+    kv_key_unref (evicted[i]);
+  if (evicted != evicted_room)
+    g_free (evicted);
+  if (!stored)
     {
       if (self->metrics != NULL)
         kv_tiering_metrics_on_promotion_allocation_failure (self->metrics);
       return FALSE;
     }
-
-  keys = kv_prepare_store_result_get_keys_to_store (prepared, &n_keys);
   if (n_keys == 0)
     return FALSE;
-  chunk_ids = kv_prepare_store_result_get_chunk_ids (prepared, NULL);
 
   p = pending_promotion_for (tier_slot (self, tier), request);
-  g_ptr_array_add (p->keys, kv_key_ref (keys[0]));
+  g_ptr_array_add (p->keys, kv_key_ref (to_store[0]));
   g_array_append_val (p->chunk_ids, chunk_ids[0]);
   return TRUE;
 }

@@ -61,8 +61,10 @@ const char       *kv_tiering_metrics_get_label              (KvTieringMetrics   
  * @duration_us: how long that tier's lookup took. HIT_PENDING is ignored;
  * RETRY remembers when the key was first deferred; the first HIT or MISS of
  * a key for a request counts one query (and hit), a sync-delay sample and,
- * if it was deferred before, an async-delay sample. O(1), no allocation per
- * key beyond hash-table growth. */
+ * if it was deferred before, an async-delay sample. O(1): one table lookup
+ * per call for a key the tracker has seen before (by any request), which
+ * then allocates nothing; the tracker remembers up to the primary tier's
+ * chunk count of keys per label (within 4096..65536) for that reuse. */
 void              kv_tiering_metrics_on_lookup              (KvTieringMetrics       *m,
                                                              KvRequest              *request,
                                                              KvKey                  *key,

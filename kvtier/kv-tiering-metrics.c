@@ -18,9 +18,16 @@ static const gdouble async_buckets[] = {
 #define N_SYNC_BUCKETS  G_N_ELEMENTS (sync_buckets)
 #define N_ASYNC_BUCKETS G_N_ELEMENTS (async_buckets)
 
-/* Value of a key in a request's lookup table once it was counted; any other
- * value is the (relative) time it was first deferred with RETRY. */
-#define RESOLVED_MARK ((gpointer) (gssize) G_MINSSIZE)
+/* Value of an observation once its lookup was counted; any other value is
+ * the (relative) time the key was first deferred with RETRY. */
+#define RESOLVED_MARK G_MININT64
+
+/* Keys a label's table remembers beyond those of accounting requests (see
+ * observation_for()): as many as the primary tier holds chunks, within
+ * these bounds. A remembered key costs about 100 bytes (plus the key itself
+ * once nothing else holds it). */
+#define KEEP_KEYS_MIN 4096
+#define KEEP_KEYS_MAX 65536
 
 typedef struct
 {
@@ -40,13 +47,37 @@ typedef struct
   guint64 read_chunks;    /* primary slots being read by cascades */
 } LabelState;
 
+/* Finished requests' states kept for the next new requests, so that a
+ * steady stream of requests allocates nothing here. */
+#define MAX_SPARE_STATES 64
+
 typedef struct
 {
   char        *id;
+  gsize        id_size;   /* bytes allocated for id */
   gboolean     accounting;
-  guint        n_observed;
-  GHashTable **observed;  /* n_observed tables KvKey -> time or RESOLVED_MARK, lazy */
+  /* Unique for the tracker's lifetime: observations name their request by
+   * it, so a request that stops accounting needs no per-key work. */
+  guint64      serial;
 } RequestState;
+
+/* What one request saw of one key on one tier label (reference §9's
+ * observed_lookups[label][key]). The table of the label maps the key to
+ * its first observation; observations of the same key by other requests,
+ * rare (two waiting requests sharing a prefix), are chained behind it.
+ * An observation whose request is no longer accounting is dead and is
+ * reused by the next request that looks the key up, so a key looked up by
+ * request after request costs one table lookup and no allocation. Keys
+ * are forgotten oldest first once the table is over its bound. */
+typedef struct _Observation Observation;
+struct _Observation
+{
+  KvKey       *key;      /* referenced in the table's observation, NULL in chained ones */
+  guint64      serial;   /* the RequestState that made it */
+  gint64       value;    /* RESOLVED_MARK or when the key was first deferred */
+  Observation *next;     /* chain of the same key; in the spare list, the next spare */
+  GList        age;      /* table's observations: in the label's queue, oldest first */
+};
 
 struct _KvTieringMetrics
 {
@@ -61,6 +92,19 @@ struct _KvTieringMetrics
 
   LabelState   *label_state;
   GHashTable   *requests;      /* id -> RequestState* */
+
+  /* lookup accounting: per label, a table KvKey -> Observation and its
+   * keys in insertion order */
+  GHashTable  **observed;
+  GQueue       *observed_age;
+  guint         keep_keys;
+  /* accounting requests: &RequestState.serial -> RequestState */
+  GHashTable   *live;
+  GPtrArray    *spare_states;
+  guint64       next_serial;
+  guint64       oldest_live;   /* no serial below it is live */
+  guint64       known_dead;    /* a serial found not live: the usual repeat */
+  Observation  *spare;
   /* Cache for the hot path. The request is referenced so that its address
    * cannot be reused by another request while cached. */
   KvRequest    *last_request;
@@ -82,11 +126,47 @@ request_state_free (gpointer data)
 {
   RequestState *state = data;
 
-  for (guint i = 0; i < state->n_observed; i++)
-    g_clear_pointer (&state->observed[i], g_hash_table_unref);
-  g_free (state->observed);
   g_free (state->id);
   g_free (state);
+}
+
+static Observation *
+observation_take (KvTieringMetrics *m)
+{
+  Observation *obs = m->spare;
+
+  if (obs != NULL)
+    m->spare = obs->next;
+  else
+    obs = g_new (Observation, 1);
+  obs->key = NULL;
+  obs->next = NULL;
+  obs->age.data = obs;
+  obs->age.prev = obs->age.next = NULL;
+  return obs;
+}
+
+static void
+observation_release (KvTieringMetrics *m,
+                     Observation      *obs)
+{
+  g_clear_pointer (&obs->key, kv_key_unref);
+  obs->next = m->spare;
+  m->spare = obs;
+}
+
+/* Frees a table's observation and its chain. */
+static void
+observation_free_chain (Observation *obs)
+{
+  while (obs != NULL)
+    {
+      Observation *next = obs->next;
+
+      g_clear_pointer (&obs->key, kv_key_unref);
+      g_free (obs);
+      obs = next;
+    }
 }
 
 KvTieringMetrics *
@@ -115,6 +195,15 @@ kv_tiering_metrics_new (const char * const *tier_labels,
   m->epoch_us = kv_clock_get_time (m->clock);
   m->label_state = g_new0 (LabelState, m->n_labels);
   m->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
+  m->observed = g_new0 (GHashTable *, m->n_labels);
+  m->observed_age = g_new0 (GQueue, m->n_labels);
+  for (guint i = 0; i < m->n_labels; i++)
+    m->observed[i] = g_hash_table_new_full (kv_key_hash, kv_key_equal, NULL,
+                                            (GDestroyNotify) observation_free_chain);
+  m->keep_keys = CLAMP (n_primary_chunks, KEEP_KEYS_MIN, KEEP_KEYS_MAX);
+  m->live = g_hash_table_new (g_int64_hash, g_int64_equal);
+  m->spare_states = g_ptr_array_new_with_free_func (request_state_free);
+  m->oldest_live = 1;
   m->pending = kv_stats_new ();
   return m;
 }
@@ -127,7 +216,20 @@ kv_tiering_metrics_free (KvTieringMetrics *m)
 
   g_object_unref (m->pending);
   g_clear_object (&m->last_request);
+  for (guint i = 0; i < m->n_labels; i++)
+    g_hash_table_unref (m->observed[i]);
+  g_free (m->observed);
+  g_free (m->observed_age);
+  while (m->spare != NULL)
+    {
+      Observation *next = m->spare->next;
+
+      g_free (m->spare);
+      m->spare = next;
+    }
+  g_hash_table_unref (m->live);
   g_hash_table_unref (m->requests);
+  g_ptr_array_unref (m->spare_states);
   g_free (m->label_state);
   g_object_unref (m->clock);
   for (guint i = 0; i < m->n_labels; i++)
@@ -169,10 +271,27 @@ get_request_state (KvTieringMetrics *m,
   state = g_hash_table_lookup (m->requests, id);
   if (state == NULL)
     {
-      state = g_new0 (RequestState, 1);
-      state->id = g_strdup (id);
+      gsize id_size = strlen (id) + 1;
+
+      if (m->spare_states->len > 0)
+        {
+          state = g_ptr_array_steal_index_fast (m->spare_states, m->spare_states->len - 1);
+        }
+      else
+        {
+          state = g_new0 (RequestState, 1);
+        }
+      if (state->id_size < id_size)
+        {
+          g_free (state->id);
+          state->id = g_malloc (id_size);
+          state->id_size = id_size;
+        }
+      memcpy (state->id, id, id_size);
       state->accounting = TRUE;
+      state->serial = ++m->next_serial;
       g_hash_table_insert (m->requests, state->id, state);
+      g_hash_table_add (m->live, &state->serial);
     }
 
   if (request != NULL)
@@ -183,27 +302,136 @@ get_request_state (KvTieringMetrics *m,
   return state;
 }
 
-static GHashTable *
-get_observed (KvTieringMetrics *m,
-              RequestState     *state,
-              guint             label_index)
+/* The request stops accounting: its observations die at once, whatever
+ * their number (they are reused or forgotten later). */
+static void
+request_state_retire (KvTieringMetrics *m,
+                      RequestState     *state)
 {
-  if (state->observed == NULL)
-    {
-      state->observed = g_new0 (GHashTable *, m->n_labels);
-      state->n_observed = m->n_labels;
-    }
-  if (state->observed[label_index] == NULL)
-    state->observed[label_index] = g_hash_table_new_full (kv_key_hash, kv_key_equal,
-                                                          (GDestroyNotify) kv_key_unref, NULL);
-  return state->observed[label_index];
+  GHashTableIter iter;
+  gpointer key;
+
+  if (!state->accounting)
+    return;
+  state->accounting = FALSE;
+  g_hash_table_remove (m->live, &state->serial);
+
+  if (state->serial != m->oldest_live)
+    return;
+  /* The oldest live request left: find the next oldest (the live requests
+   * are those still waiting for blocks, a short list). */
+  m->oldest_live = m->next_serial + 1;
+  g_hash_table_iter_init (&iter, m->live);
+  while (g_hash_table_iter_next (&iter, &key, NULL))
+    m->oldest_live = MIN (m->oldest_live, *(guint64 *) key);
 }
 
-static void
-clear_observed (RequestState *state)
+static inline gboolean
+serial_is_live (KvTieringMetrics *m,
+                guint64           serial)
 {
-  for (guint i = 0; i < state->n_observed; i++)
-    g_clear_pointer (&state->observed[i], g_hash_table_unref);
+  if (serial < m->oldest_live || serial == m->known_dead)
+    return FALSE;
+  if (g_hash_table_contains (m->live, &serial))
+    return TRUE;
+  /* Serials are never reused: a dead one stays dead. */
+  m->known_dead = serial;
+  return FALSE;
+}
+
+static gboolean
+entry_is_dead (KvTieringMetrics *m,
+               Observation      *head)
+{
+  for (Observation *obs = head; obs != NULL; obs = obs->next)
+    if (serial_is_live (m, obs->serial))
+      return FALSE;
+  return TRUE;
+}
+
+/* Over its bound, a label's table forgets its oldest key, unless a request
+ * still accounting observed it: that key is moved to the young end and the
+ * table stays over its bound by one until the next insert, so the table
+ * holds at most keep_keys keys plus those of accounting requests. */
+static void
+forget_oldest (KvTieringMetrics *m,
+               guint             label_index)
+{
+  GQueue *age = &m->observed_age[label_index];
+  GList *link = age->head;
+  Observation *head = link->data;
+
+  g_queue_unlink (age, link);
+  if (!entry_is_dead (m, head))
+    {
+      g_queue_push_tail_link (age, link);
+      return;
+    }
+
+  g_hash_table_steal (m->observed[label_index], head->key);
+  while (head->next != NULL)
+    {
+      Observation *chained = head->next;
+
+      head->next = chained->next;
+      observation_release (m, chained);
+    }
+  observation_release (m, head);
+}
+
+/* The observation of @key by @state on @label, or a fresh one for it
+ * (*fresh TRUE: the request never looked the key up before). */
+static Observation *
+observation_for (KvTieringMetrics *m,
+                 RequestState     *state,
+                 guint             label_index,
+                 KvKey            *key,
+                 gboolean         *fresh)
+{
+  GHashTable *table = m->observed[label_index];
+  Observation *head = g_hash_table_lookup (table, key);
+  Observation *obs;
+
+  *fresh = TRUE;
+  if (G_LIKELY (head != NULL))
+    {
+      Observation *dead = NULL;
+
+      if (head->serial == state->serial)
+        {
+          *fresh = FALSE;
+          return head;
+        }
+      for (obs = head->next; obs != NULL; obs = obs->next)
+        if (obs->serial == state->serial)
+          {
+            *fresh = FALSE;
+            return obs;
+          }
+
+      /* Not seen by this request: reuse a dead observation of the key. */
+      for (obs = head; dead == NULL && obs != NULL; obs = obs->next)
+        if (!serial_is_live (m, obs->serial))
+          dead = obs;
+      if (dead == NULL)
+        {
+          dead = observation_take (m);
+          dead->next = head->next;
+          head->next = dead;
+        }
+      dead->serial = state->serial;
+      return dead;
+    }
+
+  if (g_hash_table_size (table) >= m->keep_keys)
+    forget_oldest (m, label_index);
+
+  obs = observation_take (m);
+  obs->key = kv_key_ref (key);
+  obs->serial = state->serial;
+  g_hash_table_insert (table, obs->key, obs);
+  g_queue_push_tail_link (&m->observed_age[label_index], &obs->age);
+  return obs;
 }
 
 void
@@ -216,9 +444,8 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
 {
   RequestState *state;
   LabelState *ls;
-  GHashTable *observed;
-  gpointer value;
-  gboolean seen;
+  Observation *obs;
+  gboolean fresh;
   gdouble dt_s;
 
   /* Private API on the lookup hot path: no GType check. */
@@ -235,19 +462,17 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
   if (!state->accounting)
     return;
 
-  observed = get_observed (m, state, label_index);
-  seen = g_hash_table_lookup_extended (observed, key, NULL, &value);
+  obs = observation_for (m, state, label_index, key, &fresh);
 
   if (result == KV_LOOKUP_RESULT_RETRY)
     {
       /* Remember when the key was first deferred (setdefault). */
-      if (!seen)
-        g_hash_table_insert (observed, kv_key_ref (key),
-                             (gpointer) (gssize) (kv_clock_get_time (m->clock) - duration_us - m->epoch_us));
+      if (fresh)
+        obs->value = kv_clock_get_time (m->clock) - duration_us - m->epoch_us;
       return;
     }
 
-  if (seen && value == RESOLVED_MARK)
+  if (!fresh && obs->value == RESOLVED_MARK)
     return;
 
   ls = &m->label_state[label_index];
@@ -255,13 +480,15 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
   ls->queries += 1;
   if (result == KV_LOOKUP_RESULT_HIT)
     ls->hits += 1;
-  ls->sync_counts[kv_stats_bucket_index (sync_buckets, N_SYNC_BUCKETS, dt_s)] += 1;
+  /* Most lookups take well under the first bound: skip the search. */
+  ls->sync_counts[dt_s <= sync_buckets[0] ? 0
+                                          : kv_stats_bucket_index (sync_buckets, N_SYNC_BUCKETS, dt_s)] += 1;
   ls->sync_n += 1;
   ls->sync_sum += dt_s;
 
-  if (seen)
+  if (!fresh)
     {
-      gint64 started_us = (gssize) value + m->epoch_us;
+      gint64 started_us = obs->value + m->epoch_us;
       gdouble waited_s = (kv_clock_get_time (m->clock) - started_us) / 1e6;
 
       ls->async_counts[kv_stats_bucket_index (async_buckets, N_ASYNC_BUCKETS, waited_s)] += 1;
@@ -269,8 +496,7 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
       ls->async_sum += waited_s;
     }
 
-  /* Replacing an existing entry frees the extra reference passed here. */
-  g_hash_table_insert (observed, kv_key_ref (key), RESOLVED_MARK);
+  obs->value = RESOLVED_MARK;
 }
 
 void
@@ -283,8 +509,7 @@ kv_tiering_metrics_on_request_allocated (KvTieringMetrics *m,
   g_return_if_fail (request_id != NULL);
 
   state = get_request_state (m, NULL, request_id);
-  state->accounting = FALSE;
-  clear_observed (state);
+  request_state_retire (m, state);
 }
 
 void
@@ -305,7 +530,16 @@ kv_tiering_metrics_on_request_finished (KvTieringMetrics *m,
       m->last_state = NULL;
       g_clear_object (&m->last_request);
     }
-  g_hash_table_remove (m->requests, request_id);
+  request_state_retire (m, state);
+  if (m->spare_states->len < MAX_SPARE_STATES)
+    {
+      g_hash_table_steal (m->requests, request_id);
+      g_ptr_array_add (m->spare_states, state);
+    }
+  else
+    {
+      g_hash_table_remove (m->requests, request_id);
+    }
 }
 
 void

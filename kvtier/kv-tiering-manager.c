@@ -81,6 +81,7 @@ typedef struct
   /* promotions allocated this step, submitted at its end, in insertion order */
   GPtrArray *pending_loads;         /* PendingPromotion */
   GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
+  gboolean under_pressure;          /* last state seen, for the log */
   /* results the manager produced itself for jobs a tier refused at submit */
   GPtrArray *refused;               /* KvJobResult */
   /* the tier reports through complete_job() and the default
@@ -746,11 +747,18 @@ process_result (KvTieringManager *self,
       if (detector != NULL && kv_job_result_get_success (result))
         {
           gint64 bytes = kv_job_result_get_transfer_bytes (result);
+          gboolean was_under = slot->under_pressure;
 
-          if (bytes < 0)
+          /* unknown or zero bytes: the job's chunks (reference: `or`) */
+          if (bytes <= 0)
             bytes = (gint64) n_keys * (gint64) kv_primary_tier_get_slot_size (self->primary);
           kv_backpressure_detector_update (detector, kv_transfer_job_get_submit_time (job),
                                            (guint64) bytes);
+          slot->under_pressure = kv_backpressure_detector_is_under_pressure (detector);
+          if (slot->under_pressure != was_under)
+            g_info ("Tier #%u (%s) back-pressure %s", tier + 1,
+                    kv_secondary_tier_get_tier_type (slot->tier),
+                    slot->under_pressure ? "activated" : "cleared");
         }
     }
 
@@ -843,7 +851,10 @@ _kv_tiering_manager_on_new_request_excluding (KvTieringManager *self,
   state = g_new0 (RequestState, 1);
   state->request = g_object_ref (request);
   state->origin = exclude_tier;
-  /* A request id seen again starts over, as the reference does. */
+  /* A request id seen again starts over, as the reference does, lookup
+   * accounting included. */
+  if (self->metrics != NULL && g_hash_table_contains (self->requests, kv_request_get_id (request)))
+    kv_tiering_metrics_on_request_finished (self->metrics, kv_request_get_id (request));
   g_hash_table_replace (self->requests, (gpointer) kv_request_get_id (request), state);
 
   for (guint i = 0; i < self->tiers->len; i++)
@@ -1761,6 +1772,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
       detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, i)->tier);
       if (detector != NULL)
         kv_backpressure_detector_reset (detector);
+      tier_slot (self, i)->under_pressure = FALSE;
     }
   return TRUE;
 }

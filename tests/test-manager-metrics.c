@@ -549,6 +549,28 @@ test_ignored_after_allocation (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, b);
 }
 
+/* A request id announced again starts over, lookup accounting included
+ * (reference §5.7: on_new_request resets the request's metrics state). */
+static void
+test_restarted_request_counts_again (Fixture       *f,
+                                     gconstpointer  data)
+{
+  g_autoptr(KvRequest) a = kv_request_new ("a", NULL);
+  g_autoptr(KvRequest) again = kv_request_new ("a", NULL);
+  g_autoptr(KvStats) stats = NULL;
+
+  kv_tiering_manager_on_new_request (f->manager, a);
+  g_assert_cmpint (lookup (f, 0, a), ==, KV_LOOKUP_RESULT_MISS);
+  step_allocating (f, "a");
+  kv_tiering_manager_on_new_request (f->manager, again);
+  g_assert_cmpint (lookup (f, 0, again), ==, KV_LOOKUP_RESULT_MISS);
+
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpuint (sync_count (stats, P), ==, 2);
+  kv_tiering_manager_on_request_finished (f->manager, again);
+}
+
 /* ---- item 18: job metrics ------------------------------------------------ */
 
 /* Bytes count the chunks of successful jobs (n × slot size, whatever the
@@ -1155,6 +1177,25 @@ test_bp_loads_continue (Fixture       *f,
 /* The detector learns from successful store completions only, with the
  * job's latency on the shared clock (queueing included) and bytes from the
  * result's transfer bytes, else keys × slot size. */
+/* A store that reports 0 bytes moved is measured by its chunks, as the
+ * reference's `transfer_bytes or n_keys * block_size` does. */
+static void
+test_bp_zero_bytes_falls_back (Fixture       *f,
+                               gconstpointer  data)
+{
+  g_autoptr(KvRequest) req = kv_request_new ("r1", NULL);
+
+  kv_tiering_manager_on_new_request (f->manager, req);
+  store_keys (f, req, 0, 1);
+  step (f);
+  kv_clock_advance (f->clock, 1000);
+  complete_pending (f->tier1, 0, TRUE, -1, 0);
+  step (f);
+  g_assert_cmpuint (kv_ema_backpressure_detector_get_n_completions (f->det1), ==, 1);
+  kv_delayed_tier_complete_all (f->tier2, TRUE);
+  kv_tiering_manager_on_request_finished (f->manager, req);
+}
+
 static void
 test_bp_fed_by_successful_stores (Fixture       *f,
                                   gconstpointer  data)
@@ -1422,6 +1463,7 @@ main (int    argc,
   ADD ("lookup/async-delay-after-retry", setup_default, test_async_delay_after_retry);
   ADD ("lookup/queries-and-hits-per-label", setup_default, test_queries_and_hits_per_label);
   ADD ("lookup/ignored-after-allocation", setup_default, test_ignored_after_allocation);
+  ADD ("lookup/restarted-request-counts-again", setup_default, test_restarted_request_counts_again);
   ADD ("jobs/bytes-and-time", setup_default, test_bytes_and_time);
   ADD ("jobs/failure-counters", setup_default, test_failure_counters);
   ADD ("jobs/partial-promotion-bytes", setup_default, test_partial_promotion_bytes);
@@ -1439,6 +1481,7 @@ main (int    argc,
   ADD ("backpressure/request-level-gated", setup_default, test_bp_request_level_gated);
   ADD ("backpressure/loads-continue", setup_default, test_bp_loads_continue);
   ADD ("backpressure/fed-by-successful-stores", setup_default, test_bp_fed_by_successful_stores);
+  ADD ("backpressure/zero-bytes-falls-back", setup_default, test_bp_zero_bytes_falls_back);
   ADD ("backpressure/reset-cache", setup_both, test_bp_reset_cache);
   /* item 20 */
   ADD ("admission/rejected-cascade-no-job", setup_both, test_admission_rejected_no_job);

@@ -458,8 +458,9 @@ test_inspect_fs (void)
   {
     g_autofree char *dir = g_build_filename (root, ns_dir, NULL);
     g_autoptr(GDir) d1 = g_dir_open (dir, 0, NULL);
-    const char *a, *b2, *c;
+    const char *a, *c;
 
+    /* <namespace>/<shard>/<chunk>.kv (doc/on-disk-format.md) */
     while ((a = g_dir_read_name (d1)) != NULL && victim == NULL)
       {
         g_autofree char *p1 = g_build_filename (dir, a, NULL);
@@ -468,18 +469,12 @@ test_inspect_fs (void)
         if (!g_file_test (p1, G_FILE_TEST_IS_DIR))
           continue;
         d2 = g_dir_open (p1, 0, NULL);
-        while ((b2 = g_dir_read_name (d2)) != NULL && victim == NULL)
-          {
-            g_autofree char *p2 = g_build_filename (p1, b2, NULL);
-            g_autoptr(GDir) d3 = g_dir_open (p2, 0, NULL);
-
-            while (d3 != NULL && (c = g_dir_read_name (d3)) != NULL && victim == NULL)
-              if (g_str_has_suffix (c, ".kv"))
-                {
-                  victim = g_build_filename (p2, c, NULL);
-                  temp = g_strdup_printf ("%s_x-1.tmp", victim);
-                }
-          }
+        while ((c = g_dir_read_name (d2)) != NULL && victim == NULL)
+          if (g_str_has_suffix (c, ".kv"))
+            {
+              victim = g_build_filename (p1, c, NULL);
+              temp = g_strdup_printf ("%s_x-1.tmp", victim);
+            }
       }
   }
   g_assert_nonnull (victim);

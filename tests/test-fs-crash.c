@@ -239,7 +239,8 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
   g_test_add_data_func ("/kvtier/fs/crash/threads", "threads", test_crash);
 #if KV_FS_HAVE_URING
-  g_test_add_data_func ("/kvtier/fs/crash/uring", "uring", test_crash);
+  if (!fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
+    g_test_add_data_func ("/kvtier/fs/crash/uring", "uring", test_crash);
 #endif
   return g_test_run ();
 }

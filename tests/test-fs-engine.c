@@ -492,7 +492,8 @@ add (const char *name,
       g_autofree char *path = NULL;
 
       /* The thread pool's store threads prefer stores by design (§8.8). */
-      if (single_dispatcher_only && variants[i].engine == KV_FS_IO_ENGINE_THREADS)
+      if ((single_dispatcher_only && variants[i].engine == KV_FS_IO_ENGINE_THREADS) ||
+          fs_test_skip_engine (variants[i].engine))
         continue;
       path = g_strdup_printf ("/kvtier/fs/engine/%s/%s/%s", fs_engine_name (variants[i].engine),
                               variants[i].o_direct ? "direct" : "buffered", name);
@@ -516,6 +517,7 @@ main (int argc, char **argv)
   add ("unaligned-fallback", test_unaligned_fallback, FALSE);
   add ("loads-ahead-of-stores", test_loads_first, TRUE);
 #if KV_FS_HAVE_URING
+  if (!fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
   {
     static const Variant uring = { KV_FS_IO_ENGINE_URING, TRUE };
 

@@ -336,8 +336,7 @@ test_kvtier_paths (void)
     const guint8 *hash = kv_key_get_hash (key, NULL);
     GString *s = g_string_new (NULL);
 
-    g_string_printf (s, "%s/%02x/%02x/", base, (guint) (shard >> 56) & 0xff,
-                     (guint) (shard >> 48) & 0xff);
+    g_string_printf (s, "%s/%02x/", base, (guint) (shard >> 56) & 0xff);
     for (guint i = 0; i < 32; i++)
       g_string_append_printf (s, "%02x", hash[i]);
     g_string_append_printf (s, "_g%u.kv", kv_key_get_group (key));
@@ -347,9 +346,16 @@ test_kvtier_paths (void)
   g_assert_true (kv_fs_layout_has_header (layout));
   g_assert_cmpuint (kv_fs_layout_get_file_size (layout), ==, FS_TEST_SLOT + 4096);
 
-  /* private modes */
+  /* private modes; the 256 shard directories exist from the start */
   g_assert_cmpint (g_stat (base, &st), ==, 0);
   g_assert_cmpuint (st.st_mode & 0777, ==, 0700);
+  {
+    g_autofree char *last = g_build_filename (base, "ff", NULL);
+
+    g_assert_cmpint (g_stat (last, &st), ==, 0);
+    g_assert_true (S_ISDIR (st.st_mode));
+    g_assert_cmpuint (st.st_mode & 0777, ==, 0700);
+  }
   ns_file = g_build_filename (base, "namespace.json", NULL);
   g_assert_cmpint (g_stat (ns_file, &st), ==, 0);
   g_assert_cmpuint (st.st_mode & 0777, ==, 0600);

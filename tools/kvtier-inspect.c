@@ -205,13 +205,13 @@ verify_chunk (Namespace  *ns,
   if (XXH3_64bits (buf + HEADER_SIZE, ns->block_size) != le64 (buf + 56))
     return BAD_PAYLOAD_CHECKSUM;
 
-  /* The shard directories: the top two bytes of XXH3 of the offload key. */
+  /* The shard directory: the top byte of XXH3 of the offload key. */
   memcpy (offload, hash, hash_len);
   be_group = GUINT32_TO_BE (group);
   memcpy (offload + hash_len, &be_group, 4);
   shard_hash = XXH3_64bits (offload, hash_len + 4);
-  g_snprintf (expected_shard, sizeof expected_shard, "%02x/%02x",
-              (guint) (shard_hash >> 56) & 0xff, (guint) (shard_hash >> 48) & 0xff);
+  g_snprintf (expected_shard, sizeof expected_shard, "%02x",
+              (guint) (shard_hash >> 56) & 0xff);
   if (!g_str_equal (shard, expected_shard))
     return BAD_SHARD;
   return -1;

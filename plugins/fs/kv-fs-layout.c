@@ -594,6 +594,22 @@ kv_fs_layout_create_dirs (const KvFsLayout  *self,
       meta_path = g_build_filename (self->meta_dirs[i], self->meta_name, NULL);
       if (!write_once (meta_path, self->meta_contents, error))
         return FALSE;
+      /* The kvtier layout's 256 shard directories exist from the start,
+       * so no store ever waits for a mkdir. */
+      for (guint shard = 0; self->kind == KV_FS_LAYOUT_KIND_KVTIER && shard < 256; shard++)
+        {
+          g_autofree char *name = g_strdup_printf ("%02x", shard);
+          g_autofree char *dir = g_build_filename (self->chunk_dirs[i], name, NULL);
+
+          if (g_mkdir (dir, 0700) != 0 && errno != EEXIST)
+            {
+              int errsv = errno;
+
+              g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
+                           "Cannot create the fs tier directory ‘%s’: %s", dir, g_strerror (errsv));
+              return FALSE;
+            }
+        }
     }
   return TRUE;
 }
@@ -683,8 +699,7 @@ kv_fs_layout_chunk_path (const KvFsLayout *self,
       const guint8 *data = g_bytes_get_data (offload, &offload_len);
       guint64 shard = kv_fs_checksum (data, offload_len);
 
-      g_string_append_printf (path, "%02x/%02x/",
-                              (guint) (shard >> 56) & 0xff, (guint) (shard >> 48) & 0xff);
+      g_string_append_printf (path, "%02x/", (guint) (shard >> 56) & 0xff);
       append_hex (path, hash, len);
       g_string_append_printf (path, "_g%u.kv", kv_key_get_group (key));
     }
@@ -879,7 +894,7 @@ kv_fs_layout_scan (const KvFsLayout  *self,
       return 0;
     }
 
-  /* Two levels of shard directories, then the files. */
+  /* kvtier: one level of shard directories, then the files; vLLM: two. */
   while ((d1 = readdir (top)) != NULL && !g_atomic_int_get (cancel))
     {
       int fd1;
@@ -892,6 +907,13 @@ kv_fs_layout_scan (const KvFsLayout  *self,
       fd1 = open_subdir (top_fd, d1->d_name);
       if (fd1 < 0)
         continue;
+      if (self->kind == KV_FS_LAYOUT_KIND_KVTIER)
+        {
+          g_autofree char *path = g_build_filename (self->chunk_dirs[root], d1->d_name, NULL);
+
+          scan_leaf_dir (&state, fd1, path, d1->d_name, NULL);
+          continue;
+        }
       dir1 = fdopendir (fd1);
       if (dir1 == NULL)
         {

@@ -14,8 +14,8 @@ G_BEGIN_DECLS
  * (one or more roots). Immutable after kv_fs_layout_new(), so any thread
  * may use it.
  *
- * kvtier layout:  <root>/kvtier-<ns16>/<aa>/<bb>/<hashhex>_g<group>.kv
- *                 (<aa><bb>: the first 16 bits of XXH3-64 of the offload key)
+ * kvtier layout:  <root>/kvtier-<ns16>/<aa>/<hashhex>_g<group>.kv
+ *                 (<aa>: the top byte of XXH3-64 of the offload key)
  * vLLM layout:    <root>/<model>_<digest12>/config.json
  *                 <root>/<model>_<digest12>_r<rank>/<hex[:3]>/<hex[3:5]>_g<group>/<hex>.bin
  */

@@ -51,6 +51,22 @@ typedef struct
   GList           link;         /* in tier->inflight until expired or reported */
 } FsJob;
 
+/* A key whose load failed for a request: that request answers MISS for
+ * it from then on. */
+typedef struct
+{
+  KvRequest *request;
+  KvKey     *key;
+} Negative;
+
+static void
+negative_free (Negative *n)
+{
+  g_object_unref (n->request);
+  kv_key_unref (n->key);
+  g_free (n);
+}
+
 /* A delete of an evicted chunk. */
 typedef struct
 {
@@ -104,12 +120,13 @@ struct _KvFsTier
   GCond            cond;
   GQueue           inflight;
   guint            n_live_jobs;
+  guint            n_deletes;       /* evictions whose unlink is in flight */
   guint            consecutive_failures;
   gint             breaker_open;    /* (atomic) */
   gint64           next_probe;
   gboolean         probe_in_flight;
   GPtrArray       *pending_misses;  /* KvKey: verdicts to turn into MISS */
-  GPtrArray       *pending_negatives; /* pairs: KvRequest, KvKey */
+  GPtrArray       *pending_negatives; /* Negative */
   gboolean         shut_down;
   gboolean         watchdog_stop;
 
@@ -120,6 +137,7 @@ struct _KvFsTier
   GThread         *watchdog;
 
   guint64          counters[KV_FS_N_COUNTERS];
+  guint64          reported[KV_FS_N_COUNTERS];  /* owner thread: taken by get_stats */
 
   /* in this instance's temporary file names */
   guint64          temp_tag;
@@ -233,11 +251,16 @@ maintenance_done (KvFsOp   *op,
                   gpointer  user_data)
 {
   Maintenance *m = user_data;
+  KvFsTier *self = m->tier;
 
   if (m->entry != NULL)
-    kv_fs_index_delete_done (m->tier->index, m->entry);
+    kv_fs_index_delete_done (self->index, m->entry);
   kv_fs_op_clear (&m->op);
   g_free (m);
+  g_mutex_lock (&self->lock);
+  self->n_deletes--;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
 }
 
 /* Deletes the files of @victims (entries now DELETING) and reports them
@@ -269,6 +292,9 @@ delete_victims (KvFsTier  *self,
     }
   count (self, KV_FS_COUNTER_EVICTED_CHUNKS, victims->len);
   push_event (self, (KvKey * const *) keys->pdata, keys->len, TRUE);
+  g_mutex_lock (&self->lock);
+  self->n_deletes += ops->len;
+  g_mutex_unlock (&self->lock);
   kv_fs_engine_submit (self->engine, (KvFsOp * const *) ops->pdata, ops->len);
 }
 
@@ -445,8 +471,11 @@ queue_negative (KvFsTier *self,
     g_ptr_array_add (self->pending_misses, kv_key_ref (key));
   if (fj->job != NULL && kv_transfer_job_get_request (fj->job) != NULL)
     {
-      g_ptr_array_add (self->pending_negatives, g_object_ref (kv_transfer_job_get_request (fj->job)));
-      g_ptr_array_add (self->pending_negatives, kv_key_ref (key));
+      Negative *n = g_new (Negative, 1);
+
+      n->request = g_object_ref (kv_transfer_job_get_request (fj->job));
+      n->key = kv_key_ref (key);
+      g_ptr_array_add (self->pending_negatives, n);
     }
 }
 
@@ -1035,17 +1064,18 @@ apply_pending_verdicts (KvFsTier *self)
   if (self->pending_negatives->len > 0)
     {
       negatives = self->pending_negatives;
-      self->pending_negatives = g_ptr_array_new_with_free_func (g_object_unref);
+      self->pending_negatives = g_ptr_array_new_with_free_func ((GDestroyNotify) negative_free);
     }
   g_mutex_unlock (&self->lock);
 
   if (misses != NULL && self->async_lookup != NULL)
     kv_async_lookup_mark_miss (self->async_lookup, (KvKey * const *) misses->pdata, misses->len);
 
-  for (guint i = 0; negatives != NULL && i + 1 < negatives->len; i += 2)
+  for (guint i = 0; negatives != NULL && i < negatives->len; i++)
     {
-      KvRequest *request = negatives->pdata[i];
-      KvKey *key = negatives->pdata[i + 1];
+      Negative *n = negatives->pdata[i];
+      KvRequest *request = n->request;
+      KvKey *key = n->key;
       GHashTable *set = kv_request_get_state (request, &self->negative_tag);
 
       if (set == NULL)
@@ -1056,16 +1086,6 @@ apply_pending_verdicts (KvFsTier *self)
                                 (GDestroyNotify) g_hash_table_unref);
         }
       g_hash_table_add (set, kv_key_ref (key));
-    }
-  if (negatives != NULL)
-    {
-      /* Mixed element types: release them by hand. */
-      for (guint i = 0; i + 1 < negatives->len; i += 2)
-        {
-          g_object_unref (negatives->pdata[i]);
-          kv_key_unref (negatives->pdata[i + 1]);
-        }
-      g_ptr_array_set_free_func (negatives, NULL);
     }
 }
 
@@ -1134,14 +1154,80 @@ kv_fs_tier_on_schedule_end (KvSecondaryTier *tier,
   maybe_probe (self);
 }
 
-/* Blocks until every job is reported and no op touches the primary. */
+/* ---- metrics ------------------------------------------------------------ */
+
+static const char *const tier_label_names[] = { "tier", NULL };
+
+/* "kvtier:fs_<counter nick>", e.g. kvtier:fs_corrupt_chunks */
+static char *
+counter_metric_name (KvFsCounter counter)
+{
+  g_autoptr(GEnumClass) klass = g_type_class_ref (KV_TYPE_FS_COUNTER);
+  GEnumValue *value = g_enum_get_value (klass, counter);
+  g_autofree char *nick = g_strdup (value->value_nick);
+
+  g_strdelimit (nick, "-", '_');
+  return g_strdup_printf ("kvtier:fs_%s", nick);
+}
+
+static gboolean
+kv_fs_tier_register_metrics (KvSecondaryTier   *tier,
+                             KvMetricRegistry  *registry,
+                             GError           **error)
+{
+  g_autoptr(GEnumClass) klass = g_type_class_ref (KV_TYPE_FS_COUNTER);
+
+  for (guint c = 0; c < KV_FS_N_COUNTERS; c++)
+    {
+      g_autofree char *name = counter_metric_name (c);
+      g_autofree char *doc = g_strdup_printf ("fs tier: %s",
+                                              g_enum_get_value (klass, c)->value_nick);
+
+      if (!kv_metric_registry_add_counter (registry, name, doc, tier_label_names, error))
+        return FALSE;
+    }
+  return kv_metric_registry_add_gauge (registry, "kvtier:fs_used_bytes",
+                                       "fs tier: bytes of chunk files held", tier_label_names, error) &&
+         kv_metric_registry_add_gauge (registry, "kvtier:fs_breaker_open",
+                                       "fs tier: 1 while the circuit breaker answers MISS",
+                                       tier_label_names, error);
+}
+
+/* Counters since the last call, and the current gauges. */
+static KvStats *
+kv_fs_tier_get_stats (KvSecondaryTier *tier)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
+  const char *labels[] = { kv_secondary_tier_get_tier_type (tier), NULL };
+  KvStats *stats = kv_stats_new ();
+
+  for (guint c = 0; c < KV_FS_N_COUNTERS; c++)
+    {
+      guint64 value = __atomic_load_n (&self->counters[c], __ATOMIC_RELAXED);
+
+      if (value != self->reported[c])
+        {
+          g_autofree char *name = counter_metric_name (c);
+
+          kv_stats_increase_counter (stats, name, value - self->reported[c], labels);
+          self->reported[c] = value;
+        }
+    }
+  if (self->index != NULL)
+    kv_stats_set_gauge (stats, "kvtier:fs_used_bytes", kv_fs_index_get_used (self->index), labels);
+  kv_stats_set_gauge (stats, "kvtier:fs_breaker_open", g_atomic_int_get (&self->breaker_open), labels);
+  return stats;
+}
+
+/* Blocks until every job is reported and no op touches the primary (and
+ * the files of evicted chunks are gone, so that the tier is settled). */
 static void
 wait_jobs (KvFsTier *self)
 {
   gboolean manual = kv_clock_is_manual (self->clock);
 
   g_mutex_lock (&self->lock);
-  while (self->n_live_jobs > 0)
+  while (self->n_live_jobs > 0 || self->n_deletes > 0)
     {
       if (manual || self->watchdog != NULL)
         g_cond_wait (&self->cond, &self->lock);
@@ -1324,26 +1410,59 @@ scan_main (gpointer user_data)
   return NULL;
 }
 
-/* Whether any chunk directory holds anything (a restart to rebuild). */
+/* Whether @dir holds anything but dot files; with @depth > 0, whether
+ * one of its subdirectories does, @depth levels down. */
+static gboolean
+dir_has_entries (const char *dir,
+                 guint       depth)
+{
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+
+  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
+    {
+      g_autofree char *path = NULL;
+
+      if (name[0] == '.')
+        continue;
+      path = g_build_filename (dir, name, NULL);
+      if (!g_file_test (path, G_FILE_TEST_IS_DIR))
+        continue;   /* namespace.json and the like */
+      if (depth == 0 || dir_has_entries (path, depth - 1))
+        return TRUE;
+    }
+  return FALSE;
+}
+
+/* Whether the chunk directories hold any file yet (a restart to
+ * rebuild): the kvtier layout's shard directories always exist, so look
+ * inside them. */
 static gboolean
 has_existing_chunks (KvFsTier *self)
 {
   for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
     {
-      g_autoptr(GDir) dir = g_dir_open (kv_fs_layout_get_chunk_dir (self->layout, r), 0, NULL);
-      const char *name;
+      const char *dir = kv_fs_layout_get_chunk_dir (self->layout, r);
 
-      while (dir != NULL && (name = g_dir_read_name (dir)) != NULL)
+      if (kv_fs_layout_get_kind (self->layout) == KV_FS_LAYOUT_KIND_KVTIER)
         {
-          g_autofree char *path = NULL;
+          g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+          const char *name;
 
-          /* shard directories (namespace.json sits next to them) */
-          if (name[0] == '.')
-            continue;
-          path = g_build_filename (kv_fs_layout_get_chunk_dir (self->layout, r), name, NULL);
-          if (g_file_test (path, G_FILE_TEST_IS_DIR))
-            return TRUE;
+          while (d != NULL && (name = g_dir_read_name (d)) != NULL)
+            {
+              g_autofree char *shard = g_build_filename (dir, name, NULL);
+              g_autoptr(GDir) sd = NULL;
+
+              if (name[0] == '.' || !g_file_test (shard, G_FILE_TEST_IS_DIR))
+                continue;
+              sd = g_dir_open (shard, 0, NULL);
+              if (sd != NULL && g_dir_read_name (sd) != NULL)
+                return TRUE;
+            }
         }
+      else if (dir_has_entries (dir, 0))
+        return TRUE;
     }
   return FALSE;
 }
@@ -1680,6 +1799,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   tier_class->on_schedule_end = kv_fs_tier_on_schedule_end;
   tier_class->drain_jobs = kv_fs_tier_drain_jobs;
   tier_class->shutdown = kv_fs_tier_shutdown;
+  tier_class->register_metrics = kv_fs_tier_register_metrics;
+  tier_class->get_stats = kv_fs_tier_get_stats;
 
   /**
    * KvFsTier:root:
@@ -1902,7 +2023,7 @@ kv_fs_tier_init (KvFsTier *self)
   self->breaker_threshold = 5;
   self->probe_interval_ms = 1000;
   self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
-  self->pending_negatives = g_ptr_array_new_with_free_func (g_object_unref);
+  self->pending_negatives = g_ptr_array_new_with_free_func ((GDestroyNotify) negative_free);
   self->temp_tag = ((guint64) g_random_int () << 32) | g_random_int ();
   self->temp_marker = g_strdup_printf ("_%016" G_GINT64_MODIFIER "x-", self->temp_tag);
 }

@@ -16,20 +16,26 @@
  * The io_uring engine. One thread owns the ring and drives every op as a
  * small state machine of asynchronous requests:
  *
- *   store: openat(tmp, O_EXCL|O_DIRECT) → write header + write payload
- *          (two requests in flight together) → [fsync(DATASYNC)] → close
- *          → renameat(tmp, final) → [openat(dir) → fsync → close]
- *   load:  openat(final, O_DIRECT) → read header + read payload → close
- *          → check (on this thread) → [unlinkat if corrupt]
+ *   store: [mkdirat...] openat(tmp, O_EXCL|O_DIRECT) → writev(header,
+ *          payload) → [fsync(DATASYNC)] → close → renameat(tmp, final)
+ *          → [openat(dir) → fsync → close]
+ *   load:  openat(final, O_DIRECT) → read_fixed header + read_fixed
+ *          payload (in flight together) → close → check (on this thread)
+ *          → [unlinkat if corrupt]
  *   delete: unlinkat
  *
  * The primary buffer is registered with the ring (fixed buffers, split
  * in pieces of at most 1 GiB on slot boundaries) together with a pool of
- * 4096-byte header buffers, so payloads move between the device and the
- * slots by DMA, copied by no CPU, and the kernel does not pin pages per
- * request. Loads are taken from the queues ahead of stores. Other
- * threads hand over work through the base class queues and wake the ring
- * with an eventfd the ring polls.
+ * 4096-byte header buffers, so loads move payloads from the device into
+ * the slots by DMA, copied by no CPU, without pinning pages per request.
+ * A store writes header and payload with one writev instead: a new file
+ * grows with each write and ext4 serializes extending O_DIRECT writes, so
+ * one request beats two (headerless vLLM-layout stores use write_fixed).
+ * Requests that cannot complete without blocking (creating, extending,
+ * renaming, unlinking files) go straight to io-wq workers (IOSQE_ASYNC),
+ * so this thread never stalls inside the filesystem. Loads are taken
+ * from the queues ahead of stores. Other threads hand over work through
+ * the base class queues and wake the ring through an eventfd it reads.
  *
  * liburing 2.3 has no IO_URING_VERSION macros; the opcodes this engine
  * needs are probed when it starts, and `io-engine=auto` falls back to
@@ -40,6 +46,7 @@
 #define TAG_STEP   0
 #define TAG_HEADER 1
 #define TAG_BODY   2
+#define TAG_BOTH   3
 #define TAG_MASK   ((guintptr) 3)
 #define MAX_FIXED_PIECE ((gsize) 1 << 30)
 
@@ -54,6 +61,7 @@ typedef enum {
   ST_DIR_CLOSE,
   ST_FAIL_CLOSE,
   ST_UNLINK,
+  ST_MKDIR,
   ST_DONE,
 } OpState;
 
@@ -67,6 +75,9 @@ typedef struct
   gsize    header_done;    /* store: bytes written so far */
   gsize    body_done;
   gsize    round_start;    /* header_done + body_done when the writes went out */
+  struct iovec iov[2];     /* store: header + payload in one writev */
+  guint    mkdir_level;    /* ST_MKDIR: 1 = the file's directory, 2 = its parent... */
+  char    *mkdir_path;
   int      dir_fd;
 } OpData;
 
@@ -95,6 +106,7 @@ struct _KvFsUringEngine
   OpData         *op_data;        /* one per header slot */
   guint           n_active;
   gint            stop_requested; /* (atomic) */
+  gboolean        have_mkdirat;
 };
 
 G_DEFINE_FINAL_TYPE (KvFsUringEngine, kv_fs_uring_engine, KV_TYPE_FS_ENGINE)
@@ -184,6 +196,7 @@ op_release (KvFsUringEngine *self,
   OpData *data = op->engine_data;
 
   self->free_headers[self->n_free_headers++] = data->header_index;
+  g_clear_pointer (&data->mkdir_path, g_free);
   op->engine_data = NULL;
   op->header = NULL;
   self->n_active--;
@@ -218,6 +231,11 @@ submit_open (KvFsUringEngine *self,
     flags &= ~O_DIRECT;
   op->state = ST_OPEN;
   io_uring_prep_openat (sqe, AT_FDCWD, write ? op->tmp_path : op->path, flags, 0600);
+  /* Creating a file (inode allocation, journal) may take long: straight
+   * to an io-wq worker, never inline on this thread, which must keep
+   * submitting and reaping. Opening an existing file stays inline. */
+  if (write)
+    io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
   set_op (sqe, op, TAG_STEP);
 }
 
@@ -243,6 +261,7 @@ submit_unlink (KvFsUringEngine *self,
 
   op->state = ST_UNLINK;
   io_uring_prep_unlinkat (sqe, AT_FDCWD, path, 0);
+  io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
   set_op (sqe, op, TAG_STEP);
 }
 
@@ -258,6 +277,22 @@ submit_io (KvFsUringEngine *self,
   op->state = ST_IO;
   op->n_pending = 0;
   data->round_start = data->header_done + data->body_done;
+
+  /* A new file grows with every write, and ext4 runs extending O_DIRECT
+   * writes one at a time (and off the ring, in io-wq): header and payload
+   * go out as one writev, a single request. */
+  if (write && has_header && op->payload_len > 0 && data->header_done == 0 && data->body_done == 0)
+    {
+      struct io_uring_sqe *sqe = get_sqe (self);
+
+      data->iov[0] = (struct iovec) { op->header, KV_FS_HEADER_SIZE };
+      data->iov[1] = (struct iovec) { op->payload, op->payload_len };
+      io_uring_prep_writev (sqe, op->fd, data->iov, 2, 0);
+      io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
+      set_op (sqe, op, TAG_BOTH);
+      op->n_pending = 1;
+      return;
+    }
   if (has_header && data->header_done < KV_FS_HEADER_SIZE)
     {
       prep_rw (self, op, write, op->header + data->header_done,
@@ -340,6 +375,34 @@ store_after_io (KvFsUringEngine *self,
   submit_close (self, op, op->fd, ST_CLOSE);
 }
 
+/* Creates the @level-th directory above the temporary file, without
+ * blocking this thread (vLLM's layout makes its directories on first
+ * use). */
+static void
+submit_mkdir (KvFsUringEngine *self,
+              KvFsOp          *op,
+              guint            level)
+{
+  OpData *data = op->engine_data;
+  struct io_uring_sqe *sqe = get_sqe (self);
+  char *dir = g_strdup (op->tmp_path);
+
+  for (guint i = 0; i < level; i++)
+    {
+      char *slash = strrchr (dir, '/');
+
+      if (slash != NULL && slash != dir)
+        *slash = '\0';
+    }
+  g_free (data->mkdir_path);
+  data->mkdir_path = dir;
+  data->mkdir_level = level;
+  op->state = ST_MKDIR;
+  io_uring_prep_mkdirat (sqe, AT_FDCWD, data->mkdir_path, 0700);
+  io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
+  set_op (sqe, op, TAG_STEP);
+}
+
 static void
 fail_with_cleanup (KvFsUringEngine *self,
                    KvFsOp          *op,
@@ -386,6 +449,12 @@ handle_open (KvFsUringEngine *self,
       submit_open (self, op);
       return;
     }
+  if (res == -ENOENT && write && !data->retried_parent && self->have_mkdirat)
+    {
+      data->retried_parent = TRUE;
+      submit_mkdir (self, op, 1);
+      return;
+    }
   if (res == -ENOENT && write && !data->retried_parent)
     {
       int err;
@@ -422,6 +491,13 @@ handle_io (KvFsUringEngine *self,
     {
       if (data->err == 0)
         data->err = -res;
+    }
+  else if (tag == TAG_BOTH)
+    {
+      gsize n = res;
+
+      data->header_done = MIN (n, KV_FS_HEADER_SIZE);
+      data->body_done = n - data->header_done;
     }
   else if (tag == TAG_HEADER)
     {
@@ -525,6 +601,7 @@ handle_step (KvFsUringEngine *self,
 
           op->state = ST_RENAME;
           io_uring_prep_renameat (sqe, AT_FDCWD, op->tmp_path, AT_FDCWD, op->path, 0);
+          io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
           set_op (sqe, op, TAG_STEP);
         }
       break;
@@ -581,6 +658,23 @@ handle_step (KvFsUringEngine *self,
         {
           op->status = KV_FS_OP_STATUS_OK;
           op_release (self, op);
+        }
+      break;
+
+    case ST_MKDIR:
+      if (res == 0 || res == -EEXIST)
+        {
+          if (data->mkdir_level <= 1)
+            submit_open (self, op);
+          else
+            submit_mkdir (self, op, data->mkdir_level - 1);
+        }
+      else if (res == -ENOENT && data->mkdir_level < 4)
+        submit_mkdir (self, op, data->mkdir_level + 1);
+      else
+        {
+          g_clear_pointer (&op->tmp_path, g_free);
+          op_finish_error (self, op, -res);
         }
       break;
 
@@ -714,6 +808,17 @@ probe_opcodes (struct io_uring  *ring,
   return TRUE;
 }
 
+static gboolean
+probe_mkdirat (struct io_uring *ring)
+{
+  struct io_uring_probe *probe = io_uring_get_probe_ring (ring);
+  gboolean ok = probe != NULL && io_uring_opcode_supported (probe, IORING_OP_MKDIRAT);
+
+  if (probe != NULL)
+    io_uring_free_probe (probe);
+  return ok;
+}
+
 static void
 register_buffers (KvFsUringEngine        *self,
                   const KvFsEngineConfig *config)
@@ -783,6 +888,7 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
   self->ring_ready = TRUE;
   if (!probe_opcodes (&self->ring, error))
     return FALSE;
+  self->have_mkdirat = probe_mkdirat (&self->ring);
 
   if (posix_memalign ((void **) &self->headers, 4096,
                       (gsize) self->n_headers * KV_FS_HEADER_SIZE) != 0)
@@ -799,6 +905,15 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
   self->n_free_headers = self->n_headers;
 
   register_buffers (self, config);
+
+  /* Creating, extending and renaming files cannot be done without
+   * blocking, so those requests run on io-wq workers; the default cap
+   * (4 per CPU) is too few to keep a fast device busy. */
+  {
+    unsigned int max_workers[2] = { MAX (64, self->n_headers), 0 };
+
+    io_uring_register_iowq_max_workers (&self->ring, max_workers);
+  }
 
   /* Blocking: a read request on a non-blocking eventfd completes at once
    * with -EAGAIN instead of waiting. */

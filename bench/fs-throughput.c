@@ -1,0 +1,673 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+#include <kvtier.h>
+
+#include "kv-fs-config.h"
+#include "kv-fs-tier.h"
+#if KV_FS_HAVE_URING
+# include <liburing.h>
+#endif
+
+/*
+ * fs-throughput: how close the fs tier gets to the device.
+ *
+ * For each chunk size it first measures the ceiling in the same run, on
+ * the same directory: raw O_DIRECT io_uring writes, then reads, of the
+ * same I/O size and the same total bytes, into one file written once
+ * beforehand (so the timed writes allocate nothing: the device's own
+ * speed, no filesystem work, no page cache), best of queue depths 32 and
+ * 128. Then, for each engine, it stores N chunks through a
+ * KvTieringManager with the fs tier (the cascade path) and loads them
+ * back into a fresh primary (the promotion path), and prints
+ *
+ *   store 2MiB uring: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
+ *
+ * CPU time is the whole process's (user + system, all threads, io_uring
+ * workers included) per GB moved.
+ *
+ *   fs-throughput [--dir DIR] [--total SIZE] [--engines uring,gio,threads]
+ *                 [--chunk-sizes 256KiB,2MiB] [--primary SIZE]
+ */
+
+static const guint ceiling_depths[] = { 32, 128 };
+#define MAX_QD 128
+/* The ceiling data is spread over this many files: reads of a single
+ * file measured slower than reads spread over many on the test VM. */
+#define CEILING_FILES 16
+
+static char *opt_dir;
+static guint64 opt_total = 1ULL << 30;
+static char *opt_engines;
+static char *opt_chunks;
+static guint64 opt_primary = 256ULL << 20;
+static gboolean opt_baseline = TRUE;
+static guint64 opt_inflight = 64ULL << 20;
+static guint opt_queue_depth = 128;
+
+static double
+now_s (void)
+{
+  return g_get_monotonic_time () / 1e6;
+}
+
+static double
+cpu_s (void)
+{
+  struct rusage ru;
+
+  getrusage (RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+         ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+static gboolean
+parse_size (const char *text,
+            guint64    *out)
+{
+  char *end = NULL;
+  double v = g_ascii_strtod (text, &end);
+  guint64 unit = 1;
+
+  if (end == text || v <= 0)
+    return FALSE;
+  if (g_ascii_strcasecmp (end, "KiB") == 0 || g_ascii_strcasecmp (end, "K") == 0)
+    unit = 1ULL << 10;
+  else if (g_ascii_strcasecmp (end, "MiB") == 0 || g_ascii_strcasecmp (end, "M") == 0)
+    unit = 1ULL << 20;
+  else if (g_ascii_strcasecmp (end, "GiB") == 0 || g_ascii_strcasecmp (end, "G") == 0)
+    unit = 1ULL << 30;
+  else if (*end != '\0')
+    return FALSE;
+  *out = (guint64) (v * unit);
+  return TRUE;
+}
+
+static char *
+size_name (guint64 size)
+{
+  if (size % (1ULL << 20) == 0)
+    return g_strdup_printf ("%" G_GUINT64_FORMAT "MiB", size >> 20);
+  return g_strdup_printf ("%" G_GUINT64_FORMAT "KiB", size >> 10);
+}
+
+/* ---- ceiling ------------------------------------------------------------ */
+
+typedef struct
+{
+  double write_gbs;
+  double read_gbs;
+  double write_cpu;   /* s/GB */
+  double read_cpu;
+} Ceiling;
+
+#if KV_FS_HAVE_URING
+/* One timed pass over the file at queue depth @qd; returns seconds. */
+static double
+ceiling_pass (struct io_uring *ring,
+              const int       *fds,
+              guint8          *buf,
+              gsize            io_size,
+              guint64          n_ios,
+              const guint64   *order,
+              guint            qd,
+              gboolean         write)
+{
+  guint64 submitted = 0;
+  guint64 completed = 0;
+  guint inflight = 0;
+  double start = now_s ();
+
+  while (completed < n_ios)
+    {
+      struct io_uring_cqe *cqe;
+
+      while (inflight < qd && submitted < n_ios)
+        {
+          struct io_uring_sqe *sqe = io_uring_get_sqe (ring);
+          guint8 *b = buf + (submitted % qd) * io_size;
+          guint64 index = order ? order[submitted] : submitted;
+          int fd = fds[index % CEILING_FILES];
+          guint64 offset = (index / CEILING_FILES) * io_size;
+
+          if (write)
+            io_uring_prep_write (sqe, fd, b, io_size, offset);
+          else
+            io_uring_prep_read (sqe, fd, b, io_size, offset);
+          submitted++;
+          inflight++;
+        }
+      io_uring_submit_and_wait (ring, 1);
+      while (io_uring_peek_cqe (ring, &cqe) == 0)
+        {
+          if (cqe->res != (int) io_size)
+            g_error ("ceiling %s failed: %s", write ? "write" : "read",
+                     cqe->res < 0 ? g_strerror (-cqe->res) : "short");
+          io_uring_cqe_seen (ring, cqe);
+          inflight--;
+          completed++;
+        }
+    }
+  if (write)
+    for (guint f = 0; f < CEILING_FILES; f++)
+      fdatasync (fds[f]);
+  return now_s () - start;
+}
+#endif
+
+static gboolean
+measure_ceiling (const char *dir,
+                 gsize       io_size,
+                 guint64     total,
+                 Ceiling    *out)
+{
+#if KV_FS_HAVE_URING
+  struct io_uring ring;
+  int fds[CEILING_FILES];
+  guint8 *buf = NULL;
+  guint64 n_ios = MAX (total / io_size, 1);
+  double gb = n_ios * io_size / 1e9;
+  g_autofree guint64 *order = NULL;
+
+  if (io_uring_queue_init (2 * MAX_QD, &ring, 0) != 0)
+    return FALSE;
+  if (posix_memalign ((void **) &buf, 4096, (gsize) MAX_QD * io_size) != 0)
+    return FALSE;
+  memset (buf, 0x5a, (gsize) MAX_QD * io_size);
+  for (guint f = 0; f < CEILING_FILES; f++)
+    {
+      g_autofree char *path = g_strdup_printf ("%s/ceiling-%u.bin", dir, f);
+
+      fds[f] = open (path, O_RDWR | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+      if (fds[f] < 0)
+        {
+          g_printerr ("ceiling: cannot open %s with O_DIRECT: %s\n", path, g_strerror (errno));
+          free (buf);
+          io_uring_queue_exit (&ring);
+          return FALSE;
+        }
+    }
+  /* written once, untimed: the timed passes below only move data */
+  ceiling_pass (&ring, fds, buf, io_size, n_ios, NULL, MAX_QD, TRUE);
+  /* chunks are separate files, so their requests never merge in the
+   * block layer: the timed passes go in a shuffled order too */
+  order = g_new (guint64, n_ios);
+  for (guint64 i = 0; i < n_ios; i++)
+    order[i] = i;
+  for (guint64 i = n_ios - 1; i > 0; i--)
+    {
+      guint64 j = g_random_int_range (0, (gint32) MIN (i + 1, G_MAXINT32));
+      guint64 t = order[i];
+
+      order[i] = order[j];
+      order[j] = t;
+    }
+
+  out->write_gbs = out->read_gbs = 0;
+  for (guint d = 0; d < G_N_ELEMENTS (ceiling_depths); d++)
+    {
+      double c = cpu_s ();
+      double t = ceiling_pass (&ring, fds, buf, io_size, n_ios, order, ceiling_depths[d], TRUE);
+
+      c = cpu_s () - c;
+      if (gb / t > out->write_gbs)
+        {
+          out->write_gbs = gb / t;
+          out->write_cpu = c / gb;
+        }
+      c = cpu_s ();
+      t = ceiling_pass (&ring, fds, buf, io_size, n_ios, order, ceiling_depths[d], FALSE);
+      c = cpu_s () - c;
+      if (gb / t > out->read_gbs)
+        {
+          out->read_gbs = gb / t;
+          out->read_cpu = c / gb;
+        }
+    }
+  for (guint f = 0; f < CEILING_FILES; f++)
+    {
+      g_autofree char *path = g_strdup_printf ("%s/ceiling-%u.bin", dir, f);
+
+      close (fds[f]);
+      unlink (path);
+    }
+  free (buf);
+  io_uring_queue_exit (&ring);
+  return TRUE;
+#else
+  return FALSE;
+#endif
+}
+
+/* ---- file-per-chunk baseline ------------------------------------------- */
+
+/* What the filesystem allows one-file-per-chunk stores, without kvtier:
+ * 16 threads create a file (O_EXCL | O_DIRECT), write one chunk, close
+ * and rename it, for the same number of chunks. */
+typedef struct
+{
+  const char *dir;
+  gsize       size;
+  guint64     n_files;
+  gint        next;
+  guint8     *buf;
+} Baseline;
+
+static gpointer
+baseline_thread (gpointer data)
+{
+  Baseline *b = data;
+  gint i;
+
+  while ((i = g_atomic_int_add (&b->next, 1)) < (gint) b->n_files)
+    {
+      g_autofree char *sub = g_strdup_printf ("%s/%02x", b->dir, i & 0xff);
+      g_autofree char *tmp = g_strdup_printf ("%s/%d.tmp", sub, i);
+      g_autofree char *final = g_strdup_printf ("%s/%d", sub, i);
+      int fd = open (tmp, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+
+      if (fd < 0 || write (fd, b->buf, b->size) != (ssize_t) b->size)
+        g_error ("baseline: %s: %s", tmp, g_strerror (errno));
+      close (fd);
+      if (rename (tmp, final) != 0)
+        g_error ("baseline: rename: %s", g_strerror (errno));
+    }
+  return NULL;
+}
+
+static void
+measure_baseline (const char *root,
+                  gsize       size,
+                  guint64     total,
+                  double     *out_gbs,
+                  double     *out_cpu)
+{
+  Baseline b = { root, size, MAX (total / size, 1), 0, NULL };
+  GThread *threads[16];
+  double t, c;
+
+  for (guint i = 0; i < 256; i++)
+    {
+      g_autofree char *sub = g_strdup_printf ("%s/%02x", root, i);
+
+      g_mkdir_with_parents (sub, 0700);
+    }
+  if (posix_memalign ((void **) &b.buf, 4096, size) != 0)
+    return;
+  memset (b.buf, 0x33, size);
+  c = cpu_s ();
+  t = now_s ();
+  for (guint i = 0; i < G_N_ELEMENTS (threads); i++)
+    threads[i] = g_thread_new ("baseline", baseline_thread, &b);
+  for (guint i = 0; i < G_N_ELEMENTS (threads); i++)
+    g_thread_join (threads[i]);
+  t = now_s () - t;
+  c = cpu_s () - c;
+  *out_gbs = b.n_files * size / t / 1e9;
+  *out_cpu = c / (b.n_files * size / 1e9);
+  free (b.buf);
+}
+
+/* ---- through the manager ------------------------------------------------ */
+
+typedef struct
+{
+  KvHostBuffer     *buffer;
+  KvPrimaryTier    *primary;
+  KvTieringManager *manager;
+  KvFsTier         *tier;
+  int               wakeup_fd;
+} Stack;
+
+static gboolean
+stack_init (Stack        *s,
+            const char   *root,
+            const char   *engine,
+            gsize         chunk,
+            GError      **error)
+{
+  guint n_slots = MAX (opt_primary / chunk, 16);
+  GEnumClass *klass = g_type_class_ref (KV_TYPE_FS_IO_ENGINE);
+  GEnumValue *value = g_enum_get_value_by_nick (klass, engine);
+
+  g_type_class_unref (klass);
+  if (value == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "unknown engine ‘%s’", engine);
+      return FALSE;
+    }
+  s->buffer = kv_host_buffer_new (n_slots, chunk, error);
+  if (s->buffer == NULL)
+    return FALSE;
+  /* first touch outside the measurement */
+  memset (kv_host_buffer_get_data (s->buffer), 0x3c, kv_host_buffer_get_size (s->buffer));
+  s->primary = kv_primary_tier_new (s->buffer, NULL, FALSE);
+  s->manager = kv_tiering_manager_new (s->primary);
+  s->tier = g_initable_new (KV_TYPE_FS_TIER, NULL, error,
+                            "tier-type", "fs",
+                            "primary", s->buffer,
+                            "root", root,
+                            "io-engine", value->value,
+                            "deadline-ms", 60000,
+                            "inflight-bytes", opt_inflight,
+                            "queue-depth", opt_queue_depth,
+                            NULL);
+  if (s->tier == NULL)
+    return FALSE;
+  if (!kv_tiering_manager_add_tier (s->manager, KV_SECONDARY_TIER (s->tier), error))
+    return FALSE;
+  s->wakeup_fd = kv_tiering_manager_get_wakeup_fd (s->manager);
+  return TRUE;
+}
+
+static void
+stack_clear (Stack *s)
+{
+  if (s->manager != NULL)
+    kv_tiering_manager_shutdown (s->manager, NULL);
+  g_clear_object (&s->manager);
+  g_clear_object (&s->tier);
+  g_clear_object (&s->primary);
+  g_clear_object (&s->buffer);
+}
+
+static void
+step (Stack *s)
+{
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+
+  kv_tiering_manager_on_schedule_end (s->manager, end);
+}
+
+/* Sleeps until some tier result is queued (the manager's eventfd). */
+static void
+wait_wakeup (Stack *s)
+{
+  struct pollfd pfd = { s->wakeup_fd, POLLIN, 0 };
+
+  poll (&pfd, 1, 100);
+}
+
+static KvKey *
+bench_key (guint64 i)
+{
+  guint8 hash[32] = { 0 };
+
+  for (guint b = 0; b < 8; b++)
+    hash[b] = (guint8) (i >> (8 * b));
+  hash[31] = 0xb7;
+  return kv_key_new (hash, sizeof hash, 0);
+}
+
+static double
+run_store (Stack   *s,
+           guint64  n_chunks,
+           guint    batch)
+{
+  guint64 next = 0;
+  guint n_req = 0;
+  double start = now_s ();
+  g_autoptr(GError) error = NULL;
+
+  while (next < n_chunks)
+    {
+      guint n = MIN (batch, n_chunks - next);
+      g_autofree char *id = g_strdup_printf ("s%u", n_req++);
+      g_autoptr(KvRequest) request = kv_request_new (id, NULL);
+      g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+      g_autoptr(KvPrepareStoreResult) prepared = NULL;
+
+      for (guint i = 0; i < n; i++)
+        g_ptr_array_add (keys, bench_key (next + i));
+      kv_tiering_manager_on_new_request (s->manager, request);
+      for (;;)
+        {
+          prepared = kv_tiering_manager_prepare_store (s->manager, (KvKey * const *) keys->pdata,
+                                                       n, request, &error);
+          if (prepared != NULL)
+            break;
+          /* every slot is pinned by a cascade in flight: wait for one */
+          g_clear_error (&error);
+          step (s);
+          wait_wakeup (s);
+        }
+      {
+        guint n_to_store = 0;
+        KvKey * const *to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+
+        /* the GPU → primary copy is not what is measured: the slots keep
+         * their (pre-faulted) bytes */
+        if (n_to_store > 0)
+          kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
+      }
+      kv_tiering_manager_on_request_finished (s->manager, request);
+      step (s);
+      next += n;
+    }
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL);
+  step (s);
+  step (s);
+  return now_s () - start;
+}
+
+static double
+run_load (Stack   *s,
+          guint64  n_chunks,
+          guint    batch)
+{
+  guint64 next = 0;
+  guint n_req = 0;
+  double start = now_s ();
+  guint64 target = kv_fs_tier_get_counter (s->tier, KV_FS_COUNTER_LOADED_CHUNKS) + n_chunks;
+
+  while (next < n_chunks)
+    {
+      guint n = MIN (batch, n_chunks - next);
+      g_autofree char *id = g_strdup_printf ("l%u", n_req++);
+      g_autoptr(KvRequest) request = kv_request_new (id, NULL);
+      guint accepted = 0;
+
+      kv_tiering_manager_on_new_request (s->manager, request);
+      for (guint i = 0; i < n; i++)
+        {
+          g_autoptr(KvKey) key = bench_key (next + i);
+          KvLookupResult r = kv_tiering_manager_lookup (s->manager, key, request);
+
+          /* MISS: the primary has no free slot (every one is being
+           * filled); this key is looked up again in a later step */
+          if (r != KV_LOOKUP_RESULT_HIT_PENDING && r != KV_LOOKUP_RESULT_HIT)
+            break;
+          accepted++;
+        }
+      kv_tiering_manager_on_request_finished (s->manager, request);
+      step (s);
+      next += accepted;
+      if (accepted < n)
+        wait_wakeup (s);
+    }
+  while (kv_fs_tier_get_counter (s->tier, KV_FS_COUNTER_LOADED_CHUNKS) < target &&
+         kv_fs_tier_get_counter (s->tier, KV_FS_COUNTER_LOAD_FAILURES) == 0)
+    {
+      kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL);
+      step (s);
+    }
+  step (s);
+  return now_s () - start;
+}
+
+static void
+report (const char *what,
+        const char *size,
+        const char *engine,
+        guint64     bytes,
+        double      seconds,
+        double      cpu,
+        double      ceiling)
+{
+  double gbs = bytes / seconds / 1e9;
+
+  if (ceiling > 0)
+    g_print ("%s %s %s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.3f s/GB\n",
+             what, size, engine, gbs, 100 * gbs / ceiling, ceiling, cpu / (bytes / 1e9));
+  else
+    g_print ("%s %s %s: %.2f GB/s (no ceiling measured), cpu %.3f s/GB\n",
+             what, size, engine, gbs, cpu / (bytes / 1e9));
+}
+
+static gboolean
+run_engine (const char    *dir,
+            const char    *engine,
+            gsize          chunk,
+            const Ceiling *ceiling,
+            GError       **error)
+{
+  g_autofree char *size = size_name (chunk);
+  g_autofree char *leaf = g_strdup_printf ("%s-%s", engine, size);
+  /* Files are removed only at the end of the run: deleting thousands of
+   * files right before the next measurement would slow ext4's inode
+   * allocation (it skips recently deleted inodes) for the next one. */
+  g_autofree char *root = g_build_filename (dir, leaf, NULL);
+  guint64 n_chunks = MAX (opt_total / chunk, 1);
+  guint batch = MAX ((16u << 20) / chunk, 1);
+  Stack writer = { 0 };
+  Stack reader = { 0 };
+  double t, c;
+
+  if (!stack_init (&writer, root, engine, chunk, error))
+    {
+      stack_clear (&writer);
+      return FALSE;
+    }
+  c = cpu_s ();
+  t = run_store (&writer, n_chunks, batch);
+  c = cpu_s () - c;
+  if (kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS) != n_chunks)
+    g_printerr ("warning: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored\n",
+                kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS), n_chunks);
+  report ("store", size, engine, n_chunks * chunk, t, c, ceiling->write_gbs);
+  stack_clear (&writer);
+
+  /* a fresh primary: every chunk comes back from the files */
+  if (!stack_init (&reader, root, engine, chunk, error))
+    {
+      stack_clear (&reader);
+      return FALSE;
+    }
+  kv_fs_tier_wait_index_ready (reader.tier);
+  c = cpu_s ();
+  t = run_load (&reader, n_chunks, batch);
+  c = cpu_s () - c;
+  if (kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS) != n_chunks)
+    g_printerr ("warning: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
+                kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks);
+  report ("load", size, engine, n_chunks * chunk, t, c, ceiling->read_gbs);
+  stack_clear (&reader);
+  return TRUE;
+}
+
+int
+main (int argc, char **argv)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *total_text = NULL;
+  g_autofree char *primary_text = NULL;
+  g_autofree char *inflight_text = NULL;
+  g_autofree char *own_dir = NULL;
+  g_auto(GStrv) engines = NULL;
+  g_auto(GStrv) chunks = NULL;
+  GOptionEntry entries[] = {
+    { "dir", 0, 0, G_OPTION_ARG_FILENAME, &opt_dir, "Directory to test (default: a new one in /tmp)", "DIR" },
+    { "total", 0, 0, G_OPTION_ARG_STRING, &total_text, "Bytes moved each way per measurement (default 1GiB)", "SIZE" },
+    { "engines", 0, 0, G_OPTION_ARG_STRING, &opt_engines, "Engines (default uring,gio,threads)", "LIST" },
+    { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
+    { "primary", 0, 0, G_OPTION_ARG_STRING, &primary_text, "Primary tier size (default 256MiB)", "SIZE" },
+    { "inflight", 0, 0, G_OPTION_ARG_STRING, &inflight_text, "inflight-bytes of the tier (default 64MiB)", "SIZE" },
+    { "queue-depth", 0, 0, G_OPTION_ARG_INT, &opt_queue_depth, "queue-depth of the tier (default 128)", "N" },
+    { "no-baseline", 0, G_OPTION_FLAG_REVERSE, G_OPTION_ARG_NONE, &opt_baseline,
+      "Skip the file-per-chunk baseline (plain syscalls, no kvtier)", NULL },
+    { NULL }
+  };
+  g_autoptr(GOptionContext) context = g_option_context_new ("- fs tier throughput against the device");
+
+  g_option_context_add_main_entries (context, entries, NULL);
+  if (!g_option_context_parse (context, &argc, &argv, &error))
+    {
+      g_printerr ("%s\n", error->message);
+      return 2;
+    }
+  if ((total_text != NULL && !parse_size (total_text, &opt_total)) ||
+      (primary_text != NULL && !parse_size (primary_text, &opt_primary)) ||
+      (inflight_text != NULL && !parse_size (inflight_text, &opt_inflight)))
+    {
+      g_printerr ("sizes look like 512MiB or 2GiB\n");
+      return 2;
+    }
+  if (opt_dir == NULL)
+    opt_dir = own_dir = g_dir_make_tmp ("kvtier-fs-bench-XXXXXX", &error);
+  if (opt_dir == NULL || g_mkdir_with_parents (opt_dir, 0700) != 0)
+    {
+      g_printerr ("cannot use the directory: %s\n", error ? error->message : g_strerror (errno));
+      return 1;
+    }
+  engines = g_strsplit (opt_engines ? opt_engines : "uring,gio,threads", ",", -1);
+  chunks = g_strsplit (opt_chunks ? opt_chunks : "256KiB,2MiB", ",", -1);
+
+  g_print ("# fs-throughput on %s, %" G_GUINT64_FORMAT " MiB each way per measurement\n",
+           opt_dir, opt_total >> 20);
+  for (guint c = 0; chunks[c] != NULL; c++)
+    {
+      guint64 chunk = 0;
+      g_autofree char *name = NULL;
+      Ceiling ceiling = { 0, 0 };
+
+      if (!parse_size (chunks[c], &chunk) || chunk % 4096 != 0)
+        {
+          g_printerr ("bad chunk size ‘%s’ (a multiple of 4KiB)\n", chunks[c]);
+          return 2;
+        }
+      name = size_name (chunk);
+      if (measure_ceiling (opt_dir, chunk, opt_total, &ceiling))
+        g_print ("ceiling %s: write %.2f GB/s (cpu %.3f s/GB), read %.2f GB/s (cpu %.3f s/GB) "
+                 "(raw O_DIRECT io_uring on %d written files, best of QD 32/128)\n",
+                 name, ceiling.write_gbs, ceiling.write_cpu, ceiling.read_gbs, ceiling.read_cpu,
+                 CEILING_FILES);
+      if (opt_baseline)
+        {
+          double gbs = 0, cpu = 0;
+          g_autofree char *leaf = g_strdup_printf ("baseline-%s", name);
+          g_autofree char *root = g_build_filename (opt_dir, leaf, NULL);
+
+          measure_baseline (root, chunk, opt_total, &gbs, &cpu);
+          g_print ("baseline %s: create+write+rename one file per chunk, 16 threads, no kvtier: "
+                   "%.2f GB/s = %.0f%% of ceiling, cpu %.3f s/GB\n",
+                   name, gbs, ceiling.write_gbs > 0 ? 100 * gbs / ceiling.write_gbs : 0, cpu);
+        }
+      for (guint e = 0; engines[e] != NULL; e++)
+        if (!run_engine (opt_dir, engines[e], chunk, &ceiling, &error))
+          {
+            g_printerr ("%s %s: %s\n", name, engines[e], error->message);
+            g_clear_error (&error);
+          }
+    }
+  {
+    /* the tiers' and the baseline's files */
+    g_autofree char *cmd = g_strdup_printf ("rm -rf '%s'/*-*", opt_dir);
+
+    if (system (cmd) != 0)
+      g_printerr ("cannot clean %s\n", opt_dir);
+  }
+  if (own_dir != NULL)
+    g_rmdir (own_dir);
+  return 0;
+}

@@ -20,5 +20,6 @@ const KvMetricDefinition *kv_metric_registry_lookup_definition (KvMetricRegistry
                                                                 const char       *name);
 const KvMetricDefinition *kv_metric_registry_get_definition    (KvMetricRegistry *self,
                                                                 guint             index);
+const char               *kv_metric_registry_kind_to_string   (KvMetricKind      kind);
 
 G_END_DECLS

@@ -88,8 +88,9 @@ kv_metric_registry_new (void)
   return g_object_new (KV_TYPE_METRIC_REGISTRY, NULL);
 }
 
-static const char *
-kind_to_string (KvMetricKind kind)
+/* The exposition name of @kind, also used in messages. */
+const char *
+kv_metric_registry_kind_to_string (KvMetricKind kind)
 {
   switch (kind)
     {
@@ -224,7 +225,8 @@ add_definition (KvMetricRegistry    *self,
 
           g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
                        "Metric %s is already defined differently (as a %s with "
-                       "labels [%s])", name, kind_to_string (existing->kind), labels);
+                       "labels [%s])", name,
+                       kv_metric_registry_kind_to_string (existing->kind), labels);
         }
       definition_free (def);
       return same;

@@ -192,22 +192,6 @@ label_key (const char * const *label_values)
   return g_string_free (key, FALSE);
 }
 
-static const char *
-kind_name (KvMetricKind kind)
-{
-  switch (kind)
-    {
-    case KV_METRIC_KIND_COUNTER:
-      return "counter";
-    case KV_METRIC_KIND_GAUGE:
-      return "gauge";
-    case KV_METRIC_KIND_HISTOGRAM:
-      return "histogram";
-    default:
-      return "unknown";
-    }
-}
-
 guint
 kv_stats_bucket_index (const gdouble *bounds,
                        guint          n_bounds,
@@ -317,7 +301,9 @@ get_sample (KvStats            *self,
     }
   else if (metric->kind != kind)
     {
-      g_critical ("Metric %s is a %s, not a %s", name, kind_name (metric->kind), kind_name (kind));
+      g_critical ("Metric %s is a %s, not a %s", name,
+                  kv_metric_registry_kind_to_string (metric->kind),
+                  kv_metric_registry_kind_to_string (kind));
       return NULL;
     }
 
@@ -906,7 +892,8 @@ kv_stats_to_prometheus (KvStats          *self,
       if (metric->kind != def->kind)
         {
           g_warning ("Metric %s was recorded as a %s but is defined as a %s; left out",
-                     def->name, kind_name (metric->kind), kind_name (def->kind));
+                     def->name, kv_metric_registry_kind_to_string (metric->kind),
+                     kv_metric_registry_kind_to_string (def->kind));
           continue;
         }
 
@@ -917,7 +904,8 @@ kv_stats_to_prometheus (KvStats          *self,
 
       g_string_append_printf (out, "# HELP %s ", exposed);
       append_escaped (out, def->documentation, FALSE);
-      g_string_append_printf (out, "\n# TYPE %s %s\n", exposed, kind_name (def->kind));
+      g_string_append_printf (out, "\n# TYPE %s %s\n", exposed,
+                              kv_metric_registry_kind_to_string (def->kind));
 
       keys = sorted_keys (metric->samples);
       for (guint i = 0; i < keys->len; i++)

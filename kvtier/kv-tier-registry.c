@@ -1033,6 +1033,33 @@ collect_properties (const char      *kind,
   return TRUE;
 }
 
+/* Appends a construct property named @name (a static string) and returns
+ * its value, initialized to @type for the caller to set. */
+static GValue *
+append_value (GPtrArray  *names,
+              GArray     *values,
+              const char *name,
+              GType       type)
+{
+  GValue value = G_VALUE_INIT;
+
+  g_ptr_array_add (names, (gpointer) name);
+  g_array_append_val (values, value);
+  return g_value_init (&g_array_index (values, GValue, values->len - 1), type);
+}
+
+/* The construct properties every created object gets: its primary buffer. */
+static void
+new_construct_values (KvHostBuffer  *primary,
+                      GPtrArray    **names,
+                      GArray       **values)
+{
+  *names = g_ptr_array_new ();
+  *values = g_array_new (FALSE, TRUE, sizeof (GValue));
+  g_value_set_object (append_value (*names, *values, "primary", KV_TYPE_HOST_BUFFER),
+                      primary);
+}
+
 static GObject *
 create_object (GType          type,
                const char    *kind,
@@ -1092,7 +1119,6 @@ kv_tier_registry_create_tier (KvTierRegistry          *self,
   g_autoptr(GVariant) props = NULL;
   g_autoptr(GPtrArray) names = NULL;
   g_autoptr(GArray) values = NULL;
-  GValue value = G_VALUE_INIT;
   GType type;
 
   g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
@@ -1110,28 +1136,12 @@ kv_tier_registry_create_tier (KvTierRegistry          *self,
   if (type == G_TYPE_INVALID)
     return NULL;
 
-  names = g_ptr_array_new ();
-  values = g_array_new (FALSE, TRUE, sizeof (GValue));
-
-  g_ptr_array_add (names, (gpointer) "primary");
-  g_value_init (&value, KV_TYPE_HOST_BUFFER);
-  g_value_set_object (&value, primary);
-  g_array_append_val (values, value);
-
-  g_ptr_array_add (names, (gpointer) "tier-type");
-  memset (&value, 0, sizeof value);
-  g_value_init (&value, G_TYPE_STRING);
-  g_value_set_string (&value, type_name);
-  g_array_append_val (values, value);
-
+  new_construct_values (primary, &names, &values);
+  g_value_set_string (append_value (names, values, "tier-type", G_TYPE_STRING), type_name);
   if (detector != NULL)
-    {
-      g_ptr_array_add (names, (gpointer) "backpressure-detector");
-      memset (&value, 0, sizeof value);
-      g_value_init (&value, KV_TYPE_BACKPRESSURE_DETECTOR);
-      g_value_set_object (&value, detector);
-      g_array_append_val (values, value);
-    }
+    g_value_set_object (append_value (names, values, "backpressure-detector",
+                                      KV_TYPE_BACKPRESSURE_DETECTOR),
+                        detector);
 
   return KV_SECONDARY_TIER (create_object (type, "Tier", type_name, names,
                                            values, props, error));
@@ -1163,7 +1173,6 @@ kv_tier_registry_create_device (KvTierRegistry  *self,
   g_autoptr(GVariant) props = NULL;
   g_autoptr(GPtrArray) names = NULL;
   g_autoptr(GArray) values = NULL;
-  GValue value = G_VALUE_INIT;
   GType type;
 
   g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
@@ -1180,13 +1189,7 @@ kv_tier_registry_create_device (KvTierRegistry  *self,
   if (type == G_TYPE_INVALID)
     return NULL;
 
-  names = g_ptr_array_new ();
-  values = g_array_new (FALSE, TRUE, sizeof (GValue));
-
-  g_ptr_array_add (names, (gpointer) "primary");
-  g_value_init (&value, KV_TYPE_HOST_BUFFER);
-  g_value_set_object (&value, primary);
-  g_array_append_val (values, value);
+  new_construct_values (primary, &names, &values);
 
   return KV_DEVICE (create_object (type, "Device", type_name, names, values,
                                    props, error));

@@ -416,20 +416,30 @@ store_after_payload (GioOp *gop)
   store_close (gop);
 }
 
-static void
-store_payload_written (GObject      *source,
-                       GAsyncResult *result,
-                       gpointer      user_data)
+/* Ends one write of a store; on failure abandons the store and returns
+ * %FALSE. */
+static gboolean
+store_write_finish (GObject      *source,
+                    GAsyncResult *result,
+                    GioOp        *gop)
 {
-  GioOp *gop = user_data;
   g_autoptr(GError) error = NULL;
 
   if (!g_output_stream_write_all_finish (G_OUTPUT_STREAM (source), result, NULL, &error))
     {
       store_fail (gop, error);
-      return;
+      return FALSE;
     }
-  store_after_payload (gop);
+  return TRUE;
+}
+
+static void
+store_payload_written (GObject      *source,
+                       GAsyncResult *result,
+                       gpointer      user_data)
+{
+  if (store_write_finish (source, result, user_data))
+    store_after_payload (user_data);
 }
 
 static void
@@ -449,15 +459,8 @@ store_header_written (GObject      *source,
                       GAsyncResult *result,
                       gpointer      user_data)
 {
-  GioOp *gop = user_data;
-  g_autoptr(GError) error = NULL;
-
-  if (!g_output_stream_write_all_finish (G_OUTPUT_STREAM (source), result, NULL, &error))
-    {
-      store_fail (gop, error);
-      return;
-    }
-  store_write_payload (gop);
+  if (store_write_finish (source, result, user_data))
+    store_write_payload (user_data);
 }
 
 static void

@@ -1837,6 +1837,12 @@ kv_tiering_manager_shutdown (KvTieringManager  *self,
  * and runs a step when it fires. The manager drains it when it consumes
  * results; do not read it yourself.
  *
+ * Results are consumed at most once per step, at the step's first entry
+ * point (as in vLLM). A completion that arrives after that waits for the
+ * next step: an engine woken in the middle of a step ends it with
+ * [method@Kv.TieringManager.on_schedule_end] and sees the results in the
+ * next one.
+ *
  * Returns: a file descriptor owned by the manager
  */
 int

@@ -11,7 +11,8 @@ G_BEGIN_DECLS
  * file, section and key. */
 
 G_GNUC_INTERNAL
-gboolean  kv_config_param_is_configurable (GParamSpec    *pspec);
+gboolean  kv_config_param_is_configurable (GParamSpec    *pspec,
+                                          GType          type);
 G_GNUC_INTERNAL
 gboolean  kv_config_value_from_string     (GParamSpec    *pspec,
                                            const char    *text,

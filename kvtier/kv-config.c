@@ -13,6 +13,7 @@
 #include "kv-drop-store-policy.h"
 #include "kv-ema-backpressure-detector.h"
 #include "kv-lru-policy.h"
+#include "kv-secondary-tier.h"
 #include "kv-throttled-drop-policy.h"
 
 /**
@@ -178,8 +179,22 @@ value_type_supported (GType type)
     }
 }
 
+/* A tier class written in Python or JavaScript cannot set the C class
+ * field `medium`: its configuration may name the medium instead. */
+static gboolean
+tier_class_lacks_medium (GType type)
+{
+  g_autoptr(GTypeClass) klass = NULL;
+
+  if (!g_type_is_a (type, KV_TYPE_SECONDARY_TIER))
+    return FALSE;
+  klass = g_type_class_ref (type);
+  return KV_SECONDARY_TIER_CLASS (klass)->medium == KV_MEDIUM_UNSPECIFIED;
+}
+
 gboolean
-kv_config_param_is_configurable (GParamSpec *pspec)
+kv_config_param_is_configurable (GParamSpec *pspec,
+                                 GType       type)
 {
   static const char * const managed[] = {
     "primary", "tier-type", "backpressure-detector", "medium", NULL
@@ -187,7 +202,8 @@ kv_config_param_is_configurable (GParamSpec *pspec)
 
   if ((pspec->flags & G_PARAM_WRITABLE) == 0 || (pspec->flags & G_PARAM_DEPRECATED) != 0)
     return FALSE;
-  if (g_strv_contains (managed, pspec->name))
+  if (g_strv_contains (managed, pspec->name) &&
+      !(g_str_equal (pspec->name, "medium") && tier_class_lacks_medium (type)))
     return FALSE;
   return value_type_supported (G_PARAM_SPEC_VALUE_TYPE (pspec));
 }
@@ -1139,7 +1155,8 @@ resolve_key (const Section *section,
 
           pspec = g_object_class_find_property (G_OBJECT_CLASS (klass),
                                                 key + strlen (BACKPRESSURE_PREFIX));
-          if (pspec != NULL && kv_config_param_is_configurable (pspec) &&
+          if (pspec != NULL &&
+              kv_config_param_is_configurable (pspec, KV_TYPE_EMA_BACKPRESSURE_DETECTOR) &&
               is_construct_property (pspec))
             {
               *out_target = TARGET_DETECTOR;
@@ -1153,7 +1170,7 @@ resolve_key (const Section *section,
     g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
 
     pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), key);
-    if (pspec != NULL && kv_config_param_is_configurable (pspec))
+    if (pspec != NULL && kv_config_param_is_configurable (pspec, section->type))
       return pspec;
   }
   return NULL;
@@ -1181,7 +1198,7 @@ accepted_keys (const Section *section)
 
     pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
     for (guint i = 0; i < n_pspecs; i++)
-      if (kv_config_param_is_configurable (pspecs[i]))
+      if (kv_config_param_is_configurable (pspecs[i], section->type))
         g_string_append_printf (s, ", %s", pspecs[i]->name);
   }
 
@@ -1194,7 +1211,8 @@ accepted_keys (const Section *section)
       g_string_append (s, ", backpressure, backpressure-policy, backpressure-ramp-factor");
       bp = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_bp);
       for (guint i = 0; i < n_bp; i++)
-        if (kv_config_param_is_configurable (bp[i]) && is_construct_property (bp[i]))
+        if (kv_config_param_is_configurable (bp[i], KV_TYPE_EMA_BACKPRESSURE_DETECTOR) &&
+            is_construct_property (bp[i]))
           g_string_append_printf (s, ", " BACKPRESSURE_PREFIX "%s", bp[i]->name);
     }
   return g_string_free (s, FALSE);

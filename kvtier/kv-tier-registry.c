@@ -621,7 +621,7 @@ describe (KvTierRegistry  *self,
 
   g_variant_builder_init (&props, G_VARIANT_TYPE ("aa{sv}"));
   for (guint i = 0; i < n_pspecs; i++)
-    if (kv_config_param_is_configurable (pspecs[i]))
+    if (kv_config_param_is_configurable (pspecs[i], entry.type))
       g_variant_builder_add_value (&props, describe_property (pspecs[i]));
 
   g_variant_dict_init (&dict, NULL);
@@ -999,7 +999,7 @@ collect_properties (const char      *kind,
       GParamSpec *pspec = g_object_class_find_property (klass, key);
       GValue gvalue = G_VALUE_INIT;
 
-      if (pspec == NULL || !kv_config_param_is_configurable (pspec))
+      if (pspec == NULL || !kv_config_param_is_configurable (pspec, G_TYPE_FROM_CLASS (klass)))
         {
           g_autoptr(GString) accepted = g_string_new (NULL);
           g_autofree GParamSpec **pspecs = NULL;
@@ -1007,7 +1007,7 @@ collect_properties (const char      *kind,
 
           pspecs = g_object_class_list_properties (klass, &n_pspecs);
           for (guint i = 0; i < n_pspecs; i++)
-            if (kv_config_param_is_configurable (pspecs[i]))
+            if (kv_config_param_is_configurable (pspecs[i], G_TYPE_FROM_CLASS (klass)))
               g_string_append_printf (accepted, "%s%s", accepted->len > 0 ? ", " : "",
                                       pspecs[i]->name);
           g_set_error (error, KV_TIER_REGISTRY_ERROR,

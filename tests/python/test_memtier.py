@@ -270,6 +270,8 @@ def test_register_python_tier_by_name():
             'name': GLib.Variant('s', 'memory'),
             'type': GLib.Variant('s', 'pymem'),
             'locality': GLib.Variant('s', 'local'),
+            # a Python class cannot set the C class field: the config says it
+            'medium': GLib.Variant('s', 'storage'),
         }]),
     }))
     manager = config.create_manager()
@@ -278,6 +280,7 @@ def test_register_python_tier_by_name():
         created = manager.get_tier(0)
         assert isinstance(created, MemTier)
         assert created.get_locality() == Kv.Locality.LOCAL
+        assert created.get_medium() == Kv.Medium.STORAGE
         # The configured tier works like any other.
         engine = Engine(manager=manager)
         req = Kv.Request.new('r1', None)

@@ -338,8 +338,9 @@ kv_tiering_manager_class_init (KvTieringManagerClass *klass)
    *
    * Whether the manager records vLLM's tiering metrics (lookup counters and
    * delay histograms, job bytes and times, usage gauges). Engines that do
-   * not log statistics turn it off and save a per-request table insert and
-   * two clock reads per lookup; [method@Kv.TieringManager.get_stats] then
+   * not log statistics turn it off and save a table probe per lookup (each
+   * request's key is counted once per tier) and two clock reads per
+   * secondary-tier lookup; [method@Kv.TieringManager.get_stats] then
    * returns only the tiers' own metrics.
    */
   properties[PROP_ENABLE_METRICS] =

@@ -1721,88 +1721,62 @@ write_json (Bench          *b,
 
   path_bytes (b, bytes);
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "schema");
-  json_builder_add_string_value (builder, "kvtier-bench/1");
+  tool_json_add_string (builder, "schema", "kvtier-bench/1");
 
   json_builder_set_member_name (builder, "workload");
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "kind");
-  json_builder_add_string_value (builder, b->workload->kind);
-  json_builder_set_member_name (builder, "description");
-  json_builder_add_string_value (builder, b->workload->description);
-  json_builder_set_member_name (builder, "tokens_per_chunk");
-  json_builder_add_int_value (builder, TOOL_TOKENS_PER_CHUNK);
+  tool_json_add_string (builder, "kind", b->workload->kind);
+  tool_json_add_string (builder, "description", b->workload->description);
+  tool_json_add_int (builder, "tokens_per_chunk", TOOL_TOKENS_PER_CHUNK);
   json_builder_end_object (builder);
 
   json_builder_set_member_name (builder, "setup");
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "chunk_bytes");
-  json_builder_add_int_value (builder, (gint64) b->chunk_bytes);
-  json_builder_set_member_name (builder, "device_chunks");
-  json_builder_add_int_value (builder, b->n_dev_slots);
-  json_builder_set_member_name (builder, "primary_chunks");
-  json_builder_add_int_value (builder, kv_primary_tier_get_n_slots (b->primary));
+  tool_json_add_int (builder, "chunk_bytes", (gint64) b->chunk_bytes);
+  tool_json_add_int (builder, "device_chunks", b->n_dev_slots);
+  tool_json_add_int (builder, "primary_chunks", kv_primary_tier_get_n_slots (b->primary));
   json_builder_set_member_name (builder, "tiers");
   json_builder_begin_array (builder);
   for (guint t = 0; t < b->n_tiers; t++)
     {
       json_builder_begin_object (builder);
-      json_builder_set_member_name (builder, "name");
-      json_builder_add_string_value (builder, b->tier_names[t]);
-      json_builder_set_member_name (builder, "type");
-      json_builder_add_string_value (builder, kv_secondary_tier_get_tier_type (b->tiers[t]));
+      tool_json_add_string (builder, "name", b->tier_names[t]);
+      tool_json_add_string (builder, "type", kv_secondary_tier_get_tier_type (b->tiers[t]));
       json_builder_end_object (builder);
     }
   json_builder_end_array (builder);
-  json_builder_set_member_name (builder, "batch");
-  json_builder_add_int_value (builder, b->lookups_per_step > 0 ? 0 : b->batch);
-  json_builder_set_member_name (builder, "lookups_per_step");
-  json_builder_add_int_value (builder, b->lookups_per_step);
+  tool_json_add_int (builder, "batch", b->lookups_per_step > 0 ? 0 : b->batch);
+  tool_json_add_int (builder, "lookups_per_step", b->lookups_per_step);
   json_builder_set_member_name (builder, "sync");
   json_builder_add_boolean_value (builder, b->sync);
-  json_builder_set_member_name (builder, "prefill_rate");
-  json_builder_add_double_value (builder, b->prefill_rate);
+  tool_json_add_double (builder, "prefill_rate", b->prefill_rate);
   json_builder_end_object (builder);
 
-  json_builder_set_member_name (builder, "requests");
-  json_builder_add_int_value (builder, b->n_done);
-  json_builder_set_member_name (builder, "requests_skipped");
-  json_builder_add_int_value (builder, b->n_skipped);
-  json_builder_set_member_name (builder, "lookups");
-  json_builder_add_int_value (builder, (gint64) b->lookups);
+  tool_json_add_int (builder, "requests", b->n_done);
+  tool_json_add_int (builder, "requests_skipped", b->n_skipped);
+  tool_json_add_int (builder, "lookups", (gint64) b->lookups);
   json_builder_set_member_name (builder, "hits");
   json_builder_begin_object (builder);
   for (guint src = 0; src < n_sources (b); src++)
     {
-      json_builder_set_member_name (builder, source_name (b, src));
-      json_builder_add_int_value (builder, (gint64) b->hits[src]);
+      tool_json_add_int (builder, source_name (b, src), (gint64) b->hits[src]);
     }
   json_builder_end_object (builder);
-  json_builder_set_member_name (builder, "misses");
-  json_builder_add_int_value (builder, (gint64) b->misses);
-  json_builder_set_member_name (builder, "manager_lookups");
-  json_builder_add_int_value (builder, (gint64) b->manager_lookups);
-  json_builder_set_member_name (builder, "deferrals");
-  json_builder_add_int_value (builder, (gint64) b->deferrals);
-  json_builder_set_member_name (builder, "deferral_timeouts");
-  json_builder_add_int_value (builder, (gint64) b->deferral_timeouts);
-  json_builder_set_member_name (builder, "store_refused_chunks");
-  json_builder_add_int_value (builder, (gint64) b->store_refused);
+  tool_json_add_int (builder, "misses", (gint64) b->misses);
+  tool_json_add_int (builder, "manager_lookups", (gint64) b->manager_lookups);
+  tool_json_add_int (builder, "deferrals", (gint64) b->deferrals);
+  tool_json_add_int (builder, "deferral_timeouts", (gint64) b->deferral_timeouts);
+  tool_json_add_int (builder, "store_refused_chunks", (gint64) b->store_refused);
 
   json_builder_set_member_name (builder, "tokens");
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "prompt");
-  json_builder_add_int_value (builder, (gint64) b->tokens_prompt);
-  json_builder_set_member_name (builder, "from_device");
-  json_builder_add_int_value (builder, (gint64) b->tokens_device);
-  json_builder_set_member_name (builder, "from_offload");
-  json_builder_add_int_value (builder, (gint64) b->tokens_offload);
-  json_builder_set_member_name (builder, "computed");
-  json_builder_add_int_value (builder, (gint64) b->tokens_computed);
-  json_builder_set_member_name (builder, "computed_without_offload");
-  json_builder_add_int_value (builder, (gint64) (b->tokens_computed + b->tokens_offload));
-  json_builder_set_member_name (builder, "saved");
-  json_builder_add_int_value (builder, (gint64) b->tokens_offload);
+  tool_json_add_int (builder, "prompt", (gint64) b->tokens_prompt);
+  tool_json_add_int (builder, "from_device", (gint64) b->tokens_device);
+  tool_json_add_int (builder, "from_offload", (gint64) b->tokens_offload);
+  tool_json_add_int (builder, "computed", (gint64) b->tokens_computed);
+  tool_json_add_int (builder, "computed_without_offload",
+                     (gint64) (b->tokens_computed + b->tokens_offload));
+  tool_json_add_int (builder, "saved", (gint64) b->tokens_offload);
   json_builder_end_object (builder);
 
   json_builder_set_member_name (builder, "paths");
@@ -1814,14 +1788,10 @@ write_json (Bench          *b,
 
       json_builder_set_member_name (builder, key);
       json_builder_begin_object (builder);
-      json_builder_set_member_name (builder, "bytes");
-      json_builder_add_int_value (builder, (gint64) bytes[p]);
-      json_builder_set_member_name (builder, "gbps_run");
-      json_builder_add_double_value (builder, s->wall_s > 0 ? bytes[p] / s->wall_s / 1e9 : 0.0);
-      json_builder_set_member_name (builder, "job_time_s");
-      json_builder_add_double_value (builder, job_time);
-      json_builder_set_member_name (builder, "gbps_jobs");
-      json_builder_add_double_value (builder, job_time > 0 ? bytes[p] / job_time / 1e9 : 0.0);
+      tool_json_add_int (builder, "bytes", (gint64) bytes[p]);
+      tool_json_add_double (builder, "gbps_run", s->wall_s > 0 ? bytes[p] / s->wall_s / 1e9 : 0.0);
+      tool_json_add_double (builder, "job_time_s", job_time);
+      tool_json_add_double (builder, "gbps_jobs", job_time > 0 ? bytes[p] / job_time / 1e9 : 0.0);
       json_builder_end_object (builder);
     }
   json_builder_end_object (builder);
@@ -1832,54 +1802,36 @@ write_json (Bench          *b,
     {
       json_builder_set_member_name (builder, b->tier_names[t]);
       json_builder_begin_object (builder);
-      json_builder_set_member_name (builder, "stores");
-      json_builder_add_int_value (builder, (gint64) stat_value (b, STAT_STORES_DROPPED, t));
-      json_builder_set_member_name (builder, "chunks");
-      json_builder_add_int_value (builder, (gint64) stat_value (b, STAT_BLOCKS_DROPPED, t));
+      tool_json_add_int (builder, "stores", (gint64) stat_value (b, STAT_STORES_DROPPED, t));
+      tool_json_add_int (builder, "chunks", (gint64) stat_value (b, STAT_BLOCKS_DROPPED, t));
       json_builder_end_object (builder);
     }
   json_builder_end_object (builder);
 
   json_builder_set_member_name (builder, "manager");
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "steps");
-  json_builder_add_int_value (builder, (gint64) b->steps);
-  json_builder_set_member_name (builder, "steps_with_lookups");
-  json_builder_add_int_value (builder, (gint64) s->busy_steps);
-  json_builder_set_member_name (builder, "time_s");
-  json_builder_add_double_value (builder, s->mgr_s);
-  json_builder_set_member_name (builder, "share_of_wall");
-  json_builder_add_double_value (builder, s->wall_s > 0 ? s->mgr_s / s->wall_s : 0.0);
-  json_builder_set_member_name (builder, "lookup_time_s");
-  json_builder_add_double_value (builder, b->lookup_ns_total / 1e9);
-  json_builder_set_member_name (builder, "step_time_p50_s");
-  json_builder_add_double_value (builder, s->p50_ns / 1e9);
-  json_builder_set_member_name (builder, "step_time_p99_s");
-  json_builder_add_double_value (builder, s->p99_ns / 1e9);
-  json_builder_set_member_name (builder, "step_time_max_s");
-  json_builder_add_double_value (builder, s->max_ns / 1e9);
-  json_builder_set_member_name (builder, "lookups_per_step_mean");
-  json_builder_add_double_value (builder, s->lookups_mean);
-  json_builder_set_member_name (builder, "lookups_per_step_max");
-  json_builder_add_int_value (builder, (gint64) s->lookups_max);
+  tool_json_add_int (builder, "steps", (gint64) b->steps);
+  tool_json_add_int (builder, "steps_with_lookups", (gint64) s->busy_steps);
+  tool_json_add_double (builder, "time_s", s->mgr_s);
+  tool_json_add_double (builder, "share_of_wall", s->wall_s > 0 ? s->mgr_s / s->wall_s : 0.0);
+  tool_json_add_double (builder, "lookup_time_s", b->lookup_ns_total / 1e9);
+  tool_json_add_double (builder, "step_time_p50_s", s->p50_ns / 1e9);
+  tool_json_add_double (builder, "step_time_p99_s", s->p99_ns / 1e9);
+  tool_json_add_double (builder, "step_time_max_s", s->max_ns / 1e9);
+  tool_json_add_double (builder, "lookups_per_step_mean", s->lookups_mean);
+  tool_json_add_int (builder, "lookups_per_step_max", (gint64) s->lookups_max);
   json_builder_end_object (builder);
 
   json_builder_set_member_name (builder, "verify");
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "chunks");
-  json_builder_add_int_value (builder, (gint64) b->verified_chunks);
-  json_builder_set_member_name (builder, "mismatches");
-  json_builder_add_int_value (builder, (gint64) b->verify_mismatches);
-  json_builder_set_member_name (builder, "failed_device_transfers");
-  json_builder_add_int_value (builder, (gint64) b->transfer_failures);
+  tool_json_add_int (builder, "chunks", (gint64) b->verified_chunks);
+  tool_json_add_int (builder, "mismatches", (gint64) b->verify_mismatches);
+  tool_json_add_int (builder, "failed_device_transfers", (gint64) b->transfer_failures);
   json_builder_end_object (builder);
 
-  json_builder_set_member_name (builder, "wall_s");
-  json_builder_add_double_value (builder, s->wall_s);
-  json_builder_set_member_name (builder, "compute_s");
-  json_builder_add_double_value (builder, b->compute_ns / 1e9);
-  json_builder_set_member_name (builder, "requests_per_s");
-  json_builder_add_double_value (builder, s->wall_s > 0 ? b->n_done / s->wall_s : 0.0);
+  tool_json_add_double (builder, "wall_s", s->wall_s);
+  tool_json_add_double (builder, "compute_s", b->compute_ns / 1e9);
+  tool_json_add_double (builder, "requests_per_s", s->wall_s > 0 ? b->n_done / s->wall_s : 0.0);
   json_builder_end_object (builder);
 
   root = json_builder_get_root (builder);

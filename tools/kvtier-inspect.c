@@ -397,32 +397,22 @@ namespace_json (const Namespace *ns)
   g_autoptr(JsonBuilder) builder = json_builder_new ();
 
   json_builder_begin_object (builder);
-  json_builder_set_member_name (builder, "directory");
-  json_builder_add_string_value (builder, ns->dir);
-  json_builder_set_member_name (builder, "layout");
-  json_builder_add_string_value (builder, ns->vllm ? "vllm" : "kvtier");
-  json_builder_set_member_name (builder, "namespace");
-  json_builder_add_string_value (builder, ns->name);
-  json_builder_set_member_name (builder, "chunk_bytes");
-  json_builder_add_int_value (builder, (gint64) ns->block_size);
-  json_builder_set_member_name (builder, "chunks");
-  json_builder_add_int_value (builder, (gint64) ns->chunks);
-  json_builder_set_member_name (builder, "bytes");
-  json_builder_add_int_value (builder, (gint64) ns->bytes);
-  json_builder_set_member_name (builder, "verified");
-  json_builder_add_int_value (builder, (gint64) ns->verified);
+  tool_json_add_string (builder, "directory", ns->dir);
+  tool_json_add_string (builder, "layout", ns->vllm ? "vllm" : "kvtier");
+  tool_json_add_string (builder, "namespace", ns->name);
+  tool_json_add_int (builder, "chunk_bytes", (gint64) ns->block_size);
+  tool_json_add_int (builder, "chunks", (gint64) ns->chunks);
+  tool_json_add_int (builder, "bytes", (gint64) ns->bytes);
+  tool_json_add_int (builder, "verified", (gint64) ns->verified);
   json_builder_set_member_name (builder, "bad");
   json_builder_begin_object (builder);
   for (int r = 0; r < N_BAD; r++)
     {
-      json_builder_set_member_name (builder, bad_names[r]);
-      json_builder_add_int_value (builder, (gint64) ns->bad[r]);
+      tool_json_add_int (builder, bad_names[r], (gint64) ns->bad[r]);
     }
   json_builder_end_object (builder);
-  json_builder_set_member_name (builder, "temp_files");
-  json_builder_add_int_value (builder, (gint64) ns->temp_files);
-  json_builder_set_member_name (builder, "stale_temp_files");
-  json_builder_add_int_value (builder, (gint64) ns->stale_temp_files);
+  tool_json_add_int (builder, "temp_files", (gint64) ns->temp_files);
+  tool_json_add_int (builder, "stale_temp_files", (gint64) ns->stale_temp_files);
   json_builder_end_object (builder);
   return json_builder_get_root (builder);
 }
@@ -512,8 +502,7 @@ tool_inspect (int    argc,
       g_autofree char *text = NULL;
 
       json_builder_begin_object (builder);
-      json_builder_set_member_name (builder, "root");
-      json_builder_add_string_value (builder, argv[2]);
+      tool_json_add_string (builder, "root", argv[2]);
       json_builder_set_member_name (builder, "verified");
       json_builder_add_boolean_value (builder, verify);
       json_builder_set_member_name (builder, "namespaces");

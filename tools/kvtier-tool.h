@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <json-glib/json-glib.h>
 #include <kvtier.h>
 
 G_BEGIN_DECLS
@@ -89,5 +90,16 @@ int      tool_usage_error (GOptionContext *context,
                            ...) G_GNUC_PRINTF (2, 3);
 KvTierRegistry *tool_load_registry (gboolean    report_errors,
                                     gboolean   *out_plugin_errors);
+
+/* "name": value members of the JSON the subcommands write. */
+void     tool_json_add_int    (JsonBuilder *builder,
+                               const char  *name,
+                               gint64       value);
+void     tool_json_add_double (JsonBuilder *builder,
+                               const char  *name,
+                               gdouble      value);
+void     tool_json_add_string (JsonBuilder *builder,
+                               const char  *name,
+                               const char  *value);
 
 G_END_DECLS

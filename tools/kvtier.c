@@ -75,6 +75,33 @@ tool_format_count (guint64 n)
   return g_strdup_printf ("%" G_GUINT64_FORMAT, n);
 }
 
+void
+tool_json_add_int (JsonBuilder *builder,
+                   const char  *name,
+                   gint64       value)
+{
+  json_builder_set_member_name (builder, name);
+  json_builder_add_int_value (builder, value);
+}
+
+void
+tool_json_add_double (JsonBuilder *builder,
+                      const char  *name,
+                      gdouble      value)
+{
+  json_builder_set_member_name (builder, name);
+  json_builder_add_double_value (builder, value);
+}
+
+void
+tool_json_add_string (JsonBuilder *builder,
+                      const char  *name,
+                      const char  *value)
+{
+  json_builder_set_member_name (builder, name);
+  json_builder_add_string_value (builder, value);
+}
+
 int
 tool_usage_error (GOptionContext *context,
                   const char     *format,

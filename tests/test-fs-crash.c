@@ -20,12 +20,25 @@
  *    visible);
  *  - no temporary file is left after the restart scan.
  *
+ * The bounded cases give the child a max-size of BOUNDED_FILES chunks, so
+ * that soon every store evicts a chunk and overwrites its file: a kill
+ * while a victim's file is being rewritten must not leave it served
+ * (evicted chunks are gone, so there only the newest confirmed job's
+ * chunks must be there).
+ *
  * 30 rounds by default; `--rounds N` (or KVTIER_FS_CRASH_ROUNDS=N) runs a
  * longer stress.
  */
 
 #define JOB_KEYS 4
 #define MAX_KEYS 4096
+#define BOUNDED_FILES 16
+
+typedef struct
+{
+  const char *engine;
+  gboolean    bounded;
+} CrashCase;
 
 static guint n_rounds = 30;
 static const char *self_path;
@@ -41,7 +54,8 @@ crash_key (guint i)
 static int
 child_main (const char *root,
             guint       first,
-            const char *engine)
+            const char *engine,
+            guint       max_files)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (JOB_KEYS, FS_TEST_SLOT, &error);
@@ -53,7 +67,9 @@ child_main (const char *root,
     v.engine = KV_FS_IO_ENGINE_URING;
   else if (g_strcmp0 (engine, "gio") == 0)
     v.engine = KV_FS_IO_ENGINE_GIO;
-  tier = fs_test_tier_new (buffer, root, &v, NULL);
+  tier = fs_test_tier_new (buffer, root, &v,
+                           "max-size", (guint64) max_files * (FS_TEST_SLOT + KV_FS_HEADER_SIZE),
+                           NULL);
   printf ("ready\n");
   fflush (stdout);
 
@@ -106,11 +122,13 @@ static void
 spawn_child (Child      *child,
              const char *root,
              guint       first,
-             const char *engine)
+             const char *engine,
+             guint       max_files)
 {
   g_autoptr(GError) error = NULL;
   g_autofree char *first_str = g_strdup_printf ("%u", first);
-  const char *argv[] = { self_path, "--child", root, first_str, engine, NULL };
+  g_autofree char *max_str = g_strdup_printf ("%u", max_files);
+  const char *argv[] = { self_path, "--child", root, first_str, engine, max_str, NULL };
   int out_fd = -1;
   char *line = NULL;
 
@@ -149,7 +167,8 @@ kill_child (Child *child)
 static void
 test_crash (gconstpointer data)
 {
-  const char *engine = data;
+  const CrashCase *crash = data;
+  guint64 max_size = crash->bounded ? BOUNDED_FILES * (FS_TEST_SLOT + KV_FS_HEADER_SIZE) : 0;
   g_autofree char *root = fs_test_make_dir ();
   g_autoptr(GError) error = NULL;
   g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (8, FS_TEST_SLOT, &error);
@@ -165,13 +184,16 @@ test_crash (gconstpointer data)
       guint present = 0;
       guint high = next;
 
-      spawn_child (&child, root, next, engine);
+      spawn_child (&child, root, next, crash->engine, crash->bounded ? BOUNDED_FILES : 0);
       /* a random moment: before, during or between stores */
       g_usleep (g_test_rand_int_range (0, 20000));
       kill_child (&child);
 
-      tier = fs_test_tier_new (buffer, root, &v, NULL);
+      /* bounded: the child may have been killed before its own restart
+       * scan trimmed what it found to max-size; this one trims it */
+      tier = fs_test_tier_new (buffer, root, &v, "max-size", max_size, NULL);
       kv_fs_tier_wait_index_ready (tier);
+      kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (tier), NULL);
       g_assert_cmpuint (fs_test_count_files (root, ".tmp"), ==, 0);
 
       /* every confirmed chunk is there, every present chunk is exact */
@@ -183,7 +205,9 @@ test_crash (gconstpointer data)
 
           if (kv_secondary_tier_lookup (KV_SECONDARY_TIER (tier), key, request) != KV_LOOKUP_RESULT_HIT)
             {
-              g_assert_cmpuint (i, >=, child.confirmed);
+              /* bounded: only the newest confirmed job is sure to stay */
+              g_assert_true (i >= child.confirmed ||
+                             (crash->bounded && i + JOB_KEYS < child.confirmed));
               kv_key_unref (key);
               continue;
             }
@@ -199,6 +223,8 @@ test_crash (gconstpointer data)
       g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 0);
       /* nothing on disk that the index does not know */
       g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, fs_test_count_files (root, ".kv"));
+      if (crash->bounded)
+        g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), <=, BOUNDED_FILES);
       g_test_message ("round %u: killed after %u confirmed chunks, %u present",
                       round, child.confirmed - next, present);
       fs_test_shutdown (tier);
@@ -217,8 +243,9 @@ main (int argc, char **argv)
   int out = 1;
 
   self_path = argv[0];
-  if (argc >= 5 && g_str_equal (argv[1], "--child"))
-    return child_main (argv[2], (guint) g_ascii_strtoull (argv[3], NULL, 10), argv[4]);
+  if (argc >= 6 && g_str_equal (argv[1], "--child"))
+    return child_main (argv[2], (guint) g_ascii_strtoull (argv[3], NULL, 10), argv[4],
+                       (guint) g_ascii_strtoull (argv[5], NULL, 10));
 
   if (env != NULL)
     n_rounds = (guint) g_ascii_strtoull (env, NULL, 10);
@@ -237,10 +264,24 @@ main (int argc, char **argv)
   argv[argc] = NULL;
 
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
-  g_test_add_data_func ("/kvtier/fs/crash/threads", "threads", test_crash);
+  {
+    static const CrashCase cases[] = {
+      { "threads", FALSE }, { "threads", TRUE },
 #if KV_FS_HAVE_URING
-  if (!fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
-    g_test_add_data_func ("/kvtier/fs/crash/uring", "uring", test_crash);
+      { "uring", FALSE }, { "uring", TRUE },
 #endif
+    };
+
+    for (guint c = 0; c < G_N_ELEMENTS (cases); c++)
+      {
+        g_autofree char *path = NULL;
+
+        if (g_str_equal (cases[c].engine, "uring") && fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
+          continue;
+        path = g_strdup_printf ("/kvtier/fs/crash/%s%s", cases[c].engine,
+                                cases[c].bounded ? "/bounded" : "");
+        g_test_add_data_func (path, &cases[c], test_crash);
+      }
+  }
   return g_test_run ();
 }

@@ -778,6 +778,88 @@ test_max_size_lru (Fixture       *f,
                     <=, 3 + 1);
 }
 
+/* A full tier overwrites the file of the chunk it evicts instead of
+ * deleting it and creating another: the new chunk's file is the victim's
+ * inode, cut to the chunk's size (this victim was made longer behind the
+ * tier's back), and nothing else is left behind. */
+static void
+test_evicted_file_reused (Fixture       *f,
+                          gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  g_autofree char *victim = NULL;
+  g_autofree char *stored = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  struct stat before, after;
+  FILE *longer;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 2 * file,
+                              "enable-events", TRUE, NULL);
+  store_ok (f, 0, 1);
+  store_ok (f, 1, 1);
+  victim = chunk_path (f, 0);
+  longer = fopen (victim, "ab");
+  g_assert_nonnull (longer);
+  g_assert_cmpint (fputs ("a tail the new chunk must not keep", longer), >=, 0);
+  g_assert_cmpint (fclose (longer), ==, 0);
+  g_assert_cmpint (stat (victim, &before), ==, 0);
+  g_assert_cmpuint (before.st_size, >, file);
+
+  store_ok (f, 2, 1);      /* evicts key 0, the least recently used */
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_REUSED_FILES), ==, 1);
+  g_assert_cmpuint (count_events (f, TRUE, 1), ==, 1);
+  g_assert_false (g_file_test (victim, G_FILE_TEST_EXISTS));
+  stored = chunk_path (f, 2);
+  g_assert_cmpint (stat (stored, &after), ==, 0);
+  g_assert_cmpuint (after.st_ino, ==, before.st_ino);
+  g_assert_cmpuint (after.st_size, ==, file);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".tmp"), ==, 0);
+  g_assert_cmpuint (fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin"),
+                    ==, 2);
+
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  loaded = load_range (f, 2, 1, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_true (fs_test_check (slot (f, 8), FS_TEST_SLOT, 2));
+  /* the evicted key can be stored again, into a file of its own */
+  store_ok (f, 0, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_REUSED_FILES), ==, 2);
+}
+
+/* A store that never runs (here: an injected failure) leaves no file of
+ * the chunk it evicted behind: the victim's file is deleted instead. */
+static void
+test_unused_victim_deleted (Fixture       *f,
+                            gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  g_autofree char *victim = NULL;
+  g_autoptr(KvJobResult) failed = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 2 * file, NULL);
+  store_ok (f, 0, 1);
+  store_ok (f, 1, 1);
+  victim = chunk_path (f, 0);
+  kv_fs_engine_inject_error (kv_fs_tier_get_engine (f->tier), KV_FS_OP_STORE, EIO, 1);
+  failed = store_range (f, 2, 1, NULL);
+  g_assert_false (kv_job_result_get_success (failed));
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+
+  g_assert_false (g_file_test (victim, G_FILE_TEST_EXISTS));
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_REUSED_FILES), ==, 0);
+  g_assert_cmpuint (fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin"),
+                    ==, 1);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 2, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  store_ok (f, 2, 1);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 2 * file);
+}
+
 /* Chains of one request: 0→1→2→3 (two jobs) and 4→5; the tails go
  * first and the long chain is peeled from its end. */
 static void
@@ -1052,6 +1134,7 @@ main (int argc, char **argv)
   add ("shutdown-reports-queued", test_shutdown_reports_queued, TRUE, TRUE);
   add ("warm-restart", test_warm_restart, TRUE, FALSE);
   add ("max-size-lru", test_max_size_lru, TRUE, FALSE);
+  add ("evicted-file-reused", test_evicted_file_reused, TRUE, FALSE);
 
   /* the rest once */
   add ("empty-lookup-miss", test_empty_lookup_miss, FALSE, TRUE);
@@ -1068,6 +1151,7 @@ main (int argc, char **argv)
   add ("o-direct-on", test_o_direct_on, FALSE, FALSE);
   add ("durability-modes", test_durability_modes, FALSE, FALSE);
   add ("max-size-chain", test_max_size_chain, FALSE, FALSE);
+  add ("unused-victim-deleted", test_unused_victim_deleted, FALSE, FALSE);
   add ("no-eviction-under-reader", test_no_eviction_under_reader, FALSE, FALSE);
   add ("restart-trims", test_restart_trims, FALSE, FALSE);
   add ("multi-root", test_multi_root, FALSE, FALSE);

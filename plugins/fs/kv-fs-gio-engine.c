@@ -168,7 +168,9 @@ open_for_write_thread (GTask        *task,
       return;
     }
   kv_fs_op_prepare_header (op);
-  fd = open_fd (op->tmp_path, kv_fs_op_open_flags (op, TRUE), TRUE);
+  fd = kv_fs_op_take_over (op);
+  if (fd < 0)
+    fd = open_fd (op->tmp_path, kv_fs_op_open_flags (op, TRUE), TRUE);
   if (fd < 0)
     return_errno (task, -fd);
   else

@@ -35,6 +35,7 @@ void
 kv_fs_op_clear (KvFsOp *op)
 {
   g_clear_pointer (&op->path, g_free);
+  g_clear_pointer (&op->reuse_path, g_free);
   g_clear_pointer (&op->tmp_path, g_free);
   g_clear_pointer (&op->key, kv_key_unref);
 }
@@ -146,4 +147,86 @@ kv_fs_op_open_flags (const KvFsOp *op,
   if ((op->flags & KV_FS_OP_FLAG_O_DIRECT) && kv_fs_op_is_aligned (op))
     flags |= O_DIRECT;
   return flags;
+}
+
+/*
+ * Taking over an evicted chunk's file. A full cache evicts one chunk for
+ * every chunk it stores; instead of unlinking the victim and creating a
+ * new file (an inode and a block allocation, journal updates and, with
+ * `discard`, a trim each time), a store renames the victim's file to its
+ * own temporary name and overwrites the blocks already allocated, which
+ * on ext4 runs as fast as writes to a preallocated file. The temporary
+ * name keeps it crash-safe: until the final rename the file is a
+ * temporary file, removed by the next warm-restart scan, never served.
+ */
+
+/* Makes a taken-over file exactly as long as the new chunk: a longer one
+ * (a victim of another size) would keep the old tail. A shorter one grows
+ * with the writes. Returns 0 or an errno. */
+int
+kv_fs_op_fit_taken_over (KvFsOp *op,
+                         int     fd)
+{
+  struct stat st;
+  gsize size = kv_fs_op_file_size (op);
+
+  if (fstat (fd, &st) != 0)
+    return errno;
+  if ((guint64) st.st_size > size && ftruncate (fd, size) != 0)
+    return errno;
+  return 0;
+}
+
+/* The victim's file could not be taken over: removes it (it must not
+ * outlive its index entry) so that the store creates a new file. */
+void
+kv_fs_op_give_up_reuse (KvFsOp *op)
+{
+  if (op->reuse_path == NULL)
+    return;
+  (void) g_unlink (op->reuse_path);
+  g_clear_pointer (&op->reuse_path, g_free);
+}
+
+/* Blocking: takes over op->reuse_path as op->tmp_path (making the
+ * directory of the temporary name if needed: vLLM's layout makes its
+ * directories on first use) and opens it for writing. Returns the descriptor, or -1 when there was nothing to take
+ * over or it failed (the victim's file is then gone; create a new one). */
+int
+kv_fs_op_take_over (KvFsOp *op)
+{
+  int flags = kv_fs_op_open_flags (op, TRUE) & ~(O_CREAT | O_EXCL);
+  int fd;
+
+  if (op->reuse_path == NULL)
+    return -1;
+  if (rename (op->reuse_path, op->tmp_path) != 0 &&
+      (errno != ENOENT || kv_fs_op_ensure_parent (op->tmp_path) != 0 ||
+       rename (op->reuse_path, op->tmp_path) != 0))
+    {
+      kv_fs_op_give_up_reuse (op);
+      return -1;
+    }
+  g_clear_pointer (&op->reuse_path, g_free);
+  do
+    {
+      fd = open (op->tmp_path, flags);
+      if (fd < 0 && errno == EINVAL && (flags & O_DIRECT))
+        flags &= ~O_DIRECT;
+      else if (fd < 0 && errno != EINTR)
+        break;
+    }
+  while (fd < 0);
+  if (fd >= 0 && kv_fs_op_fit_taken_over (op, fd) != 0)
+    {
+      close (fd);
+      fd = -1;
+    }
+  if (fd < 0)
+    {
+      (void) g_unlink (op->tmp_path);
+      return -1;
+    }
+  op->reused = TRUE;
+  return fd;
 }

@@ -53,6 +53,8 @@ struct _KvFsOp
   KvFsOpFlags     flags;
   guint           root;          /* index of the per-root in-flight budget */
   char           *path;          /* final file (owned) */
+  char           *reuse_path;    /* store: an evicted chunk's file to take over
+                                  * instead of creating one (owned, nullable) */
   KvKey          *key;           /* (nullable) owned; checked against the header */
   guint8         *payload;       /* primary slot, or NULL */
   gsize           payload_len;
@@ -76,6 +78,7 @@ struct _KvFsOp
   gint            queued;        /* TRUE while in a queue (engine lock) */
   gsize           cost;          /* bytes charged to the root's budget */
   char           *tmp_path;      /* store: temporary file */
+  gboolean        reused;        /* store: tmp_path is the taken-over file */
   guint8         *header;        /* a KV_FS_HEADER_SIZE buffer from the engine */
   int             fd;
   int             state;
@@ -105,6 +108,10 @@ char       *kv_fs_temp_path         (const char   *final_path,
 void        kv_fs_op_make_temp      (KvFsOp       *op);
 int         kv_fs_op_open_flags     (const KvFsOp *op,
                                      gboolean      for_write);
+int         kv_fs_op_take_over      (KvFsOp       *op);
+int         kv_fs_op_fit_taken_over (KvFsOp       *op,
+                                     int           fd);
+void        kv_fs_op_give_up_reuse  (KvFsOp       *op);
 gboolean    kv_fs_op_is_aligned     (const KvFsOp *op);
 
 G_END_DECLS

@@ -177,7 +177,9 @@ run_store (KvFsOp *op)
     }
 
   kv_fs_op_make_temp (op);
-  fd = retry_open (op->tmp_path, kv_fs_op_open_flags (op, TRUE), TRUE);
+  fd = kv_fs_op_take_over (op);
+  if (fd < 0)
+    fd = retry_open (op->tmp_path, kv_fs_op_open_flags (op, TRUE), TRUE);
   if (fd < 0)
     {
       op->status = KV_FS_OP_STATUS_IO_ERROR;

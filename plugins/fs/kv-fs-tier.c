@@ -35,7 +35,8 @@ typedef struct
   gboolean        is_probe;
   guint           n_keys;
   KvFsOp         *ops;          /* one per key (per root for a probe) */
-  KvFsEntry     **pins;         /* loads: pinned index entries */
+  KvFsEntry     **entries;      /* loads: the pinned index entries; stores: the
+                                 * evicted entry whose file the store takes over */
   guint8         *key_state;
   guint           n_outstanding;
   gint64          deadline;     /* tier clock, µs */
@@ -263,22 +264,39 @@ maintenance_done (KvFsOp   *op,
   g_mutex_unlock (&self->lock);
 }
 
-/* Deletes the files of @victims (entries now DELETING) and reports them
+/* Counts @victims (entries now DELETING) as evicted and reports them
  * removed. Any thread. */
 static void
-delete_victims (KvFsTier  *self,
-                GPtrArray *victims)
+report_evicted (KvFsTier   *self,
+                KvFsEntry **victims,
+                guint       n_victims)
 {
-  g_autoptr(GPtrArray) ops = NULL;
   g_autoptr(GPtrArray) keys = NULL;
 
-  if (victims->len == 0)
+  if (n_victims == 0)
+    return;
+  keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  for (guint i = 0; i < n_victims; i++)
+    g_ptr_array_add (keys, kv_key_ref (victims[i]->key));
+  count (self, KV_FS_COUNTER_EVICTED_CHUNKS, n_victims);
+  push_event (self, (KvKey * const *) keys->pdata, keys->len, TRUE);
+}
+
+/* Unlinks the files of @victims (DELETING entries, already reported);
+ * each entry leaves the index once its file is gone. Any thread. */
+static void
+unlink_victims (KvFsTier   *self,
+                KvFsEntry **victims,
+                guint       n_victims)
+{
+  g_autoptr(GPtrArray) ops = NULL;
+
+  if (n_victims == 0)
     return;
   ops = g_ptr_array_new ();
-  keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
-  for (guint i = 0; i < victims->len; i++)
+  for (guint i = 0; i < n_victims; i++)
     {
-      KvFsEntry *entry = victims->pdata[i];
+      KvFsEntry *entry = victims[i];
       Maintenance *m = g_new0 (Maintenance, 1);
 
       m->tier = self;
@@ -288,14 +306,57 @@ delete_victims (KvFsTier  *self,
       m->op.done = maintenance_done;
       m->op.done_data = m;
       g_ptr_array_add (ops, &m->op);
-      g_ptr_array_add (keys, kv_key_ref (entry->key));
     }
-  count (self, KV_FS_COUNTER_EVICTED_CHUNKS, victims->len);
-  push_event (self, (KvKey * const *) keys->pdata, keys->len, TRUE);
   g_mutex_lock (&self->lock);
   self->n_deletes += ops->len;
   g_mutex_unlock (&self->lock);
   kv_fs_engine_submit (self->engine, (KvFsOp * const *) ops->pdata, ops->len);
+}
+
+/* Deletes the files of @victims (entries now DELETING) and reports them
+ * removed. Any thread. */
+static void
+delete_victims (KvFsTier  *self,
+                GPtrArray *victims)
+{
+  report_evicted (self, (KvFsEntry **) victims->pdata, victims->len);
+  unlink_victims (self, (KvFsEntry **) victims->pdata, victims->len);
+}
+
+/* Takes out of @victims one whose file a store of @size bytes on @root
+ * can take over (same root: a rename cannot cross filesystems; same size:
+ * the blocks are all there to overwrite), or returns NULL. */
+static KvFsEntry *
+take_reusable_victim (GPtrArray *victims,
+                      guint      root,
+                      guint64    size)
+{
+  for (guint v = 0; v < victims->len; v++)
+    {
+      KvFsEntry *entry = victims->pdata[v];
+
+      if (entry->root == root && entry->size == size)
+        return g_ptr_array_steal_index_fast (victims, v);
+    }
+  return NULL;
+}
+
+/* A store that was given an evicted chunk's file is over: the victim
+ * leaves the index, and its file too if the store never took it over
+ * (cancelled before it started, say). Any thread. */
+static void
+release_reused_victim (KvFsTier  *self,
+                       KvFsOp    *op,
+                       KvFsEntry *victim)
+{
+  if (op->reuse_path != NULL)
+    {
+      unlink_victims (self, &victim, 1);
+      return;
+    }
+  if (op->reused)
+    count (self, KV_FS_COUNTER_REUSED_FILES, 1);
+  kv_fs_index_delete_done (self->index, victim);
 }
 
 /* ---- job completion ----------------------------------------------------- */
@@ -306,7 +367,7 @@ fs_job_free (FsJob *fj)
   for (guint i = 0; i < fj->n_keys; i++)
     kv_fs_op_clear (&fj->ops[i]);
   g_free (fj->ops);
-  g_free (fj->pins);
+  g_free (fj->entries);
   g_free (fj->key_state);
   g_clear_pointer (&fj->job, kv_transfer_job_unref);
   g_free (fj);
@@ -518,6 +579,11 @@ op_done (KvFsOp   *op,
         }
       if (self->index != NULL)
         kv_fs_index_end_store (self->index, op->key, state == KEY_OK);
+      if (fj->entries[i] != NULL)
+        {
+          release_reused_victim (self, op, fj->entries[i]);
+          fj->entries[i] = NULL;
+        }
       /* A full disk: make room so that later stores can succeed. */
       if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC && self->index != NULL)
         {
@@ -562,10 +628,10 @@ op_done (KvFsOp   *op,
         }
       if (state != KEY_OK)
         count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
-      if (fj->pins[i] != NULL)
+      if (fj->entries[i] != NULL)
         {
-          kv_fs_index_unpin (self->index, fj->pins[i], removed);
-          fj->pins[i] = NULL;
+          kv_fs_index_unpin (self->index, fj->entries[i], removed);
+          fj->entries[i] = NULL;
         }
       else if (removed && self->index != NULL)
         kv_fs_index_remove (self->index, op->key);
@@ -694,7 +760,7 @@ start_probe (KvFsTier *self)
   fj->is_probe = TRUE;
   fj->n_keys = n;
   fj->ops = g_new0 (KvFsOp, n);
-  fj->pins = g_new0 (KvFsEntry *, n);
+  fj->entries = g_new0 (KvFsEntry *, n);
   fj->key_state = g_new0 (guint8, n);
   fj->n_outstanding = n;
   fj->deadline = tier_now (self) + (gint64) self->deadline_ms * 1000;
@@ -789,7 +855,7 @@ fs_job_new (KvFsTier      *self,
   fj->is_load = is_load;
   fj->n_keys = n;
   fj->ops = g_new0 (KvFsOp, MAX (n, 1));
-  fj->pins = g_new0 (KvFsEntry *, MAX (n, 1));
+  fj->entries = g_new0 (KvFsEntry *, MAX (n, 1));
   fj->key_state = g_new0 (guint8, MAX (n, 1));
   fj->link.data = fj;
   return fj;
@@ -866,6 +932,7 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
   FsJob *fj = fs_job_new (self, job, FALSE);
   KvRequest *request = kv_transfer_job_get_request (job);
   g_autoptr(GPtrArray) victims = g_ptr_array_new ();
+  g_autoptr(GPtrArray) reused = g_ptr_array_new ();
   KvKey *parent = NULL;
 
   if (g_atomic_int_get (&self->breaker_open))
@@ -934,6 +1001,15 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
       op->temp_tag = self->temp_tag;
       op->done = op_done;
       op->done_data = fj;
+      /* A full tier: overwrite the file of a chunk evicted for this one
+       * instead of deleting it and creating another. */
+      if (victims->len > 0)
+        fj->entries[i] = take_reusable_victim (victims, root, self->file_size);
+      if (fj->entries[i] != NULL)
+        {
+          op->reuse_path = kv_fs_layout_chunk_path (self->layout, fj->entries[i]->key, NULL);
+          g_ptr_array_add (reused, fj->entries[i]);
+        }
       parent = key;
     }
 
@@ -943,6 +1019,7 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
                           kv_key_ref (kv_transfer_job_get_key (job, fj->n_keys - 1)),
                           (GDestroyNotify) kv_key_unref);
 
+  report_evicted (self, (KvFsEntry **) reused->pdata, reused->len);
   delete_victims (self, victims);
   launch (self, fj);
   return TRUE;
@@ -974,10 +1051,10 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
         }
       if (self->index != NULL)
         {
-          fj->pins[i] = kv_fs_index_pin (self->index, key);
+          fj->entries[i] = kv_fs_index_pin (self->index, key);
           /* Known absent (evicted since the lookup): no file to read. A
            * key the index has not seen yet during a rebuild may exist. */
-          if (fj->pins[i] == NULL && ready)
+          if (fj->entries[i] == NULL && ready)
             {
               fj->key_state[i] = KEY_FAILED;
               count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);

@@ -106,6 +106,8 @@ typedef enum {
  * @KV_FS_COUNTER_BREAKER_TRIPS: times the circuit breaker opened.
  * @KV_FS_COUNTER_EVICTED_CHUNKS: chunks deleted to stay within max-size or
  *   to make room after ENOSPC.
+ * @KV_FS_COUNTER_REUSED_FILES: of those, chunks whose file a store took
+ *   over and overwrote instead of deleting it and creating a new one.
  * @KV_FS_COUNTER_TEMP_FILES_REMOVED: stale temporary files removed by the
  *   warm-restart scan.
  * @KV_FS_COUNTER_SCANNED_CHUNKS: chunks found by the warm-restart scan.
@@ -128,6 +130,7 @@ typedef enum {
   KV_FS_COUNTER_TIMEOUTS,
   KV_FS_COUNTER_BREAKER_TRIPS,
   KV_FS_COUNTER_EVICTED_CHUNKS,
+  KV_FS_COUNTER_REUSED_FILES,
   KV_FS_COUNTER_TEMP_FILES_REMOVED,
   KV_FS_COUNTER_SCANNED_CHUNKS,
   KV_FS_COUNTER_BYTES_WRITTEN,

@@ -19,6 +19,11 @@
  *   store: [mkdirat...] openat(tmp, O_EXCL|O_DIRECT) → writev(header,
  *          payload) → [fsync(DATASYNC)] → close → renameat(tmp, final)
  *          → [openat(dir) → fsync → close]
+ *   store over an evicted chunk's file: renameat(victim, tmp) →
+ *          openat(tmp, O_DIRECT) → write_fixed header + write_fixed
+ *          payload (overwrites, in flight together) → ... as above; a
+ *          victim that cannot be taken over is unlinked and a new file
+ *          created
  *   load:  openat(final, O_DIRECT) → read_fixed header + read_fixed
  *          payload (in flight together) → close → check (on this thread)
  *          → [unlinkat if corrupt]
@@ -62,6 +67,8 @@ typedef enum {
   ST_FAIL_CLOSE,
   ST_UNLINK,
   ST_MKDIR,
+  ST_TAKE_OVER,
+  ST_GIVE_UP_REUSE,
   ST_DONE,
 } OpState;
 
@@ -229,12 +236,14 @@ submit_open (KvFsUringEngine *self,
 
   if (!data->o_direct)
     flags &= ~O_DIRECT;
+  if (op->reused)
+    flags &= ~(O_CREAT | O_EXCL);
   op->state = ST_OPEN;
   io_uring_prep_openat (sqe, AT_FDCWD, write ? op->tmp_path : op->path, flags, 0600);
   /* Creating a file (inode allocation, journal) may take long: straight
    * to an io-wq worker, never inline on this thread, which must keep
    * submitting and reaping. Opening an existing file stays inline. */
-  if (write)
+  if (write && !op->reused)
     io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
   set_op (sqe, op, TAG_STEP);
 }
@@ -280,8 +289,11 @@ submit_io (KvFsUringEngine *self,
 
   /* A new file grows with every write, and ext4 runs extending O_DIRECT
    * writes one at a time (and off the ring, in io-wq): header and payload
-   * go out as one writev, a single request. */
-  if (write && has_header && op->payload_len > 0 && data->header_done == 0 && data->body_done == 0)
+   * go out as one writev, a single request. A taken-over file has its
+   * blocks already: its two fixed-buffer writes overwrite them together,
+   * without leaving the ring. */
+  if (write && has_header && !op->reused && op->payload_len > 0 &&
+      data->header_done == 0 && data->body_done == 0)
     {
       struct io_uring_sqe *sqe = get_sqe (self);
 
@@ -312,6 +324,9 @@ submit_io (KvFsUringEngine *self,
   if (op->n_pending == 0)
     submit_close (self, op, op->fd, ST_CLOSE);
 }
+
+static void submit_take_over (KvFsUringEngine *self,
+                              KvFsOp          *op);
 
 static void
 start_op (KvFsUringEngine *self,
@@ -355,7 +370,42 @@ start_op (KvFsUringEngine *self,
       /* The checksum reads the slot; it runs here, off the owner thread. */
       kv_fs_op_prepare_header (op);
     }
+  if (op->reuse_path != NULL)
+    {
+      submit_take_over (self, op);
+      return;
+    }
   submit_open (self, op);
+}
+
+/* Renames the evicted chunk's file op->reuse_path to op->tmp_path. */
+static void
+submit_take_over (KvFsUringEngine *self,
+                  KvFsOp          *op)
+{
+  struct io_uring_sqe *sqe = get_sqe (self);
+
+  op->state = ST_TAKE_OVER;
+  io_uring_prep_renameat (sqe, AT_FDCWD, op->reuse_path, AT_FDCWD, op->tmp_path, 0);
+  io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
+  set_op (sqe, op, TAG_STEP);
+}
+
+/* The evicted chunk's file could not be taken over: removes it (it must
+ * not outlive its index entry; at @path: its old name, or the temporary
+ * name it was renamed to), then the store creates a new file. */
+static void
+submit_give_up_reuse (KvFsUringEngine *self,
+                      KvFsOp          *op,
+                      const char      *path)
+{
+  struct io_uring_sqe *sqe = get_sqe (self);
+
+  op->reused = FALSE;
+  op->state = ST_GIVE_UP_REUSE;
+  io_uring_prep_unlinkat (sqe, AT_FDCWD, path, 0);
+  io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
+  set_op (sqe, op, TAG_STEP);
 }
 
 /* After the data went out: sync, close, publish. */
@@ -436,6 +486,12 @@ handle_open (KvFsUringEngine *self,
   OpData *data = op->engine_data;
   gboolean write = op->kind != KV_FS_OP_LOAD;
 
+  if (res >= 0 && op->reused && kv_fs_op_fit_taken_over (op, res) != 0)
+    {
+      close (res);
+      submit_give_up_reuse (self, op, op->tmp_path);
+      return;
+    }
   if (res >= 0)
     {
       op->fd = res;
@@ -447,6 +503,11 @@ handle_open (KvFsUringEngine *self,
       /* This filesystem refuses O_DIRECT here: buffered. */
       data->o_direct = FALSE;
       submit_open (self, op);
+      return;
+    }
+  if (op->reused)
+    {
+      submit_give_up_reuse (self, op, op->tmp_path);
       return;
     }
   if (res == -ENOENT && write && !data->retried_parent && self->have_mkdirat)
@@ -664,7 +725,9 @@ handle_step (KvFsUringEngine *self,
     case ST_MKDIR:
       if (res == 0 || res == -EEXIST)
         {
-          if (data->mkdir_level <= 1)
+          if (data->mkdir_level <= 1 && op->reuse_path != NULL)
+            submit_take_over (self, op);
+          else if (data->mkdir_level <= 1)
             submit_open (self, op);
           else
             submit_mkdir (self, op, data->mkdir_level - 1);
@@ -676,6 +739,34 @@ handle_step (KvFsUringEngine *self,
           g_clear_pointer (&op->tmp_path, g_free);
           op_finish_error (self, op, -res);
         }
+      break;
+
+    case ST_TAKE_OVER:
+      if (res == -ENOENT && !data->retried_parent)
+        {
+          /* vLLM's layout makes its directories on first use */
+          data->retried_parent = TRUE;
+          if (self->have_mkdirat)
+            submit_mkdir (self, op, 1);
+          else if (kv_fs_op_ensure_parent (op->tmp_path) == 0)
+            submit_take_over (self, op);
+          else
+            submit_give_up_reuse (self, op, op->reuse_path);
+        }
+      else if (res < 0)
+        submit_give_up_reuse (self, op, op->reuse_path);
+      else
+        {
+          g_clear_pointer (&op->reuse_path, g_free);
+          op->reused = TRUE;
+          submit_open (self, op);
+        }
+      break;
+
+    case ST_GIVE_UP_REUSE:
+      /* the file is gone either way (or was never there): create one */
+      g_clear_pointer (&op->reuse_path, g_free);
+      submit_open (self, op);
       break;
 
     case ST_FAIL_CLOSE:

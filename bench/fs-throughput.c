@@ -73,7 +73,7 @@ static char *opt_engines;
 static char *opt_chunks;
 static guint64 opt_primary = 256ULL << 20;
 static gboolean opt_baseline = TRUE;
-static guint64 opt_inflight = 64ULL << 20;
+static guint64 opt_inflight;   /* 0: the tier's default */
 static guint opt_queue_depth = 128;
 static guint opt_rounds = 1;
 static gboolean opt_ceiling_details;
@@ -1024,7 +1024,7 @@ main (int argc, char **argv)
     { "engines", 0, 0, G_OPTION_ARG_STRING, &opt_engines, "Engines (default uring,gio,threads)", "LIST" },
     { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
     { "primary", 0, 0, G_OPTION_ARG_STRING, &primary_text, "Primary tier size (default 256MiB)", "SIZE" },
-    { "inflight", 0, 0, G_OPTION_ARG_STRING, &inflight_text, "inflight-bytes of the tier (default 64MiB)", "SIZE" },
+    { "inflight", 0, 0, G_OPTION_ARG_STRING, &inflight_text, "inflight-bytes of the tier (default: the tier's)", "SIZE" },
     { "queue-depth", 0, 0, G_OPTION_ARG_INT, &opt_queue_depth, "queue-depth of the tier (default 128)", "N" },
     { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds,
       "Paired ceiling and tier measurements per engine; the median round is reported "
@@ -1054,6 +1054,13 @@ main (int argc, char **argv)
     {
       g_printerr ("--rounds takes 1 to 1000, not %d\n", (gint) opt_rounds);
       return 2;
+    }
+  if (opt_inflight == 0)
+    {
+      g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_FS_TIER);
+      GParamSpec *pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), "inflight-bytes");
+
+      opt_inflight = g_value_get_uint64 (g_param_spec_get_default_value (pspec));
     }
   if (opt_dir == NULL)
     opt_dir = own_dir = g_dir_make_tmp ("kvtier-fs-bench-XXXXXX", &error);

@@ -207,7 +207,10 @@ static void kv_fs_tier_initable_iface_init (GInitableIface *iface);
  * index answers lookups at once (rebuilt in the background when a tier
  * starts on an existing directory); `shared=true` checks existence off
  * the owner thread instead. `max-size` bounds the tier with LRU or
- * chain-aware eviction. Every job has a deadline; repeated failures open
+ * chain-aware eviction; once full, a store overwrites the file of the
+ * chunk it evicts (renamed to a temporary name first) rather than
+ * deleting it and creating another, which on ext4 doubles the store
+ * rate. Every job has a deadline; repeated failures open
  * a circuit breaker that answers MISS without touching the disk until a
  * probe succeeds.
  *
@@ -1964,7 +1967,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * KvFsTier:max-size:
    *
    * The most bytes of chunk files the tier keeps (0: no limit); stores
-   * past it evict chunks by [property@KvFsTier:eviction].
+   * past it evict chunks by [property@KvFsTier:eviction], and take over
+   * the evicted chunks' files (see doc/on-disk-format.md).
    */
   properties[PROP_MAX_SIZE] =
     g_param_spec_uint64 ("max-size", NULL, NULL, 0, G_MAXUINT64, 0, CONSTRUCT_FLAGS);

@@ -130,6 +130,21 @@ chunk_path (Fixture *f,
   return kv_fs_tier_get_chunk_path (f->tier, f->keys[key]);
 }
 
+/* A chunk file's size in the variant's layout (a header in kvtier's). */
+static guint64
+chunk_file_size (const FsVariant *v)
+{
+  return FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? KV_FS_HEADER_SIZE : 0);
+}
+
+/* The chunk files under the fixture's root. */
+static guint
+count_chunk_files (Fixture         *f,
+                   const FsVariant *v)
+{
+  return fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin");
+}
+
 /* ---- §11 FS tier ------------------------------------------------------- */
 
 static void
@@ -152,7 +167,7 @@ test_store_creates_file (Fixture       *f,
   g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
   store_ok (f, 0, 1);
   g_assert_cmpint (g_stat (path, &st), ==, 0);
-  g_assert_cmpuint (st.st_size, ==, FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0));
+  g_assert_cmpuint (st.st_size, ==, chunk_file_size (v));
   g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
   g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
   g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_STORED_CHUNKS), ==, 1);
@@ -754,7 +769,7 @@ test_max_size_lru (Fixture       *f,
                    gconstpointer  data)
 {
   const FsVariant *v = data;
-  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  guint64 file = chunk_file_size (v);
 
   f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 3 * file,
                               "enable-events", TRUE, NULL);
@@ -774,8 +789,7 @@ test_max_size_lru (Fixture       *f,
   kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
   store_ok (f, 4, 1);
   kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
-  g_assert_cmpuint (fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin"),
-                    <=, 3 + 1);
+  g_assert_cmpuint (count_chunk_files (f, v), <=, 3 + 1);
 }
 
 /* A full tier overwrites the file of the chunk it evicts instead of
@@ -787,7 +801,7 @@ test_evicted_file_reused (Fixture       *f,
                           gconstpointer  data)
 {
   const FsVariant *v = data;
-  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  guint64 file = chunk_file_size (v);
   g_autofree char *victim = NULL;
   g_autofree char *stored = NULL;
   g_autoptr(KvJobResult) loaded = NULL;
@@ -817,8 +831,7 @@ test_evicted_file_reused (Fixture       *f,
   g_assert_cmpuint (after.st_ino, ==, before.st_ino);
   g_assert_cmpuint (after.st_size, ==, file);
   g_assert_cmpuint (fs_test_count_files (f->root, ".tmp"), ==, 0);
-  g_assert_cmpuint (fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin"),
-                    ==, 2);
+  g_assert_cmpuint (count_chunk_files (f, v), ==, 2);
 
   g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
   loaded = load_range (f, 2, 1, NULL);
@@ -836,7 +849,7 @@ test_unused_victim_deleted (Fixture       *f,
                             gconstpointer  data)
 {
   const FsVariant *v = data;
-  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  guint64 file = chunk_file_size (v);
   g_autofree char *victim = NULL;
   g_autoptr(KvJobResult) failed = NULL;
 
@@ -852,8 +865,7 @@ test_unused_victim_deleted (Fixture       *f,
   g_assert_false (g_file_test (victim, G_FILE_TEST_EXISTS));
   g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
   g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_REUSED_FILES), ==, 0);
-  g_assert_cmpuint (fs_test_count_files (f->root, v->layout == KV_FS_LAYOUT_KIND_KVTIER ? ".kv" : ".bin"),
-                    ==, 1);
+  g_assert_cmpuint (count_chunk_files (f, v), ==, 1);
   g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
   g_assert_cmpint (lookup (f, 2, NULL), ==, KV_LOOKUP_RESULT_MISS);
   store_ok (f, 2, 1);
@@ -867,7 +879,7 @@ test_max_size_chain (Fixture       *f,
                      gconstpointer  data)
 {
   const FsVariant *v = data;
-  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  guint64 file = chunk_file_size (v);
   g_autoptr(KvRequest) a = kv_request_new ("a", NULL);
   g_autoptr(KvRequest) b = kv_request_new ("b", NULL);
   g_autoptr(KvJobResult) r1 = NULL;
@@ -898,7 +910,7 @@ test_no_eviction_under_reader (Fixture       *f,
                                gconstpointer  data)
 {
   const FsVariant *v = data;
-  guint64 file = FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? 4096 : 0);
+  guint64 file = chunk_file_size (v);
   KvSecondaryTier *st;
   g_autoptr(KvRequest) request = kv_request_new ("reader", NULL);
   g_autoptr(GError) error = NULL;

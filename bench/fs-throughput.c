@@ -73,7 +73,7 @@ static char *opt_engines;
 static char *opt_chunks;
 static guint64 opt_primary = 256ULL << 20;
 static gboolean opt_baseline = TRUE;
-static guint64 opt_inflight;   /* 0: the tier's default */
+static guint64 opt_inflight;   /* --inflight, or the tier's default; 0: no limit */
 static guint opt_queue_depth = 128;
 static guint opt_rounds = 1;
 static gboolean opt_ceiling_details;
@@ -1033,7 +1033,7 @@ main (int argc, char **argv)
     { "engines", 0, 0, G_OPTION_ARG_STRING, &opt_engines, "Engines (default uring,gio,threads)", "LIST" },
     { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
     { "primary", 0, 0, G_OPTION_ARG_STRING, &primary_text, "Primary tier size (default 256MiB)", "SIZE" },
-    { "inflight", 0, 0, G_OPTION_ARG_STRING, &inflight_text, "inflight-bytes of the tier (default: the tier's)", "SIZE" },
+    { "inflight", 0, 0, G_OPTION_ARG_STRING, &inflight_text, "inflight-bytes of the tier, 0 for no limit (default: the tier's)", "SIZE" },
     { "queue-depth", 0, 0, G_OPTION_ARG_INT, &opt_queue_depth, "queue-depth of the tier (default 128)", "N" },
     { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds,
       "Paired ceiling and tier measurements per engine; the median round is reported "
@@ -1054,7 +1054,9 @@ main (int argc, char **argv)
     }
   if ((total_text != NULL && !parse_size (total_text, &opt_total)) ||
       (primary_text != NULL && !parse_size (primary_text, &opt_primary)) ||
-      (inflight_text != NULL && !parse_size (inflight_text, &opt_inflight)))
+      /* "0" (no limit) leaves opt_inflight at 0 */
+      (inflight_text != NULL && !g_str_equal (inflight_text, "0") &&
+       !parse_size (inflight_text, &opt_inflight)))
     {
       g_printerr ("sizes look like 512MiB or 2GiB\n");
       return 2;
@@ -1064,7 +1066,7 @@ main (int argc, char **argv)
       g_printerr ("--rounds takes 1 to 1000, not %d\n", (gint) opt_rounds);
       return 2;
     }
-  if (opt_inflight == 0)
+  if (inflight_text == NULL)
     {
       g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_FS_TIER);
       GParamSpec *pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), "inflight-bytes");

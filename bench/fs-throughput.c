@@ -400,6 +400,25 @@ ceiling_clear (Ceiling *c)
 #endif
 }
 
+#if KV_FS_HAVE_URING
+/* One timed pass, writes or reads, of @config on @c's files; returns its
+ * GB/s and sets @cpu to its CPU seconds per GB. */
+static double
+ceiling_config_pass (Ceiling             *c,
+                     const CeilingConfig *config,
+                     gboolean             write,
+                     double              *cpu)
+{
+  double gb = c->n_ios * c->io_size / 1e9;
+  double start_cpu = cpu_s ();
+  double t = ceiling_pass (c->rings, config->n_rings, config->file_per_io ? &c->per_io : &c->big,
+                           c->buf, c->io_size, c->n_ios, c->order, config->qd, write);
+
+  *cpu = (cpu_s () - start_cpu) / gb;
+  return gb / t;
+}
+#endif
+
 /* Sweeps every configuration on files in @dir; FALSE if there is no
  * ceiling (no io_uring, or the files or rings could not be set up). Call
  * ceiling_clear() in either case. */
@@ -412,7 +431,6 @@ ceiling_init (Ceiling    *out,
 {
 #if KV_FS_HAVE_URING
   guint64 n_ios = MAX (total / io_size, 1);
-  double gb = n_ios * io_size / 1e9;
   g_autofree guint64 *identity = NULL;
   g_autofree char *name = size_name (io_size);
   g_autofree char *big_leaf = g_strdup_printf ("ceiling-files-%s", name);
@@ -478,32 +496,23 @@ ceiling_init (Ceiling    *out,
   for (guint k = 0; k < G_N_ELEMENTS (ceiling_configs); k++)
     {
       const CeilingConfig *config = &ceiling_configs[k];
-      const CeilingFiles *files = config->file_per_io ? &out->per_io : &out->big;
-      double c, t, write_gbs, read_gbs;
+      double write_gbs, read_gbs, cpu;
 
       if (config->file_per_io && !have_per_io)
         continue;
-      c = cpu_s ();
-      t = ceiling_pass (out->rings, config->n_rings, files, out->buf, io_size, n_ios,
-                        out->order, config->qd, TRUE);
-      c = cpu_s () - c;
-      write_gbs = gb / t;
+      write_gbs = ceiling_config_pass (out, config, TRUE, &cpu);
       if (write_gbs > out->write_gbs)
         {
           out->write_gbs = write_gbs;
-          out->write_cpu = c / gb;
+          out->write_cpu = cpu;
           out->write_how = config->name;
           out->write_config = config;
         }
-      c = cpu_s ();
-      t = ceiling_pass (out->rings, config->n_rings, files, out->buf, io_size, n_ios,
-                        out->order, config->qd, FALSE);
-      c = cpu_s () - c;
-      read_gbs = gb / t;
+      read_gbs = ceiling_config_pass (out, config, FALSE, &cpu);
       if (read_gbs > out->read_gbs)
         {
           out->read_gbs = read_gbs;
-          out->read_cpu = c / gb;
+          out->read_cpu = cpu;
           out->read_how = config->name;
           out->read_config = config;
         }
@@ -525,13 +534,11 @@ ceiling_pair (Ceiling  *c,
 {
 #if KV_FS_HAVE_URING
   const CeilingConfig *config = write ? c->write_config : c->read_config;
-  double t;
+  double cpu;
 
   if (config == NULL)
     return 0;
-  t = ceiling_pass (c->rings, config->n_rings, config->file_per_io ? &c->per_io : &c->big,
-                    c->buf, c->io_size, c->n_ios, c->order, config->qd, write);
-  return c->n_ios * c->io_size / t / 1e9;
+  return ceiling_config_pass (c, config, write, &cpu);
 #else
   return 0;
 #endif

@@ -18,7 +18,7 @@ put (KvFsIndex *index,
      GPtrArray *victims)
 {
   g_assert_cmpint (kv_fs_index_begin_store (index, keys[i], parent >= 0 ? keys[parent] : NULL,
-                                            0, SZ, victims), ==, KV_FS_BEGIN_STORE_NEW);
+                                            0, SZ, FALSE, victims), ==, KV_FS_BEGIN_STORE_NEW);
   kv_fs_index_end_store (index, keys[i], TRUE);
 }
 
@@ -48,18 +48,18 @@ test_lookup_states (void)
   g_autoptr(GPtrArray) victims = g_ptr_array_new ();
 
   g_assert_cmpint (kv_fs_index_lookup (index, keys[0], FALSE), ==, KV_FS_INDEX_ABSENT);
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[0], NULL, 0, SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[0], NULL, 0, SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_NEW);
   /* being written: not readable, and a second store skips it */
   g_assert_cmpint (kv_fs_index_lookup (index, keys[0], FALSE), ==, KV_FS_INDEX_BUSY);
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[0], NULL, 0, SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[0], NULL, 0, SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_EXISTS);
   g_assert_cmpuint (kv_fs_index_get_used (index), ==, SZ);
   kv_fs_index_end_store (index, keys[0], TRUE);
   g_assert_cmpint (kv_fs_index_lookup (index, keys[0], FALSE), ==, KV_FS_INDEX_PRESENT);
 
   /* a failed store forgets the key and its bytes */
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[1], NULL, 0, SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[1], NULL, 0, SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_NEW);
   kv_fs_index_end_store (index, keys[1], FALSE);
   g_assert_cmpint (kv_fs_index_lookup (index, keys[1], FALSE), ==, KV_FS_INDEX_ABSENT);
@@ -90,7 +90,7 @@ test_lru_order (void)
   g_assert_cmpint (which (victims->pdata[0]), ==, 2);
   /* evicted: gone for lookups, still blocking a store until deleted */
   g_assert_cmpint (kv_fs_index_lookup (index, keys[2], FALSE), ==, KV_FS_INDEX_BUSY);
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[2], NULL, 0, SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[2], NULL, 0, SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_BUSY);
   release (index, victims);
   g_assert_cmpint (kv_fs_index_lookup (index, keys[2], FALSE), ==, KV_FS_INDEX_ABSENT);
@@ -124,20 +124,20 @@ test_pinned_never_evicted (void)
 
   /* everything pinned: no room, nothing evicted */
   pin1 = kv_fs_index_pin (index, keys[2]);
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[3], NULL, 0, SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[3], NULL, 0, SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_NO_SPACE);
   g_assert_cmpuint (victims->len, ==, 0);
   /* a reader that found the file corrupt removes it */
   kv_fs_index_unpin (index, pin1, TRUE);
   g_assert_cmpint (kv_fs_index_lookup (index, keys[2], FALSE), ==, KV_FS_INDEX_ABSENT);
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[3], NULL, 0, SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[3], NULL, 0, SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_NEW);
   kv_fs_index_end_store (index, keys[3], TRUE);
   kv_fs_index_unpin (index, pin0, FALSE);
   g_assert_cmpint (kv_fs_index_lookup (index, keys[0], FALSE), ==, KV_FS_INDEX_PRESENT);
 
   /* larger than the whole tier */
-  g_assert_cmpint (kv_fs_index_begin_store (index, keys[9], NULL, 0, 3 * SZ, victims),
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[9], NULL, 0, 3 * SZ, FALSE, victims),
                    ==, KV_FS_BEGIN_STORE_NO_SPACE);
   kv_fs_index_free (index);
 }

@@ -10,6 +10,7 @@ struct _KvFsIndex
   KvFsEvictor *evictor;
   guint64      max_size;   /* 0 = unbounded */
   guint64      used;       /* STORING + PRESENT bytes */
+  guint64      reserved;   /* spare files (preallocate): on disk, no chunk yet */
   guint        n_deleting; /* DELETING entries still in the table */
 };
 
@@ -130,13 +131,17 @@ kv_fs_index_touch (KvFsIndex     *self,
 
 /* Reserves @size bytes for a store of @key, evicting chunks (returned in
  * @victims, now DELETING) to stay within max-size. @parent_key is the
- * chunk before @key in its prefix chain, if known. */
+ * chunk before @key in its prefix chain, if known. With @from_reserved,
+ * the store takes over a spare file: its @size reserved bytes (see
+ * kv_fs_index_reserve()) become the chunk's, with no eviction, if and
+ * only if the store goes ahead. */
 KvFsBeginStore
 kv_fs_index_begin_store (KvFsIndex *self,
                          KvKey     *key,
                          KvKey     *parent_key,
                          guint      root,
                          guint64    size,
+                         gboolean   from_reserved,
                          GPtrArray *victims)
 {
   KvFsEntry *entry;
@@ -154,14 +159,19 @@ kv_fs_index_begin_store (KvFsIndex *self,
       return ret;
     }
 
-  if (self->max_size > 0)
+  if (from_reserved)
+    {
+      g_assert (self->reserved >= size);
+      self->reserved -= size;
+    }
+  else if (self->max_size > 0)
     {
       if (size > self->max_size)
         {
           g_mutex_unlock (&self->lock);
           return KV_FS_BEGIN_STORE_NO_SPACE;
         }
-      while (self->used + size > self->max_size)
+      while (self->used + self->reserved + size > self->max_size)
         {
           KvFsEntry *victim = kv_fs_evictor_pick (self->evictor);
 
@@ -360,6 +370,46 @@ kv_fs_index_get_used (KvFsIndex *self)
   used = self->used;
   g_mutex_unlock (&self->lock);
   return used;
+}
+
+/* Sets @size bytes aside for a spare file if chunks and spares leave
+ * room for it within max-size (without evicting anything). */
+gboolean
+kv_fs_index_reserve (KvFsIndex *self,
+                     guint64    size)
+{
+  gboolean ok;
+
+  g_mutex_lock (&self->lock);
+  ok = self->max_size == 0 || self->used + self->reserved + size <= self->max_size;
+  if (ok)
+    self->reserved += size;
+  g_mutex_unlock (&self->lock);
+  return ok;
+}
+
+/* A spare file of @size bytes is gone (deleted, not taken over). */
+void
+kv_fs_index_release_reserved (KvFsIndex *self,
+                              guint64    size)
+{
+  g_mutex_lock (&self->lock);
+  g_assert (self->reserved >= size);
+  self->reserved -= size;
+  g_mutex_unlock (&self->lock);
+}
+
+/* Whether a store of @size bytes, without a spare, would evict. */
+gboolean
+kv_fs_index_is_full (KvFsIndex *self,
+                     guint64    size)
+{
+  gboolean full;
+
+  g_mutex_lock (&self->lock);
+  full = self->max_size > 0 && self->used + self->reserved + size > self->max_size;
+  g_mutex_unlock (&self->lock);
+  return full;
 }
 
 guint64

@@ -45,6 +45,7 @@ KvFsBeginStore  kv_fs_index_begin_store  (KvFsIndex     *self,
                                           KvKey         *parent_key,
                                           guint          root,
                                           guint64        size,
+                                          gboolean       from_reserved,
                                           GPtrArray     *victims);
 void            kv_fs_index_end_store    (KvFsIndex     *self,
                                           const KvKey   *key,
@@ -69,6 +70,13 @@ void            kv_fs_index_delete_done  (KvFsIndex     *self,
 gboolean        kv_fs_index_add_scanned  (KvFsIndex     *self,
                                           KvKey         *key,
                                           guint          root,
+                                          guint64        size);
+
+gboolean        kv_fs_index_reserve      (KvFsIndex     *self,
+                                          guint64        size);
+void            kv_fs_index_release_reserved (KvFsIndex *self,
+                                          guint64        size);
+gboolean        kv_fs_index_is_full      (KvFsIndex     *self,
                                           guint64        size);
 
 guint64         kv_fs_index_get_used     (KvFsIndex     *self);

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -18,6 +19,9 @@
  * alone unless they are this old. */
 #define STALE_TEMP_AGE_US (G_GINT64_CONSTANT (3600) * G_USEC_PER_SEC)
 #define KV_FS_DEFAULT_INFLIGHT_BYTES (G_GUINT64_CONSTANT (256) << 20)
+/* Under each root's chunk directory; the scans skip dot names, and
+ * vLLM only opens the files it names. */
+#define SPARE_DIR_NAME ".kvtier-spare"
 
 typedef enum {
   KEY_PENDING,
@@ -38,6 +42,7 @@ typedef struct
   KvFsOp         *ops;          /* one per key (per root for a probe) */
   KvFsEntry     **entries;      /* loads: the pinned index entries; stores: the
                                  * evicted entry whose file the store takes over */
+  guint8         *from_spare;   /* stores: TRUE where op->reuse_path is a spare file */
   guint8         *key_state;
   guint           n_outstanding;
   gint64          deadline;     /* tier clock, µs */
@@ -91,6 +96,7 @@ struct _KvFsTier
   KvFsODirect      o_direct_mode;
   gboolean         shared;
   guint64          max_size;
+  gboolean         preallocate;
   KvFsEviction     eviction;
   guint            deadline_ms;
   gboolean         enable_events;
@@ -132,6 +138,12 @@ struct _KvFsTier
   gboolean         shut_down;
   gboolean         watchdog_stop;
 
+  /* preallocate: per root, the paths of spare files (char *), guarded by
+   * lock; NULL without preallocate */
+  GPtrArray      **spares;
+  guint            n_spares;
+  GThread         *spare_thread;
+
   /* warm restart */
   GThread         *scan_thread;
   gint             scan_cancel;     /* (atomic) */
@@ -161,6 +173,7 @@ enum {
   PROP_O_DIRECT,
   PROP_SHARED,
   PROP_MAX_SIZE,
+  PROP_PREALLOCATE,
   PROP_EVICTION,
   PROP_DEADLINE_MS,
   PROP_ENABLE_EVENTS,
@@ -363,6 +376,122 @@ release_reused_victim (KvFsTier  *self,
   kv_fs_index_delete_done (self->index, victim);
 }
 
+/* ---- spare files (preallocate) ------------------------------------------ */
+
+static char *
+spare_dir (KvFsTier *self,
+           guint     root)
+{
+  return g_build_filename (kv_fs_layout_get_chunk_dir (self->layout, root), SPARE_DIR_NAME, NULL);
+}
+
+/* Adds @path (a spare file of root @root, its bytes reserved in the
+ * index) to the pool. Any thread. */
+static void
+push_spare (KvFsTier *self,
+            guint     root,
+            char     *path)
+{
+  g_mutex_lock (&self->lock);
+  g_ptr_array_add (self->spares[root], path);
+  self->n_spares++;
+  g_mutex_unlock (&self->lock);
+}
+
+/* Takes a spare file of @root out of the pool, or returns NULL. Its
+ * bytes stay reserved in the index until the caller says otherwise. */
+static char *
+pop_spare (KvFsTier *self,
+           guint     root)
+{
+  char *path = NULL;
+
+  g_mutex_lock (&self->lock);
+  if (self->spares[root]->len > 0)
+    {
+      path = g_ptr_array_steal_index (self->spares[root], self->spares[root]->len - 1);
+      self->n_spares--;
+    }
+  g_mutex_unlock (&self->lock);
+  return path;
+}
+
+static gboolean
+has_spare (KvFsTier *self,
+           guint     root)
+{
+  gboolean has;
+
+  g_mutex_lock (&self->lock);
+  has = self->spares[root]->len > 0;
+  g_mutex_unlock (&self->lock);
+  return has;
+}
+
+/* Submits the unlink of a file that has no index entry (a spare). Any
+ * thread. */
+static void
+delete_file (KvFsTier *self,
+             guint     root,
+             char     *path)
+{
+  Maintenance *m = g_new0 (Maintenance, 1);
+  KvFsOp *op = &m->op;
+
+  m->tier = self;
+  kv_fs_op_init (op, KV_FS_OP_DELETE, 0, root, path, NULL);
+  op->done = maintenance_done;
+  op->done_data = m;
+  g_mutex_lock (&self->lock);
+  self->n_deletes++;
+  g_mutex_unlock (&self->lock);
+  kv_fs_engine_submit (self->engine, &op, 1);
+}
+
+/* A store on @root has no spare there and the tier is full: rather than
+ * evict a chunk while another root still holds spare files, gives up
+ * one of those (a rename cannot move it across filesystems). Owner
+ * thread, the only one that takes spares out of the pool. */
+static void
+drop_spare_elsewhere (KvFsTier *self,
+                      guint     root)
+{
+  guint fullest = root;
+  char *path;
+
+  g_mutex_lock (&self->lock);
+  for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
+    if (r != root && self->spares[r]->len > self->spares[fullest]->len)
+      fullest = r;
+  g_mutex_unlock (&self->lock);
+  if (fullest == root || !kv_fs_index_is_full (self->index, self->file_size))
+    return;
+  path = pop_spare (self, fullest);
+  if (path == NULL)
+    return;
+  kv_fs_index_release_reserved (self->index, self->file_size);
+  delete_file (self, fullest, path);
+}
+
+/* A store that was given a spare file is over: counts the spare as used
+ * if the store took it over, or puts it back (its bytes reserved again)
+ * if the store never started. Any thread. */
+static void
+release_spare (KvFsTier *self,
+               KvFsOp   *op)
+{
+  if (op->reuse_path == NULL)
+    {
+      if (op->reused)
+        count (self, KV_FS_COUNTER_SPARE_FILES_USED, 1);
+      return;
+    }
+  if (kv_fs_index_reserve (self->index, self->file_size))
+    push_spare (self, op->root, g_steal_pointer (&op->reuse_path));
+  else
+    (void) unlink (op->reuse_path);
+}
+
 /* ---- job completion ----------------------------------------------------- */
 
 static void
@@ -372,6 +501,7 @@ fs_job_free (FsJob *fj)
     kv_fs_op_clear (&fj->ops[i]);
   g_free (fj->ops);
   g_free (fj->entries);
+  g_free (fj->from_spare);
   g_free (fj->key_state);
   g_clear_pointer (&fj->job, kv_transfer_job_unref);
   g_free (fj);
@@ -587,6 +717,11 @@ op_done (KvFsOp   *op,
         {
           release_reused_victim (self, op, fj->entries[i]);
           fj->entries[i] = NULL;
+        }
+      else if (fj->from_spare[i])
+        {
+          release_spare (self, op);
+          fj->from_spare[i] = FALSE;
         }
       /* A full disk: make room so that later stores can succeed. */
       if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC && self->index != NULL)
@@ -861,6 +996,8 @@ fs_job_new (KvFsTier      *self,
   fj->ops = g_new0 (KvFsOp, MAX (n, 1));
   fj->entries = g_new0 (KvFsEntry *, MAX (n, 1));
   fj->key_state = g_new0 (guint8, MAX (n, 1));
+  if (!is_load)
+    fj->from_spare = g_new0 (guint8, MAX (n, 1));
   fj->link.data = fj;
   return fj;
 }
@@ -957,6 +1094,8 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
       guint32 slot = kv_transfer_job_get_chunk_id (job, i);
       KvFsOp *op = &fj->ops[i];
       KvFsOpFlags flags;
+      gboolean use_spare = FALSE;
+      char *spare = NULL;
       guint root;
 
       if (slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
@@ -975,10 +1114,19 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
 
       if (self->index != NULL)
         {
+          if (self->spares != NULL)
+            {
+              use_spare = has_spare (self, root);
+              if (!use_spare)
+                drop_spare_elsewhere (self, root);
+            }
           switch (kv_fs_index_begin_store (self->index, key, parent, root,
-                                           self->file_size, victims))
+                                           self->file_size, use_spare, victims))
             {
             case KV_FS_BEGIN_STORE_NEW:
+              /* this thread alone takes spares: the one seen is there */
+              if (use_spare)
+                spare = pop_spare (self, root);
               break;
             case KV_FS_BEGIN_STORE_EXISTS:
               fj->key_state[i] = KEY_SKIPPED;
@@ -1005,9 +1153,14 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
       op->temp_tag = self->temp_tag;
       op->done = op_done;
       op->done_data = fj;
-      /* A full tier: overwrite the file of a chunk evicted for this one
-       * instead of deleting it and creating another. */
-      if (victims->len > 0)
+      /* A spare file, or in a full tier the file of a chunk evicted for
+       * this one: overwrite it instead of creating another. */
+      if (spare != NULL)
+        {
+          op->reuse_path = spare;
+          fj->from_spare[i] = TRUE;
+        }
+      else if (victims->len > 0)
         fj->entries[i] = take_reusable_victim (victims, root, self->file_size);
       if (fj->entries[i] != NULL)
         {
@@ -1329,14 +1482,22 @@ kv_fs_tier_drain_jobs (KvSecondaryTier  *tier,
 static void
 stop_threads (KvFsTier *self)
 {
+  g_atomic_int_set (&self->scan_cancel, TRUE);
   if (self->scan_thread != NULL)
     {
-      g_atomic_int_set (&self->scan_cancel, TRUE);
       g_mutex_lock (&scan_hold_lock);
       g_cond_broadcast (&scan_hold_cond);
       g_mutex_unlock (&scan_hold_lock);
       g_thread_join (self->scan_thread);
       self->scan_thread = NULL;
+    }
+  if (self->spare_thread != NULL)
+    {
+      g_mutex_lock (&self->lock);
+      g_cond_broadcast (&self->cond);
+      g_mutex_unlock (&self->lock);
+      g_thread_join (self->spare_thread);
+      self->spare_thread = NULL;
     }
   /* Queued ops are cancelled (their jobs report failed), running ops
    * finish, then the engine's threads stop. */
@@ -1487,8 +1648,177 @@ scan_main (gpointer user_data)
       kv_fs_index_trim (self->index, victims);
       delete_victims (self, victims);
     }
+  g_mutex_lock (&self->lock);
   g_atomic_int_set (&self->index_ready, TRUE);
+  g_cond_broadcast (&self->cond);    /* for spares_main() */
+  g_mutex_unlock (&self->lock);
   return NULL;
+}
+
+/* Takes the spare files a previous run left in @root's spare directory
+ * into the pool while max-size has room for them; deletes the rest (and
+ * all of them, with the directory, once preallocate is off). Returns one
+ * past the highest spare number kept. */
+static guint64
+adopt_spares (KvFsTier *self,
+              guint     root)
+{
+  g_autofree char *dir = spare_dir (self, root);
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+  guint64 next = 0;
+
+  if (d == NULL)
+    return 0;
+  while ((name = g_dir_read_name (d)) != NULL && !g_atomic_int_get (&self->scan_cancel))
+    {
+      g_autofree char *path = g_build_filename (dir, name, NULL);
+      char *end = NULL;
+      guint64 n = g_ascii_strtoull (name, &end, 10);
+      struct stat st;
+
+      /* a spare interrupted while written ends in .tmp, and a spare of
+       * another chunk size is of no use */
+      if (self->preallocate && g_ascii_isdigit (name[0]) && *end == '\0' &&
+          lstat (path, &st) == 0 && S_ISREG (st.st_mode) &&
+          (guint64) st.st_size == self->file_size &&
+          kv_fs_index_reserve (self->index, self->file_size))
+        {
+          push_spare (self, root, g_steal_pointer (&path));
+          next = MAX (next, n + 1);
+        }
+      else
+        (void) unlink (path);
+    }
+  if (!self->preallocate)
+    (void) rmdir (dir);
+  return next;
+}
+
+/* Blocking: writes spare file number @n of @root, whole (zeros, so that
+ * a store overwrites blocks already written: overwriting fallocate()d
+ * ones costs ext4 an extent conversion per write), under a temporary
+ * name first. Returns its path, or NULL with errno set. */
+static char *
+create_spare (KvFsTier     *self,
+              guint         root,
+              guint64       n,
+              const guint8 *zeros)
+{
+  g_autofree char *dir = spare_dir (self, root);
+  g_autofree char *tmp = g_strdup_printf ("%s/%" G_GUINT64_FORMAT ".tmp", dir, n);
+  char *path = g_strdup_printf ("%s/%" G_GUINT64_FORMAT, dir, n);
+  int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (self->o_direct[root] ? O_DIRECT : 0);
+  gsize done = 0;
+  int errsv = 0;
+  int fd;
+
+  if (g_mkdir_with_parents (dir, 0700) != 0)
+    goto fail;
+  fd = open (tmp, flags, 0600);
+  if (fd < 0)
+    goto fail;
+  while (done < self->file_size)
+    {
+      ssize_t w = pwrite (fd, zeros + done, self->file_size - done, done);
+
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        {
+          errsv = w < 0 ? errno : EIO;
+          close (fd);
+          (void) unlink (tmp);
+          g_free (path);
+          errno = errsv;
+          return NULL;
+        }
+      done += w;
+    }
+  if (close (fd) != 0 || rename (tmp, path) != 0)
+    {
+      errsv = errno;
+      (void) unlink (tmp);
+      g_free (path);
+      errno = errsv;
+      return NULL;
+    }
+  return path;
+
+fail:
+  g_free (path);
+  return NULL;
+}
+
+/* The spare-file thread: once the index is built, takes over the spares
+ * of a previous run, then (preallocate) writes new ones, a root at a
+ * time in turn, until chunks and spares fill max-size. */
+static gpointer
+spares_main (gpointer user_data)
+{
+  KvFsTier *self = user_data;
+  guint n_roots = kv_fs_layout_get_n_roots (self->layout);
+  g_autofree gboolean *stopped = g_new0 (gboolean, n_roots);
+  guint n_stopped = 0;
+  guint8 *zeros = NULL;
+  guint64 next = 0;
+
+  /* spares only get what the chunks found on disk leave */
+  g_mutex_lock (&self->lock);
+  while (!g_atomic_int_get (&self->index_ready) && !g_atomic_int_get (&self->scan_cancel))
+    g_cond_wait (&self->cond, &self->lock);
+  g_mutex_unlock (&self->lock);
+
+  for (guint r = 0; r < n_roots; r++)
+    next = MAX (next, adopt_spares (self, r));
+  if (!self->preallocate ||
+      posix_memalign ((void **) &zeros, 4096, (self->file_size + 4095) & ~(gsize) 4095) != 0)
+    return NULL;
+  memset (zeros, 0, self->file_size);
+
+  for (guint r = 0; n_stopped < n_roots && !g_atomic_int_get (&self->scan_cancel);
+       r = (r + 1) % n_roots)
+    {
+      char *path;
+
+      if (stopped[r])
+        continue;
+      if (!kv_fs_index_reserve (self->index, self->file_size))
+        break;
+      path = create_spare (self, r, next++, zeros);
+      if (path == NULL)
+        {
+          int errsv = errno;
+          g_autofree char *dir = spare_dir (self, r);
+
+          /* a full disk, say: this root keeps the spares it has */
+          kv_fs_index_release_reserved (self->index, self->file_size);
+          g_message ("fs tier: stopped preallocating spare files in %s: %s", dir,
+                     g_strerror (errsv));
+          stopped[r] = TRUE;
+          n_stopped++;
+          continue;
+        }
+      push_spare (self, r, path);
+      count (self, KV_FS_COUNTER_SPARE_FILES_CREATED, 1);
+    }
+  free (zeros);
+  return NULL;
+}
+
+/* Whether a spare directory exists under some root (left by a run with
+ * preallocate). */
+static gboolean
+has_spare_dirs (KvFsTier *self)
+{
+  for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
+    {
+      g_autofree char *dir = spare_dir (self, r);
+
+      if (g_file_test (dir, G_FILE_TEST_IS_DIR))
+        return TRUE;
+    }
+  return FALSE;
 }
 
 /* Whether @dir holds anything but dot files; with @depth > 0, whether
@@ -1654,6 +1984,13 @@ kv_fs_tier_initable_init (GInitable     *initable,
                    self->max_size);
       return FALSE;
     }
+  if (self->preallocate && self->max_size == 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "preallocate=true needs max-size: the spare files fill max-size, and "
+                   "max-size is 0 (no limit)");
+      return FALSE;
+    }
   if (self->layout_kind == KV_FS_LAYOUT_KIND_KVTIER && self->vllm_identity != NULL)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
@@ -1723,6 +2060,16 @@ kv_fs_tier_initable_init (GInitable     *initable,
   else
     g_atomic_int_set (&self->index_ready, TRUE);
 
+  /* preallocate, or spares to delete since it was turned off */
+  if (self->preallocate)
+    {
+      self->spares = g_new0 (GPtrArray *, n_roots);
+      for (guint r = 0; r < n_roots; r++)
+        self->spares[r] = g_ptr_array_new_with_free_func (g_free);
+    }
+  if (self->index != NULL && (self->preallocate || has_spare_dirs (self)))
+    self->spare_thread = g_thread_new ("kvtier-fs-spares", spares_main, self);
+
   if (!kv_clock_is_manual (self->clock))
     self->watchdog = g_thread_new ("kvtier-fs-watchdog", watchdog_main, self);
 
@@ -1757,6 +2104,10 @@ kv_fs_tier_finalize (GObject *object)
 {
   KvFsTier *self = KV_FS_TIER (object);
 
+  if (self->spares != NULL)
+    for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
+      g_ptr_array_unref (self->spares[r]);
+  g_free (self->spares);
   g_clear_pointer (&self->index, kv_fs_index_free);
   g_clear_pointer (&self->layout, kv_fs_layout_free);
   g_clear_object (&self->clock);
@@ -1792,6 +2143,7 @@ kv_fs_tier_get_property (GObject    *object,
     case PROP_O_DIRECT: g_value_set_enum (value, self->o_direct_mode); break;
     case PROP_SHARED: g_value_set_boolean (value, self->shared); break;
     case PROP_MAX_SIZE: g_value_set_uint64 (value, self->max_size); break;
+    case PROP_PREALLOCATE: g_value_set_boolean (value, self->preallocate); break;
     case PROP_EVICTION: g_value_set_enum (value, self->eviction); break;
     case PROP_DEADLINE_MS: g_value_set_uint (value, self->deadline_ms); break;
     case PROP_ENABLE_EVENTS: g_value_set_boolean (value, self->enable_events); break;
@@ -1834,6 +2186,7 @@ kv_fs_tier_set_property (GObject      *object,
     case PROP_O_DIRECT: self->o_direct_mode = g_value_get_enum (value); break;
     case PROP_SHARED: self->shared = g_value_get_boolean (value); break;
     case PROP_MAX_SIZE: self->max_size = g_value_get_uint64 (value); break;
+    case PROP_PREALLOCATE: self->preallocate = g_value_get_boolean (value); break;
     case PROP_EVICTION: self->eviction = g_value_get_enum (value); break;
     case PROP_DEADLINE_MS: self->deadline_ms = g_value_get_uint (value); break;
     case PROP_ENABLE_EVENTS: self->enable_events = g_value_get_boolean (value); break;
@@ -1972,6 +2325,26 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    */
   properties[PROP_MAX_SIZE] =
     g_param_spec_uint64 ("max-size", NULL, NULL, 0, G_MAXUINT64, 0, CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:preallocate:
+   *
+   * Whether the tier reserves [property@KvFsTier:max-size] on disk ahead
+   * of its chunks. A thread writes spare files, whole, in a spare
+   * directory under each root (`.kvtier-spare`) until chunks and spares
+   * fill max-size, starting when the tier does; a store takes a spare
+   * over (as it takes over an evicted chunk's file) instead of creating
+   * a file, so a new tier stores at the rate of a full one: no inode to
+   * allocate, no block to allocate. The spares outlive the tier and are
+   * used again by the next one on the directory.
+   *
+   * The cost: the disk holds max-size from the start, and writing the
+   * spares moves max-size bytes once, in the background (see
+   * kv_fs_tier_wait_preallocated()). Needs max-size. Turned off again,
+   * the next tier deletes the spares.
+   */
+  properties[PROP_PREALLOCATE] =
+    g_param_spec_boolean ("preallocate", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:eviction:
@@ -2204,6 +2577,33 @@ kv_fs_tier_wait_index_ready (KvFsTier *self)
     {
       g_thread_join (self->scan_thread);
       self->scan_thread = NULL;
+    }
+}
+
+/* The spare files in the pool (preallocate). Any thread. */
+guint
+kv_fs_tier_get_n_spare_files (KvFsTier *self)
+{
+  guint n;
+
+  g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
+  g_mutex_lock (&self->lock);
+  n = self->n_spares;
+  g_mutex_unlock (&self->lock);
+  return n;
+}
+
+/* Blocks until the spare-file thread is over: the spares of a previous
+ * run are taken over or deleted and, with preallocate, chunks and
+ * spares fill max-size (or the disk refused more). Owner thread. */
+void
+kv_fs_tier_wait_preallocated (KvFsTier *self)
+{
+  g_return_if_fail (KV_IS_FS_TIER (self));
+  if (self->spare_thread != NULL)
+    {
+      g_thread_join (self->spare_thread);
+      self->spare_thread = NULL;
     }
 }
 

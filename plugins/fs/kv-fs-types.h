@@ -108,6 +108,10 @@ typedef enum {
  *   to make room after ENOSPC.
  * @KV_FS_COUNTER_REUSED_FILES: of those, chunks whose file a store took
  *   over and overwrote instead of deleting it and creating a new one.
+ * @KV_FS_COUNTER_SPARE_FILES_CREATED: spare files written by
+ *   [property@KvFsTier:preallocate].
+ * @KV_FS_COUNTER_SPARE_FILES_USED: spare files a store took over instead of
+ *   creating a file.
  * @KV_FS_COUNTER_TEMP_FILES_REMOVED: stale temporary files removed by the
  *   warm-restart scan.
  * @KV_FS_COUNTER_SCANNED_CHUNKS: chunks found by the warm-restart scan.
@@ -131,6 +135,8 @@ typedef enum {
   KV_FS_COUNTER_BREAKER_TRIPS,
   KV_FS_COUNTER_EVICTED_CHUNKS,
   KV_FS_COUNTER_REUSED_FILES,
+  KV_FS_COUNTER_SPARE_FILES_CREATED,
+  KV_FS_COUNTER_SPARE_FILES_USED,
   KV_FS_COUNTER_TEMP_FILES_REMOVED,
   KV_FS_COUNTER_SCANNED_CHUNKS,
   KV_FS_COUNTER_BYTES_WRITTEN,

@@ -639,6 +639,7 @@ stack_init (Stack        *s,
             const char   *engine,
             gsize         chunk,
             guint64       max_size,
+            gboolean      preallocate,
             GError      **error)
 {
   guint n_slots = MAX (opt_primary / chunk, 16);
@@ -668,6 +669,7 @@ stack_init (Stack        *s,
                             "inflight-bytes", opt_inflight,
                             "queue-depth", opt_queue_depth,
                             "max-size", max_size,
+                            "preallocate", preallocate,
                             NULL);
   if (s->tier == NULL)
     return FALSE;
@@ -825,12 +827,15 @@ run_load (Stack   *s,
 typedef enum
 {
   PASS_STORE_COLD,
+  PASS_STORE_PREALLOCATED,
   PASS_STORE,
   PASS_LOAD,
   N_PASSES
 } Pass;
 
-static const char * const pass_names[N_PASSES] = { "store-cold", "store", "load" };
+static const char * const pass_names[N_PASSES] = {
+  "store-cold", "store-preallocated", "store", "load"
+};
 
 /* One timed tier pass with the ceiling pass paired with it. */
 typedef struct
@@ -919,7 +924,7 @@ run_round (const char  *root,
 
   /* room for exactly the N chunks of the cold pass: then every store of
    * the steady pass evicts one */
-  if (!stack_init (&writer, root, engine, chunk, n_chunks * file_size, error))
+  if (!stack_init (&writer, root, engine, chunk, n_chunks * file_size, FALSE, error))
     {
       stack_clear (&writer);
       return FALSE;
@@ -957,7 +962,7 @@ run_round (const char  *root,
   stack_clear (&writer);
 
   /* a fresh primary: every chunk comes back from the files */
-  if (!stack_init (&reader, root, engine, chunk, n_chunks * file_size, error))
+  if (!stack_init (&reader, root, engine, chunk, n_chunks * file_size, FALSE, error))
     {
       stack_clear (&reader);
       return FALSE;
@@ -968,6 +973,37 @@ run_round (const char  *root,
                 kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks);
   report (prefix, pass_names[PASS_LOAD], size, engine, &samples[PASS_LOAD]);
   stack_clear (&reader);
+
+  /* A new tier again, with preallocate: its spare files written first,
+   * the stores take them over instead of creating files. */
+  {
+    g_autofree char *spare_root = g_strconcat (root, "-preallocated", NULL);
+    Stack spared = { 0 };
+    double t;
+    guint n_spares;
+
+    if (!stack_init (&spared, spare_root, engine, chunk, n_chunks * file_size, TRUE, error))
+      {
+        stack_clear (&spared);
+        return FALSE;
+      }
+    t = now_s ();
+    kv_fs_tier_wait_preallocated (spared.tier);
+    t = now_s () - t;
+    n_spares = kv_fs_tier_get_n_spare_files (spared.tier);
+    g_print ("#   %s %s: %u spare files (%" G_GUINT64_FORMAT " MiB) preallocated in %.1f s\n",
+             size, engine, n_spares, (n_spares * file_size) >> 20, t);
+    samples[PASS_STORE_PREALLOCATED] = timed_pass (&spared, ceiling, TRUE, 0, n_chunks, chunk);
+    stored = kv_fs_tier_get_counter (spared.tier, KV_FS_COUNTER_STORED_CHUNKS);
+    reused = kv_fs_tier_get_counter (spared.tier, KV_FS_COUNTER_SPARE_FILES_USED);
+    if (stored != n_chunks || reused != n_chunks)
+      g_printerr ("warning: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored into "
+                  "the preallocated tier, %" G_GUINT64_FORMAT " of them over a spare file\n",
+                  stored, n_chunks, reused);
+    report (prefix, pass_names[PASS_STORE_PREALLOCATED], size, engine,
+            &samples[PASS_STORE_PREALLOCATED]);
+    stack_clear (&spared);
+  }
   return TRUE;
 }
 

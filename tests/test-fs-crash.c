@@ -24,7 +24,11 @@
  * that soon every store evicts a chunk and overwrites its file: a kill
  * while a victim's file is being rewritten must not leave it served
  * (evicted chunks are gone, so there only the newest confirmed job's
- * chunks must be there).
+ * chunks must be there). The preallocated cases also have the child
+ * write spare files (preallocate) while it stores and take them over:
+ * a kill while a spare is written or taken over must leave neither a
+ * temporary file after the restart nor more chunks and spares than
+ * max-size, and every spare on disk is one the new tier knows.
  *
  * 30 rounds by default; `--rounds N` (or KVTIER_FS_CRASH_ROUNDS=N) runs a
  * longer stress.
@@ -38,6 +42,7 @@ typedef struct
 {
   const char *engine;
   gboolean    bounded;
+  gboolean    preallocate;   /* bounded, with spare files */
 } CrashCase;
 
 static guint n_rounds = 30;
@@ -55,7 +60,8 @@ static int
 child_main (const char *root,
             guint       first,
             const char *engine,
-            guint       max_files)
+            guint       max_files,
+            gboolean    preallocate)
 {
   g_autoptr(GError) error = NULL;
   g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (JOB_KEYS, FS_TEST_SLOT, &error);
@@ -69,7 +75,7 @@ child_main (const char *root,
     v.engine = KV_FS_IO_ENGINE_GIO;
   tier = fs_test_tier_new (buffer, root, &v,
                            "max-size", (guint64) max_files * (FS_TEST_SLOT + KV_FS_HEADER_SIZE),
-                           NULL);
+                           "preallocate", preallocate, NULL);
   printf ("ready\n");
   fflush (stdout);
 
@@ -123,12 +129,14 @@ spawn_child (Child      *child,
              const char *root,
              guint       first,
              const char *engine,
-             guint       max_files)
+             guint       max_files,
+             gboolean    preallocate)
 {
   g_autoptr(GError) error = NULL;
   g_autofree char *first_str = g_strdup_printf ("%u", first);
   g_autofree char *max_str = g_strdup_printf ("%u", max_files);
-  const char *argv[] = { self_path, "--child", root, first_str, engine, max_str, NULL };
+  const char *argv[] = { self_path, "--child", root, first_str, engine, max_str,
+                         preallocate ? "1" : "0", NULL };
   int out_fd = -1;
   char *line = NULL;
 
@@ -184,17 +192,27 @@ test_crash (gconstpointer data)
       guint present = 0;
       guint high = next;
 
-      spawn_child (&child, root, next, crash->engine, crash->bounded ? BOUNDED_FILES : 0);
+      spawn_child (&child, root, next, crash->engine, crash->bounded ? BOUNDED_FILES : 0,
+                   crash->preallocate);
       /* a random moment: before, during or between stores */
       g_usleep (g_test_rand_int_range (0, 20000));
       kill_child (&child);
 
       /* bounded: the child may have been killed before its own restart
        * scan trimmed what it found to max-size; this one trims it */
-      tier = fs_test_tier_new (buffer, root, &v, "max-size", max_size, NULL);
+      tier = fs_test_tier_new (buffer, root, &v, "max-size", max_size,
+                               "preallocate", crash->preallocate, NULL);
       kv_fs_tier_wait_index_ready (tier);
+      kv_fs_tier_wait_preallocated (tier);
       kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (tier), NULL);
       g_assert_cmpuint (fs_test_count_files (root, ".tmp"), ==, 0);
+      /* every file but the identity file is a chunk or a known spare */
+      g_assert_cmpuint (fs_test_count_files (root, NULL), ==,
+                        fs_test_count_files (root, ".kv") + 1 +
+                        kv_fs_tier_get_n_spare_files (tier));
+      if (crash->preallocate)
+        g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier) + kv_fs_tier_get_n_spare_files (tier),
+                          ==, BOUNDED_FILES);
 
       /* every confirmed chunk is there, every present chunk is exact */
       for (guint i = next; i < MAX_KEYS && i < child.confirmed + 64; i++)
@@ -243,9 +261,9 @@ main (int argc, char **argv)
   int out = 1;
 
   self_path = argv[0];
-  if (argc >= 6 && g_str_equal (argv[1], "--child"))
+  if (argc >= 7 && g_str_equal (argv[1], "--child"))
     return child_main (argv[2], (guint) g_ascii_strtoull (argv[3], NULL, 10), argv[4],
-                       (guint) g_ascii_strtoull (argv[5], NULL, 10));
+                       (guint) g_ascii_strtoull (argv[5], NULL, 10), g_str_equal (argv[6], "1"));
 
   if (env != NULL)
     n_rounds = (guint) g_ascii_strtoull (env, NULL, 10);
@@ -266,9 +284,9 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
   {
     static const CrashCase cases[] = {
-      { "threads", FALSE }, { "threads", TRUE },
+      { "threads", FALSE, FALSE }, { "threads", TRUE, FALSE }, { "threads", TRUE, TRUE },
 #if KV_FS_HAVE_URING
-      { "uring", FALSE }, { "uring", TRUE },
+      { "uring", FALSE, FALSE }, { "uring", TRUE, FALSE }, { "uring", TRUE, TRUE },
 #endif
     };
 
@@ -279,6 +297,7 @@ main (int argc, char **argv)
         if (g_str_equal (cases[c].engine, "uring") && fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
           continue;
         path = g_strdup_printf ("/kvtier/fs/crash/%s%s", cases[c].engine,
+                                cases[c].preallocate ? "/preallocated" :
                                 cases[c].bounded ? "/bounded" : "");
         g_test_add_data_func (path, &cases[c], test_crash);
       }

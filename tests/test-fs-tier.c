@@ -1084,6 +1084,288 @@ test_vllm_cross_instance (Fixture       *f,
   fs_test_shutdown (reader);
 }
 
+/* ---- preallocate -------------------------------------------------------- */
+
+/* Appends to @out the paths of the files in every spare directory under
+ * @dir (each root has one under its chunk directory). */
+static void
+collect_spares (const char *dir,
+                gboolean    in_spare_dir,
+                GPtrArray  *out)
+{
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *name;
+
+  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
+    {
+      char *child = g_build_filename (dir, name, NULL);
+
+      if (g_file_test (child, G_FILE_TEST_IS_DIR))
+        {
+          collect_spares (child, g_str_equal (name, ".kvtier-spare"), out);
+          g_free (child);
+        }
+      else if (in_spare_dir)
+        g_ptr_array_add (out, child);
+      else
+        g_free (child);
+    }
+}
+
+static GPtrArray *
+spare_files (const char *dir)
+{
+  GPtrArray *out = g_ptr_array_new_with_free_func (g_free);
+
+  collect_spares (dir, FALSE, out);
+  return out;
+}
+
+/* A new tier with preallocate writes spare files, whole, until they fill
+ * max-size; its stores take them over (the chunk file is a spare's
+ * inode) and evict only once they are gone. Chunks plus spares never
+ * hold more than max-size. */
+static void
+test_preallocated_spares_taken_over (Fixture       *f,
+                                     gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = chunk_file_size (v);
+  g_autoptr(GPtrArray) spares = NULL;
+  g_autoptr(GPtrArray) left = NULL;
+  g_autoptr(GHashTable) inodes = g_hash_table_new (g_int64_hash, g_int64_equal);
+  g_autoptr(KvJobResult) loaded = NULL;
+  gint64 spare_inodes[4];
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 4 * file,
+                              "preallocate", TRUE, NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 4);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, 4);
+  spares = spare_files (f->root);
+  g_assert_cmpuint (spares->len, ==, 4);
+  for (guint i = 0; i < spares->len; i++)
+    {
+      struct stat st;
+
+      g_assert_cmpint (stat (spares->pdata[i], &st), ==, 0);
+      g_assert_cmpuint (st.st_size, ==, file);
+      g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
+      spare_inodes[i] = st.st_ino;
+      g_hash_table_add (inodes, &spare_inodes[i]);
+    }
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 0);
+
+  store_ok (f, 0, 3);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  for (guint i = 0; i < 3; i++)
+    {
+      g_autofree char *path = chunk_path (f, i);
+      struct stat st;
+      gint64 ino;
+
+      g_assert_cmpint (stat (path, &st), ==, 0);
+      g_assert_cmpuint (st.st_size, ==, file);
+      ino = st.st_ino;
+      g_assert_true (g_hash_table_contains (inodes, &ino));
+    }
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 3);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 1);
+  left = spare_files (f->root);
+  g_assert_cmpuint (left->len, ==, 1);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".tmp"), ==, 0);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 3 * file);
+  loaded = load_range (f, 0, 3, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+
+  /* the last spare, then the full tier evicts and takes the victim's file */
+  store_ok (f, 3, 1);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 0);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+  store_ok (f, 4, 1);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_REUSED_FILES), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 4);
+  g_assert_cmpuint (count_chunk_files (f, v), ==, 4);
+  g_clear_pointer (&left, g_ptr_array_unref);
+  left = spare_files (f->root);
+  g_assert_cmpuint (left->len, ==, 0);
+}
+
+/* A store given a spare that never runs (an injected failure) puts the
+ * spare back, untouched, and its bytes are reserved again. */
+static void
+test_spare_back_after_failed_store (Fixture       *f,
+                                    gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = chunk_file_size (v);
+  g_autoptr(KvJobResult) failed = NULL;
+  g_autoptr(GPtrArray) before = NULL;
+  g_autoptr(GPtrArray) after = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 2 * file,
+                              "preallocate", TRUE, NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  before = spare_files (f->root);
+  g_assert_cmpuint (before->len, ==, 2);
+  kv_fs_engine_inject_error (kv_fs_tier_get_engine (f->tier), KV_FS_OP_STORE, EIO, 1);
+  failed = store_range (f, 0, 1, NULL);
+  g_assert_false (kv_job_result_get_success (failed));
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 2);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 0);
+  after = spare_files (f->root);
+  g_assert_cmpuint (after->len, ==, 2);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 0);
+  g_assert_cmpuint (count_chunk_files (f, v), ==, 0);
+  /* both spares are still there for the next stores: no eviction */
+  store_ok (f, 0, 2);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 2);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+}
+
+/* Spares outlive the tier: the next one takes them over without writing
+ * new ones, deletes a half-written spare and one of another size, and a
+ * tier without preallocate deletes them all, directory included. */
+static void
+test_preallocate_restart (Fixture       *f,
+                          gconstpointer  data)
+{
+  guint64 file = FS_TEST_SLOT + KV_FS_HEADER_SIZE;
+  g_autoptr(GPtrArray) spares = NULL;
+  g_autoptr(GPtrArray) after = NULL;
+  g_autofree char *dir = NULL;
+  g_autofree char *half = NULL;
+  g_autofree char *odd = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 4 * file,
+                              "preallocate", TRUE, NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  store_ok (f, 0, 1);
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+
+  spares = spare_files (f->root);
+  g_assert_cmpuint (spares->len, ==, 3);
+  dir = g_path_get_dirname (spares->pdata[0]);
+  half = g_build_filename (dir, "7.tmp", NULL);
+  odd = g_build_filename (dir, "8", NULL);
+  g_assert_true (g_file_set_contents (half, "half", -1, NULL));
+  g_assert_true (g_file_set_contents (odd, "another chunk size", -1, NULL));
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 4 * file,
+                              "preallocate", TRUE, NULL);
+  kv_fs_tier_wait_index_ready (f->tier);
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (f->tier), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 3);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, 0);
+  g_assert_false (g_file_test (half, G_FILE_TEST_EXISTS));
+  g_assert_false (g_file_test (odd, G_FILE_TEST_EXISTS));
+  after = spare_files (f->root);
+  g_assert_cmpuint (after->len, ==, 3);
+  for (guint i = 0; i < spares->len; i++)
+    g_assert_true (g_file_test (spares->pdata[i], G_FILE_TEST_EXISTS));
+  store_ok (f, 1, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 1);
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+
+  /* preallocate off: the spares go, the chunks stay */
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 4 * file, NULL);
+  kv_fs_tier_wait_index_ready (f->tier);
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 0);
+  g_assert_false (g_file_test (dir, G_FILE_TEST_EXISTS));
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (f->tier), ==, 2);
+  g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_HIT);
+}
+
+/* Spares shrink to what the chunks found on disk leave of max-size. */
+static void
+test_preallocate_fills_what_is_left (Fixture       *f,
+                                     gconstpointer  data)
+{
+  guint64 file = FS_TEST_SLOT + KV_FS_HEADER_SIZE;
+  g_autoptr(GPtrArray) spares = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  store_ok (f, 0, 3);
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 5 * file,
+                              "preallocate", TRUE, NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (f->tier), ==, 3);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 2);
+  spares = spare_files (f->root);
+  g_assert_cmpuint (spares->len, ==, 2);
+}
+
+/* With two roots the spares are split between them. A store on a root
+ * that has none left, in a full tier, deletes a spare of the other root
+ * rather than evict a chunk: chunks plus spares stay within max-size,
+ * and nothing is evicted until every spare is gone. */
+static void
+test_preallocate_multi_root (Fixture       *f,
+                             gconstpointer  data)
+{
+  guint64 file = FS_TEST_SLOT + KV_FS_HEADER_SIZE;
+  g_autofree char *a = g_build_filename (f->root, "drive-a", NULL);
+  g_autofree char *b = g_build_filename (f->root, "drive-b", NULL);
+  g_autofree char *roots = g_strdup_printf ("%s,%s", a, b);
+  g_autoptr(GPtrArray) on_a = NULL;
+  g_autoptr(GPtrArray) on_b = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "root", roots,
+                              "max-size", 4 * file, "preallocate", TRUE, NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  on_a = spare_files (a);
+  on_b = spare_files (b);
+  g_assert_cmpuint (on_a->len, ==, 2);
+  g_assert_cmpuint (on_b->len, ==, 2);
+
+  for (guint i = 0; i < 4; i++)
+    {
+      g_autoptr(GPtrArray) spares = NULL;
+
+      store_ok (f, i, 1);
+      kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+      spares = spare_files (f->root);
+      g_assert_cmpuint (fs_test_count_files (f->root, ".kv") + spares->len, ==, 4);
+      g_assert_cmpuint (spares->len, ==, kv_fs_tier_get_n_spare_files (f->tier));
+      g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+    }
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 0);
+  store_ok (f, 4, 1);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".kv"), ==, 4);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 4 * file);
+}
+
+static void
+test_preallocate_needs_max_size (Fixture       *f,
+                                 gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+  KvFsTier *tier;
+
+  tier = fs_test_tier_new_full (f->buffer, f->root, data, NULL, &error,
+                                "preallocate", TRUE, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  g_assert_nonnull (strstr (error->message, "preallocate"));
+  g_assert_nonnull (strstr (error->message, "max-size"));
+}
+
 static void
 add (const char      *name,
      void           (*func) (Fixture *, gconstpointer),
@@ -1147,6 +1429,7 @@ main (int argc, char **argv)
   add ("warm-restart", test_warm_restart, TRUE, FALSE);
   add ("max-size-lru", test_max_size_lru, TRUE, FALSE);
   add ("evicted-file-reused", test_evicted_file_reused, TRUE, FALSE);
+  add ("preallocated-spares-taken-over", test_preallocated_spares_taken_over, TRUE, FALSE);
 
   /* the rest once */
   add ("empty-lookup-miss", test_empty_lookup_miss, FALSE, TRUE);
@@ -1167,6 +1450,11 @@ main (int argc, char **argv)
   add ("no-eviction-under-reader", test_no_eviction_under_reader, FALSE, FALSE);
   add ("restart-trims", test_restart_trims, FALSE, FALSE);
   add ("multi-root", test_multi_root, FALSE, FALSE);
+  add ("spare-back-after-failed-store", test_spare_back_after_failed_store, FALSE, FALSE);
+  add ("preallocate-restart", test_preallocate_restart, FALSE, FALSE);
+  add ("preallocate-fills-what-is-left", test_preallocate_fills_what_is_left, FALSE, FALSE);
+  add ("preallocate-multi-root", test_preallocate_multi_root, FALSE, FALSE);
+  add ("preallocate-needs-max-size", test_preallocate_needs_max_size, FALSE, FALSE);
   {
     static const FsVariant vllm = { KV_FS_IO_ENGINE_AUTO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_VLLM };
 

@@ -1770,7 +1770,11 @@ spares_main (gpointer user_data)
   g_mutex_unlock (&self->lock);
 
   for (guint r = 0; r < n_roots; r++)
-    next = MAX (next, adopt_spares (self, r));
+    {
+      guint64 after_last = adopt_spares (self, r);
+
+      next = MAX (next, after_last);
+    }
   if (!self->preallocate ||
       posix_memalign ((void **) &zeros, 4096, (self->file_size + 4095) & ~(gsize) 4095) != 0)
     return NULL;

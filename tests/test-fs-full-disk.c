@@ -152,6 +152,91 @@ full_disk_body (const FsVariant *variant)
   printf ("KVTIER-FS-DONE\n");
 }
 
+static KvFsTier *
+make_preallocating_tier (KvHostBuffer *buffer,
+                         gpointer      data)
+{
+  Spec *spec = data;
+
+  /* a max-size far past what the filesystem holds */
+  return fs_test_tier_new (buffer, spec->root, &spec->variant, "breaker-threshold", 0,
+                           "max-size", (guint64) 64 * (FS_TEST_SLOT + KV_FS_HEADER_SIZE),
+                           "preallocate", TRUE, NULL);
+}
+
+/* preallocate on a disk smaller than max-size: the spare files stop at
+ * ENOSPC, the stores take every one of them over, and the first store
+ * that must create a file fails cleanly and makes room. */
+static void
+preallocate_body (const FsVariant *variant)
+{
+  g_autofree char *root = NULL;
+  Spec spec;
+  FsStack s = { 0 };
+  guint n_spares;
+
+  g_assert_cmpint (unshare (CLONE_NEWNS), ==, 0);
+  g_assert_cmpint (mount ("none", "/", "none", MS_REC | MS_PRIVATE, NULL), ==, 0);
+  root = fs_test_make_dir ();
+  g_assert_cmpint (mount ("tmpfs", root, "tmpfs", 0, "size=" TMPFS_SIZE ",mode=0700"), ==, 0);
+
+  spec.root = root;
+  spec.variant = *variant;
+  fs_stack_init (&s, 8, make_preallocating_tier, &spec);
+  kv_fs_tier_wait_preallocated (s.tier);
+  n_spares = kv_fs_tier_get_n_spare_files (s.tier);
+  g_test_message ("%u spare files fit before ENOSPC", n_spares);
+  g_assert_cmpuint (n_spares, >=, 8);
+  g_assert_cmpuint (n_spares, <, 20);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, n_spares);
+  g_assert_cmpuint (fs_test_count_files (root, ".tmp"), ==, 0);
+
+  /* every spare is taken over; the disk never runs out meanwhile */
+  for (guint i = 0; i < n_spares; i++)
+    fs_stack_store (&s, i, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS), ==, n_spares);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, n_spares);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_NO_SPACE), ==, 0);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (s.tier), ==, 0);
+
+  /* then a store needs a new file: ENOSPC, counted, no pin left, room made */
+  fs_stack_store (&s, n_spares, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_NO_SPACE), ==, 1);
+  g_assert_cmpuint (fs_test_count_files (root, ".tmp"), ==, 0);
+  fs_stack_assert_no_pins (&s, n_spares + 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_EVICTED_CHUNKS), >=, 1);
+  fs_stack_store (&s, n_spares + 1, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS), ==, n_spares + 1);
+  fs_stack_assert_no_pins (&s, n_spares + 2);
+  fs_stack_clear (&s);
+
+  g_assert_cmpint (umount (root), ==, 0);
+  g_rmdir (root);
+  printf ("KVTIER-FS-DONE\n");
+}
+
+static void
+test_preallocate (gconstpointer data)
+{
+  const FsVariant *variant = data;
+  g_autofree char *forbidden = NULL;
+
+  if (g_test_subprocess ())
+    {
+      preallocate_body (variant);
+      return;
+    }
+  forbidden = mount_forbidden ();
+  if (forbidden != NULL)
+    {
+      g_test_skip (forbidden);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
+  g_test_trap_assert_passed ();
+  g_test_trap_assert_stdout ("*KVTIER-FS-DONE*");
+}
+
 static void
 test_full_disk (gconstpointer data)
 {
@@ -194,5 +279,8 @@ main (int argc, char **argv)
 
       g_test_add_data_func (path, &variants[i], test_full_disk);
     }
+  /* the spare files' own path; their takeover is the engines' full-tier path */
+  g_test_add_data_func ("/kvtier/fs/full-disk/preallocate", &variants[G_N_ELEMENTS (variants) - 1],
+                        test_preallocate);
   return g_test_run ();
 }

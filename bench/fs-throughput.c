@@ -622,6 +622,67 @@ measure_baseline (const char *root,
   free (b.buf);
 }
 
+/* ---- the CPU floor of a store ------------------------------------------- */
+
+/* What a checksummed, crash-safe store of one file per chunk costs the
+ * CPU before it writes a byte, per GB of chunks of @size: the XXH3-64 of
+ * the payload, read from memory the size of the primary tier (as a store
+ * reads a slot, out of the caches), in @hash_cpu; the renames that take
+ * a file over and publish it, with the open and close between them, on
+ * existing empty files (no I/O), in @file_cpu. */
+static void
+measure_cpu_floor (const char *root,
+                   gsize       size,
+                   guint64     total,
+                   double     *hash_cpu,
+                   double     *file_cpu)
+{
+  gsize span = MAX (opt_primary / size, 1) * size;
+  guint64 n = MAX (total / size, 1);
+  double gb = n * size / 1e9;
+  guint8 *memory = g_malloc (span);
+  volatile guint64 sink = 0;
+  double c;
+
+  memset (memory, 0x5a, span);
+  c = cpu_s ();
+  for (guint64 i = 0; i < n; i++)
+    sink += kv_fs_checksum (memory + (i * size) % span, size);
+  *hash_cpu = (cpu_s () - c) / gb;
+  g_free (memory);
+
+  for (guint i = 0; i < 256; i++)
+    {
+      g_autofree char *sub = g_strdup_printf ("%s/%02x", root, i);
+
+      g_mkdir_with_parents (sub, 0700);
+    }
+  for (guint64 i = 0; i < n; i++)
+    {
+      g_autofree char *path = g_strdup_printf ("%s/%02x/%" G_GUINT64_FORMAT, root,
+                                               (guint) (i & 0xff), i);
+
+      if (!g_file_set_contents (path, "", 0, NULL))
+        g_error ("floor: cannot create %s", path);
+    }
+  c = cpu_s ();
+  for (guint64 i = 0; i < n; i++)
+    {
+      char victim[PATH_MAX], tmp[PATH_MAX], final[PATH_MAX];
+      int fd;
+
+      g_snprintf (victim, sizeof victim, "%s/%02x/%" G_GUINT64_FORMAT, root, (guint) (i & 0xff), i);
+      g_snprintf (tmp, sizeof tmp, "%s.tmp", victim);
+      g_snprintf (final, sizeof final, "%s.new", victim);
+      if (rename (victim, tmp) != 0 || (fd = open (tmp, O_WRONLY | O_CLOEXEC)) < 0)
+        g_error ("floor: %s: %s", victim, g_strerror (errno));
+      close (fd);
+      if (rename (tmp, final) != 0)
+        g_error ("floor: %s: %s", final, g_strerror (errno));
+    }
+  *file_cpu = (cpu_s () - c) / gb;
+}
+
 /* ---- through the manager ------------------------------------------------ */
 
 typedef struct
@@ -1147,6 +1208,16 @@ main (int argc, char **argv)
                  "right before)\n",
                  name, ceiling.write_gbs, ceiling.write_cpu, ceiling.read_gbs, ceiling.read_cpu,
                  ceiling.write_how, ceiling.read_how);
+      {
+        g_autofree char *leaf = g_strdup_printf ("floor-%s", name);
+        g_autofree char *root = g_build_filename (opt_dir, leaf, NULL);
+        double hash_cpu = 0, file_cpu = 0;
+
+        measure_cpu_floor (root, chunk, opt_total, &hash_cpu, &file_cpu);
+        g_print ("floor %s: a store's cpu before any I/O: %.3f s/GB to checksum payloads from "
+                 "memory (XXH3-64) + %.3f s/GB to rename, open, close and rename a file per "
+                 "chunk = %.3f s/GB\n", name, hash_cpu, file_cpu, hash_cpu + file_cpu);
+      }
       if (opt_baseline)
         {
           double gbs = 0, cpu = 0;

@@ -8,7 +8,7 @@
 
 #define SZ 100
 
-static KvKey *keys[16];
+static KvKey *keys[20];
 
 /* Stores key @i (after @parent, or none) and publishes it. */
 static void
@@ -245,6 +245,68 @@ test_trim (void)
   kv_fs_index_free (index);
 }
 
+/* Stores key @i on root @root and publishes it; returns its victims. */
+static void
+put_on_root (KvFsIndex *index,
+             guint      i,
+             guint      root,
+             GPtrArray *victims)
+{
+  g_assert_cmpint (kv_fs_index_begin_store (index, keys[i], NULL, root, SZ, FALSE, victims),
+                   ==, KV_FS_BEGIN_STORE_NEW);
+  kv_fs_index_end_store (index, keys[i], TRUE);
+}
+
+/* With several roots a store evicts the coldest chunk on its own root (its
+ * file can be taken over), within the 16 coldest; past them, or with
+ * none on the root, the coldest of all. */
+static void
+test_victim_on_same_root (void)
+{
+  KvFsIndex *index = kv_fs_index_new (KV_FS_EVICTION_LRU, 4 * SZ);
+  g_autoptr(GPtrArray) victims = g_ptr_array_new ();
+
+  put_on_root (index, 0, 1, victims);
+  put_on_root (index, 1, 1, victims);
+  put_on_root (index, 2, 0, victims);
+  put_on_root (index, 3, 0, victims);
+  g_assert_cmpuint (victims->len, ==, 0);
+
+  /* root 0: key 2, though keys 0 and 1 are colder */
+  put_on_root (index, 4, 0, victims);
+  g_assert_cmpuint (victims->len, ==, 1);
+  g_assert_cmpint (which (victims->pdata[0]), ==, 2);
+  release (index, victims);
+  /* root 1: its coldest, key 0 */
+  put_on_root (index, 5, 1, victims);
+  g_assert_cmpuint (victims->len, ==, 1);
+  g_assert_cmpint (which (victims->pdata[0]), ==, 0);
+  release (index, victims);
+  /* root 2 holds nothing: the coldest of all (key 1) */
+  put_on_root (index, 6, 2, victims);
+  g_assert_cmpuint (victims->len, ==, 1);
+  g_assert_cmpint (which (victims->pdata[0]), ==, 1);
+  release (index, victims);
+  kv_fs_index_free (index);
+
+  /* 16 chunks on root 1, then one on root 0: the 17th coldest, past the
+   * window, so a store on root 0 evicts the coldest of all... */
+  index = kv_fs_index_new (KV_FS_EVICTION_LRU, 17 * SZ);
+  for (guint i = 0; i < 17; i++)
+    put_on_root (index, i, i == 16 ? 0 : 1, victims);
+  g_assert_cmpuint (victims->len, ==, 0);
+  put_on_root (index, 17, 0, victims);
+  g_assert_cmpuint (victims->len, ==, 1);
+  g_assert_cmpint (which (victims->pdata[0]), ==, 0);
+  release (index, victims);
+  /* ...and once it is the 16th coldest, that one */
+  put_on_root (index, 18, 0, victims);
+  g_assert_cmpuint (victims->len, ==, 1);
+  g_assert_cmpint (which (victims->pdata[0]), ==, 16);
+  release (index, victims);
+  kv_fs_index_free (index);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -261,6 +323,7 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/fs/index/chain-orphans-first", test_chain_orphans_first);
   g_test_add_func ("/kvtier/fs/index/scanned-are-oldest", test_scanned_are_oldest);
   g_test_add_func ("/kvtier/fs/index/trim", test_trim);
+  g_test_add_func ("/kvtier/fs/index/victim-on-same-root", test_victim_on_same_root);
 
   ret = g_test_run ();
   for (guint i = 0; i < G_N_ELEMENTS (keys); i++)

@@ -182,20 +182,56 @@ kv_fs_evictor_detach (KvFsEvictor *self,
   entry->n_children = 0;
 }
 
+static const guint pick_order[] = { LIST_LRU, LIST_ORPHANS, LIST_TAILS, LIST_INNER };
+
+static gboolean
+evictable (const KvFsEntry *entry)
+{
+  return entry->readers == 0 && entry->state == KV_FS_ENTRY_PRESENT;
+}
+
 /* The next entry to evict: the first unpinned one in eviction order, or
  * NULL. It stays listed; the caller removes it. */
 KvFsEntry *
 kv_fs_evictor_pick (KvFsEvictor *self)
 {
-  static const guint order[] = { LIST_LRU, LIST_ORPHANS, LIST_TAILS, LIST_INNER };
+  for (guint i = 0; i < G_N_ELEMENTS (pick_order); i++)
+    for (GList *l = self->lists[pick_order[i]].head; l != NULL; l = l->next)
+      if (evictable (l->data))
+        return l->data;
+  return NULL;
+}
 
-  for (guint i = 0; i < G_N_ELEMENTS (order); i++)
-    for (GList *l = self->lists[order[i]].head; l != NULL; l = l->next)
-      {
-        KvFsEntry *entry = l->data;
+/* Like kv_fs_evictor_pick(), but among the first @window evictable
+ * entries of the list the pick comes from, the first one on @root if
+ * there is one: a store takes over its victim's file only on the same
+ * root (filesystem), so a victim a few places warmer is worth more than
+ * the coldest one on another drive. The choice never leaves the list of
+ * the coldest class (orphans before tails, say). */
+KvFsEntry *
+kv_fs_evictor_pick_on_root (KvFsEvictor *self,
+                            guint        root,
+                            guint        window)
+{
+  for (guint i = 0; i < G_N_ELEMENTS (pick_order); i++)
+    {
+      KvFsEntry *first = NULL;
+      guint seen = 0;
 
-        if (entry->readers == 0 && entry->state == KV_FS_ENTRY_PRESENT)
-          return entry;
-      }
+      for (GList *l = self->lists[pick_order[i]].head; l != NULL && seen < window; l = l->next)
+        {
+          KvFsEntry *entry = l->data;
+
+          if (!evictable (entry))
+            continue;
+          if (entry->root == root)
+            return entry;
+          if (first == NULL)
+            first = entry;
+          seen++;
+        }
+      if (first != NULL)
+        return first;
+    }
   return NULL;
 }

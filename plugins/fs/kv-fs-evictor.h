@@ -66,5 +66,8 @@ void         kv_fs_evictor_remove   (KvFsEvictor  *self,
 void         kv_fs_evictor_detach   (KvFsEvictor  *self,
                                      KvFsEntry    *entry);
 KvFsEntry   *kv_fs_evictor_pick     (KvFsEvictor  *self);
+KvFsEntry   *kv_fs_evictor_pick_on_root (KvFsEvictor *self,
+                                     guint         root,
+                                     guint         window);
 
 G_END_DECLS

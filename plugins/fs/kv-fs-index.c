@@ -3,6 +3,11 @@
 
 #include "kv-fs-index.h"
 
+/* How many of the coldest chunks a store looks at for one on its own
+ * root, whose file it can take over (see kv_fs_evictor_pick_on_root()):
+ * with two roots, all but 1 in 2^16 stores find one. */
+#define VICTIM_WINDOW 16
+
 struct _KvFsIndex
 {
   GMutex       lock;
@@ -129,8 +134,9 @@ kv_fs_index_touch (KvFsIndex     *self,
   g_mutex_unlock (&self->lock);
 }
 
-/* Reserves @size bytes for a store of @key, evicting chunks (returned in
- * @victims, now DELETING) to stay within max-size. @parent_key is the
+/* Reserves @size bytes for a store of @key on @root, evicting chunks
+ * (returned in @victims, now DELETING; on @root where the eviction order
+ * allows) to stay within max-size. @parent_key is the
  * chunk before @key in its prefix chain, if known. With @from_reserved,
  * the store takes over a spare file: its @size reserved bytes (see
  * kv_fs_index_reserve()) become the chunk's, with no eviction, if and
@@ -173,7 +179,8 @@ kv_fs_index_begin_store (KvFsIndex *self,
         }
       while (self->used + self->reserved + size > self->max_size)
         {
-          KvFsEntry *victim = kv_fs_evictor_pick (self->evictor);
+          KvFsEntry *victim = kv_fs_evictor_pick_on_root (self->evictor, root,
+                                                          VICTIM_WINDOW);
 
           if (victim == NULL)
             {

@@ -503,6 +503,22 @@ test_inspect_fs (void)
   g_assert_cmpint (r.status, ==, 0);
   result_clear (&r);
 
+  /* Spare files (preallocate) are counted apart, neither chunks nor temp. */
+  {
+    g_autofree char *spares = g_build_filename (root, ns_dir, ".kvtier-spare", NULL);
+    g_autofree char *spare = g_build_filename (spares, "0", NULL);
+    g_autofree char *zeros = g_malloc0 (4096 + 64 * 1024);
+
+    g_assert_cmpint (g_mkdir (spares, 0700), ==, 0);
+    g_assert_true (g_file_set_contents (spare, zeros, 4096 + 64 * 1024, &error));
+    run_kvtier (&r, NULL, "inspect", "fs", root, NULL);
+    g_assert_cmpint (r.status, ==, 0);
+    assert_contains (r.out, count);
+    assert_contains (r.out, "temp files     1 (7 B), 1 stale");
+    assert_contains (r.out, "spare files    1 (68 KiB)");
+    result_clear (&r);
+  }
+
   run_kvtier (&r, NULL, "inspect", NULL);
   g_assert_cmpint (r.status, ==, 2);
   result_clear (&r);

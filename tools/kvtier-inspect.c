@@ -55,6 +55,8 @@ typedef struct
   guint64    bad[N_BAD];
   guint64    temp_files;
   guint64    temp_bytes;
+  guint64    spare_files;   /* written ahead by preallocate=true */
+  guint64    spare_bytes;
   guint64    stale_temp_files;
   guint8     digest[32];
   GPtrArray *bad_files;     /* "path: reason", the first few */
@@ -223,6 +225,44 @@ is_temp (const char *base)
   return g_str_has_suffix (base, ".tmp");
 }
 
+static void
+count_temp (Namespace         *ns,
+            const struct stat *st,
+            gint64             now_s)
+{
+  ns->temp_files++;
+  ns->temp_bytes += (guint64) st->st_size;
+  if (now_s - st->st_mtime > STALE_TEMP_S)
+    ns->stale_temp_files++;
+}
+
+/* The spare directory of a tier with preallocate: files of a chunk's
+ * size that hold no chunk yet (doc/on-disk-format.md). */
+static void
+scan_spares (Namespace  *ns,
+             const char *dir,
+             gint64      now_s)
+{
+  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
+  const char *base;
+
+  while (d != NULL && (base = g_dir_read_name (d)) != NULL)
+    {
+      g_autofree char *path = g_build_filename (dir, base, NULL);
+      struct stat st;
+
+      if (lstat (path, &st) != 0 || !S_ISREG (st.st_mode))
+        continue;
+      if (is_temp (base))
+        count_temp (ns, &st, now_s);
+      else
+        {
+          ns->spare_files++;
+          ns->spare_bytes += (guint64) st.st_size;
+        }
+    }
+}
+
 /* Walks a namespace directory: chunk files and temporary files. */
 static void
 scan_tree (Namespace  *ns,
@@ -246,7 +286,10 @@ scan_tree (Namespace  *ns,
         continue;
       if (S_ISDIR (st.st_mode))
         {
-          scan_tree (ns, path, sub, verify, now_s);
+          if (g_str_equal (base, ".kvtier-spare"))
+            scan_spares (ns, path, now_s);
+          else
+            scan_tree (ns, path, sub, verify, now_s);
           continue;
         }
       if (!S_ISREG (st.st_mode))
@@ -254,10 +297,7 @@ scan_tree (Namespace  *ns,
 
       if (is_temp (base))
         {
-          ns->temp_files++;
-          ns->temp_bytes += (guint64) st.st_size;
-          if (now_s - st.st_mtime > STALE_TEMP_S)
-            ns->stale_temp_files++;
+          count_temp (ns, &st, now_s);
           continue;
         }
       if (ns->vllm ? !g_str_has_suffix (base, ".bin") : !g_str_has_suffix (base, ".kv"))
@@ -363,6 +403,7 @@ print_namespace (const Namespace *ns,
   g_autofree char *bytes = tool_format_size (ns->bytes);
   g_autofree char *block = tool_format_size (ns->block_size);
   g_autofree char *temp = tool_format_size (ns->temp_bytes);
+  g_autofree char *spare = tool_format_size (ns->spare_bytes);
   guint64 n_bad = 0;
 
   for (int r = 0; r < N_BAD; r++)
@@ -387,6 +428,9 @@ print_namespace (const Namespace *ns,
     printf ("    %-14s not possible: vLLM files have no header or checksum\n", "verified");
   printf ("    %-14s %" G_GUINT64_FORMAT " (%s), %" G_GUINT64_FORMAT " stale (older than %d min)\n",
           "temp files", ns->temp_files, temp, ns->stale_temp_files, STALE_TEMP_S / 60);
+  if (ns->spare_files > 0)
+    printf ("    %-14s %" G_GUINT64_FORMAT " (%s), written ahead for chunks (preallocate)\n",
+            "spare files", ns->spare_files, spare);
   for (guint i = 0; i < ns->bad_files->len; i++)
     printf ("    bad: %s\n", (const char *) g_ptr_array_index (ns->bad_files, i));
 }
@@ -413,6 +457,8 @@ namespace_json (const Namespace *ns)
   json_builder_end_object (builder);
   tool_json_add_int (builder, "temp_files", (gint64) ns->temp_files);
   tool_json_add_int (builder, "stale_temp_files", (gint64) ns->stale_temp_files);
+  tool_json_add_int (builder, "spare_files", (gint64) ns->spare_files);
+  tool_json_add_int (builder, "spare_bytes", (gint64) ns->spare_bytes);
   json_builder_end_object (builder);
   return json_builder_get_root (builder);
 }

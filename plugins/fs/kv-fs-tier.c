@@ -1258,9 +1258,12 @@ kv_fs_tier_lookup (KvSecondaryTier *tier,
                    KvRequest       *request)
 {
   KvFsTier *self = KV_FS_TIER (tier);
+  /* read before a probe starts: a fast one could close the breaker
+   * before this answer, which would then depend on the disk's speed */
+  gboolean open = g_atomic_int_get (&self->breaker_open);
 
   maybe_probe (self);
-  if (g_atomic_int_get (&self->breaker_open))
+  if (open)
     return KV_LOOKUP_RESULT_MISS;
   if (self->index == NULL)
     return kv_async_lookup_lookup (self->async_lookup, key, request);

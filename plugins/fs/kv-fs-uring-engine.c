@@ -38,7 +38,11 @@
  * one request beats two (headerless vLLM-layout stores use write_fixed).
  * Requests that cannot complete without blocking (creating, extending,
  * renaming, unlinking files) go straight to io-wq workers (IOSQE_ASYNC),
- * so this thread never stalls inside the filesystem. Loads are taken
+ * so this thread never stalls inside the filesystem. Nor does it read
+ * payloads: a store's checksum (its whole payload, from memory) is
+ * computed on a small pool of threads, which hands the store back when
+ * its header is ready; this thread alone would otherwise cap small-chunk
+ * stores on a fast disk. Loads are taken
  * from the queues ahead of stores. Other threads hand over work through
  * the base class queues and wake the ring through an eventfd it reads.
  *
@@ -111,6 +115,8 @@ struct _KvFsUringEngine
   guint           n_free_headers;
 
   OpData         *op_data;        /* one per header slot */
+  GThreadPool    *checksum_pool;  /* stores whose header to fill... */
+  GAsyncQueue    *checksummed;    /* ...and then back to this thread */
   guint           n_active;
   gint            stop_requested; /* (atomic) */
   gboolean        have_mkdirat;
@@ -328,6 +334,38 @@ submit_io (KvFsUringEngine *self,
 static void submit_take_over (KvFsUringEngine *self,
                               KvFsOp          *op);
 
+static void kv_fs_uring_engine_kick (KvFsEngine *engine);
+
+static void
+continue_op (KvFsUringEngine *self,
+             KvFsOp          *op)
+{
+  if (op->reuse_path != NULL)
+    submit_take_over (self, op);
+  else
+    submit_open (self, op);
+}
+
+/* On a pool thread: fills the header of store @data, then hands it back
+ * to the ring, waking it when the queue was empty (otherwise a wake-up
+ * is already on its way). */
+static void
+checksum_func (gpointer data,
+               gpointer user_data)
+{
+  KvFsOp *op = data;
+  KvFsUringEngine *self = user_data;
+  gint queued;
+
+  kv_fs_op_prepare_header (op);
+  g_async_queue_lock (self->checksummed);
+  g_async_queue_push_unlocked (self->checksummed, op);
+  queued = g_async_queue_length_unlocked (self->checksummed);
+  g_async_queue_unlock (self->checksummed);
+  if (queued == 1)
+    kv_fs_uring_engine_kick (KV_FS_ENGINE (self));
+}
+
 static void
 start_op (KvFsUringEngine *self,
           KvFsOp          *op)
@@ -367,15 +405,15 @@ start_op (KvFsUringEngine *self,
   if (op->kind != KV_FS_OP_LOAD)
     {
       kv_fs_op_make_temp (op);
-      /* The checksum reads the slot; it runs here, off the owner thread. */
+      /* The checksum reads the whole slot: on the pool (see above). */
+      if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_HEADER))
+        {
+          g_thread_pool_push (self->checksum_pool, op, NULL);
+          return;
+        }
       kv_fs_op_prepare_header (op);
     }
-  if (op->reuse_path != NULL)
-    {
-      submit_take_over (self, op);
-      return;
-    }
-  submit_open (self, op);
+  continue_op (self, op);
 }
 
 /* Renames the evicted chunk's file op->reuse_path to op->tmp_path. */
@@ -819,6 +857,8 @@ ring_main (gpointer user_data)
       gboolean woken = FALSE;
       KvFsOp *op;
 
+      while ((op = g_async_queue_try_pop (self->checksummed)) != NULL)
+        continue_op (self, op);
       while (self->n_free_headers > 0 &&
              (op = _kv_fs_engine_pop (engine, TRUE, FALSE)) != NULL)
         start_op (self, op);
@@ -851,7 +891,8 @@ ring_main (gpointer user_data)
         {
           if (_kv_fs_engine_is_stopping (engine))
             g_atomic_int_set (&self->stop_requested, TRUE);
-          else
+          /* stores on the checksum pool come back through a wake-up */
+          if (!g_atomic_int_get (&self->stop_requested) || self->n_active > 0)
             arm_wake (self);
         }
     }
@@ -1018,6 +1059,11 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
       return FALSE;
     }
 
+  /* a thread per core but the ring's, up to 4: one XXH3 reads memory at
+   * several GB/s */
+  self->checksum_pool = g_thread_pool_new (checksum_func, self,
+                                           CLAMP ((gint) g_get_num_processors () - 1, 1, 4),
+                                           FALSE, NULL);
   self->thread = g_thread_new ("kvtier-fs-uring", ring_main, self);
   return TRUE;
 }
@@ -1032,6 +1078,9 @@ kv_fs_uring_engine_stop (KvFsEngine *engine)
       g_thread_join (self->thread);
       self->thread = NULL;
     }
+  /* idle: the ring ends once every store it started is back */
+  if (self->checksum_pool != NULL)
+    g_thread_pool_free (g_steal_pointer (&self->checksum_pool), FALSE, TRUE);
 }
 
 static void
@@ -1043,6 +1092,9 @@ kv_fs_uring_engine_finalize (GObject *object)
     io_uring_queue_exit (&self->ring);
   if (self->wake_fd >= 0)
     close (self->wake_fd);
+  if (self->checksum_pool != NULL)
+    g_thread_pool_free (g_steal_pointer (&self->checksum_pool), FALSE, TRUE);
+  g_async_queue_unref (self->checksummed);
   free (self->headers);
   g_free (self->free_headers);
   g_free (self->op_data);
@@ -1066,6 +1118,7 @@ static void
 kv_fs_uring_engine_init (KvFsUringEngine *self)
 {
   self->wake_fd = -1;
+  self->checksummed = g_async_queue_new ();
 }
 
 /* Whether the primary buffer was registered with the ring. */

@@ -1710,17 +1710,17 @@ create_spare (KvFsTier     *self,
 {
   g_autofree char *dir = spare_dir (self, root);
   g_autofree char *tmp = g_strdup_printf ("%s/%" G_GUINT64_FORMAT ".tmp", dir, n);
-  char *path = g_strdup_printf ("%s/%" G_GUINT64_FORMAT, dir, n);
+  g_autofree char *path = g_strdup_printf ("%s/%" G_GUINT64_FORMAT, dir, n);
   int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (self->o_direct[root] ? O_DIRECT : 0);
   gsize done = 0;
-  int errsv = 0;
+  int errsv;
   int fd;
 
   if (g_mkdir_with_parents (dir, 0700) != 0)
-    goto fail;
+    return NULL;
   fd = open (tmp, flags, 0600);
   if (fd < 0)
-    goto fail;
+    return NULL;
   while (done < self->file_size)
     {
       ssize_t w = pwrite (fd, zeros + done, self->file_size - done, done);
@@ -1729,27 +1729,22 @@ create_spare (KvFsTier     *self,
         continue;
       if (w <= 0)
         {
-          errsv = w < 0 ? errno : EIO;
-          close (fd);
-          (void) unlink (tmp);
-          g_free (path);
-          errno = errsv;
-          return NULL;
+          if (w == 0)
+            errno = EIO;
+          break;
         }
       done += w;
     }
-  if (close (fd) != 0 || rename (tmp, path) != 0)
-    {
-      errsv = errno;
-      (void) unlink (tmp);
-      g_free (path);
-      errno = errsv;
-      return NULL;
-    }
-  return path;
-
-fail:
-  g_free (path);
+  errsv = done == self->file_size ? 0 : errno;
+  /* the descriptor is gone even when close() fails */
+  if (close (fd) != 0 && errsv == 0)
+    errsv = errno;
+  if (errsv == 0 && rename (tmp, path) == 0)
+    return g_steal_pointer (&path);
+  if (errsv == 0)
+    errsv = errno;
+  (void) unlink (tmp);
+  errno = errsv;
   return NULL;
 }
 

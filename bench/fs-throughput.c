@@ -74,7 +74,7 @@ static char *opt_chunks;
 static guint64 opt_primary = 256ULL << 20;
 static gboolean opt_baseline = TRUE;
 static guint64 opt_inflight;   /* --inflight, or the tier's default; 0: no limit */
-static guint opt_queue_depth = 128;
+static gint opt_queue_depth = -1;   /* --queue-depth, or the tier's default */
 static guint opt_rounds = 1;
 static gboolean opt_ceiling_details;
 
@@ -1138,7 +1138,7 @@ main (int argc, char **argv)
     { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
     { "primary", 0, 0, G_OPTION_ARG_STRING, &primary_text, "Primary tier size (default 256MiB)", "SIZE" },
     { "inflight", 0, 0, G_OPTION_ARG_STRING, &inflight_text, "inflight-bytes of the tier, 0 for no limit (default: the tier's)", "SIZE" },
-    { "queue-depth", 0, 0, G_OPTION_ARG_INT, &opt_queue_depth, "queue-depth of the tier (default 128)", "N" },
+    { "queue-depth", 0, 0, G_OPTION_ARG_INT, &opt_queue_depth, "queue-depth of the tier (default: the tier's)", "N" },
     { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds,
       "Paired ceiling and tier measurements per engine; the median round is reported "
       "(default 1; each round writes 2 × total more to disk until the end)", "R" },
@@ -1170,12 +1170,21 @@ main (int argc, char **argv)
       g_printerr ("--rounds takes 1 to 1000, not %d\n", (gint) opt_rounds);
       return 2;
     }
-  if (inflight_text == NULL)
-    {
-      g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_FS_TIER);
-      GParamSpec *pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), "inflight-bytes");
+  {
+    g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_FS_TIER);
+    GObjectClass *object_class = G_OBJECT_CLASS (klass);
 
-      opt_inflight = g_value_get_uint64 (g_param_spec_get_default_value (pspec));
+    if (inflight_text == NULL)
+      opt_inflight = g_value_get_uint64 (g_param_spec_get_default_value (
+        g_object_class_find_property (object_class, "inflight-bytes")));
+    if (opt_queue_depth < 0)
+      opt_queue_depth = g_value_get_uint (g_param_spec_get_default_value (
+        g_object_class_find_property (object_class, "queue-depth")));
+  }
+  if (opt_queue_depth < 2 || opt_queue_depth > 4096)
+    {
+      g_printerr ("--queue-depth takes 2 to 4096, not %d\n", opt_queue_depth);
+      return 2;
     }
   if (opt_dir == NULL)
     opt_dir = own_dir = g_dir_make_tmp ("kvtier-fs-bench-XXXXXX", &error);

@@ -19,6 +19,7 @@
  * alone unless they are this old. */
 #define STALE_TEMP_AGE_US (G_GINT64_CONSTANT (3600) * G_USEC_PER_SEC)
 #define KV_FS_DEFAULT_INFLIGHT_BYTES (G_GUINT64_CONSTANT (256) << 20)
+#define KV_FS_DEFAULT_QUEUE_DEPTH 256
 /* Under each root's chunk directory; the scans skip dot names, and
  * vLLM only opens the files it names. */
 #define SPARE_DIR_NAME ".kvtier-spare"
@@ -2410,10 +2411,16 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   /**
    * KvFsTier:queue-depth:
    *
-   * The most chunk operations the `uring` and `gio` engines run at once.
+   * The most chunk operations the `uring` and `gio` engines run at once
+   * (each holds a 4 KiB header buffer). A store of a small chunk spends
+   * much of its time in renames and opens rather than on the disk, so it
+   * takes more operations in flight than the disk alone would to keep a
+   * fast disk busy: at 256 KiB, 256 stored 9–17 % faster than 128 in
+   * bench/fs-throughput.
    */
   properties[PROP_QUEUE_DEPTH] =
-    g_param_spec_uint ("queue-depth", NULL, NULL, 2, 4096, 128, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("queue-depth", NULL, NULL, 2, 4096, KV_FS_DEFAULT_QUEUE_DEPTH,
+                       CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:breaker-threshold:
@@ -2485,7 +2492,7 @@ kv_fs_tier_init (KvFsTier *self)
   self->n_read_threads = 16;
   self->n_write_threads = 16;
   self->inflight_bytes = KV_FS_DEFAULT_INFLIGHT_BYTES;
-  self->queue_depth = 128;
+  self->queue_depth = KV_FS_DEFAULT_QUEUE_DEPTH;
   self->breaker_threshold = 5;
   self->probe_interval_ms = 1000;
   self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);

@@ -78,19 +78,14 @@ make_tier (KvHostBuffer *buffer,
 }
 
 static void
-full_disk_body (const FsVariant *variant)
+full_disk_body (const char      *root,
+                const FsVariant *variant)
 {
-  g_autofree char *root = NULL;
   Spec spec;
   FsStack s = { 0 };
   guint stored = 0;
   guint first_failure = 0;
   guint next = 0;
-
-  g_assert_cmpint (unshare (CLONE_NEWNS), ==, 0);
-  g_assert_cmpint (mount ("none", "/", "none", MS_REC | MS_PRIVATE, NULL), ==, 0);
-  root = fs_test_make_dir ();
-  g_assert_cmpint (mount ("tmpfs", root, "tmpfs", 0, "size=" TMPFS_SIZE ",mode=0700"), ==, 0);
 
   spec.root = root;
   spec.variant = *variant;
@@ -146,10 +141,6 @@ full_disk_body (const FsVariant *variant)
     }
   fs_stack_assert_no_pins (&s, next);
   fs_stack_clear (&s);
-
-  g_assert_cmpint (umount (root), ==, 0);
-  g_rmdir (root);
-  printf ("KVTIER-FS-DONE\n");
 }
 
 static KvFsTier *
@@ -168,17 +159,12 @@ make_preallocating_tier (KvHostBuffer *buffer,
  * ENOSPC, the stores take every one of them over, and the first store
  * that must create a file fails cleanly and makes room. */
 static void
-preallocate_body (const FsVariant *variant)
+preallocate_body (const char      *root,
+                  const FsVariant *variant)
 {
-  g_autofree char *root = NULL;
   Spec spec;
   FsStack s = { 0 };
   guint n_spares;
-
-  g_assert_cmpint (unshare (CLONE_NEWNS), ==, 0);
-  g_assert_cmpint (mount ("none", "/", "none", MS_REC | MS_PRIVATE, NULL), ==, 0);
-  root = fs_test_make_dir ();
-  g_assert_cmpint (mount ("tmpfs", root, "tmpfs", 0, "size=" TMPFS_SIZE ",mode=0700"), ==, 0);
 
   spec.root = root;
   spec.variant = *variant;
@@ -209,21 +195,29 @@ preallocate_body (const FsVariant *variant)
   g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS), ==, n_spares + 1);
   fs_stack_assert_no_pins (&s, n_spares + 2);
   fs_stack_clear (&s);
-
-  g_assert_cmpint (umount (root), ==, 0);
-  g_rmdir (root);
-  printf ("KVTIER-FS-DONE\n");
 }
 
+/* Runs @body in a subprocess, on a small tmpfs mounted in a mount
+ * namespace of its own; skips with a message where mounting is not
+ * allowed. */
 static void
-test_preallocate (gconstpointer data)
+on_small_tmpfs (void           (*body) (const char *root, const FsVariant *variant),
+                const FsVariant *variant)
 {
-  const FsVariant *variant = data;
   g_autofree char *forbidden = NULL;
 
   if (g_test_subprocess ())
     {
-      preallocate_body (variant);
+      g_autofree char *root = NULL;
+
+      g_assert_cmpint (unshare (CLONE_NEWNS), ==, 0);
+      g_assert_cmpint (mount ("none", "/", "none", MS_REC | MS_PRIVATE, NULL), ==, 0);
+      root = fs_test_make_dir ();
+      g_assert_cmpint (mount ("tmpfs", root, "tmpfs", 0, "size=" TMPFS_SIZE ",mode=0700"), ==, 0);
+      body (root, variant);
+      g_assert_cmpint (umount (root), ==, 0);
+      g_rmdir (root);
+      printf ("KVTIER-FS-DONE\n");
       return;
     }
   forbidden = mount_forbidden ();
@@ -240,23 +234,13 @@ test_preallocate (gconstpointer data)
 static void
 test_full_disk (gconstpointer data)
 {
-  const FsVariant *variant = data;
-  g_autofree char *forbidden = NULL;
+  on_small_tmpfs (full_disk_body, data);
+}
 
-  if (g_test_subprocess ())
-    {
-      full_disk_body (variant);
-      return;
-    }
-  forbidden = mount_forbidden ();
-  if (forbidden != NULL)
-    {
-      g_test_skip (forbidden);
-      return;
-    }
-  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_INHERIT_STDERR);
-  g_test_trap_assert_passed ();
-  g_test_trap_assert_stdout ("*KVTIER-FS-DONE*");
+static void
+test_preallocate (gconstpointer data)
+{
+  on_small_tmpfs (preallocate_body, data);
 }
 
 int

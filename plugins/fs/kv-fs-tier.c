@@ -300,6 +300,37 @@ report_evicted (KvFsTier   *self,
   push_event (self, (KvKey * const *) keys->pdata, keys->len, TRUE);
 }
 
+/* The unlink of @path (on @root; owned by the op), for @entry (a
+ * DELETING index entry, or NULL for a file the index does not hold). */
+static KvFsOp *
+delete_op_new (KvFsTier  *self,
+               guint      root,
+               char      *path,
+               KvFsEntry *entry)
+{
+  Maintenance *m = g_new0 (Maintenance, 1);
+
+  m->tier = self;
+  m->entry = entry;
+  kv_fs_op_init (&m->op, KV_FS_OP_DELETE, 0, root, path, NULL);
+  m->op.done = maintenance_done;
+  m->op.done_data = m;
+  return &m->op;
+}
+
+/* Submits @n_ops delete ops, counted until they are done (see
+ * wait_jobs()). Any thread. */
+static void
+submit_deletes (KvFsTier      *self,
+                KvFsOp * const *ops,
+                guint          n_ops)
+{
+  g_mutex_lock (&self->lock);
+  self->n_deletes += n_ops;
+  g_mutex_unlock (&self->lock);
+  kv_fs_engine_submit (self->engine, ops, n_ops);
+}
+
 /* Unlinks the files of @victims (DELETING entries, already reported);
  * each entry leaves the index once its file is gone. Any thread. */
 static void
@@ -313,22 +344,11 @@ unlink_victims (KvFsTier   *self,
     return;
   ops = g_ptr_array_new ();
   for (guint i = 0; i < n_victims; i++)
-    {
-      KvFsEntry *entry = victims[i];
-      Maintenance *m = g_new0 (Maintenance, 1);
-
-      m->tier = self;
-      m->entry = entry;
-      kv_fs_op_init (&m->op, KV_FS_OP_DELETE, 0, entry->root,
-                     kv_fs_layout_chunk_path (self->layout, entry->key, NULL), NULL);
-      m->op.done = maintenance_done;
-      m->op.done_data = m;
-      g_ptr_array_add (ops, &m->op);
-    }
-  g_mutex_lock (&self->lock);
-  self->n_deletes += ops->len;
-  g_mutex_unlock (&self->lock);
-  kv_fs_engine_submit (self->engine, (KvFsOp * const *) ops->pdata, ops->len);
+    g_ptr_array_add (ops, delete_op_new (self, victims[i]->root,
+                                         kv_fs_layout_chunk_path (self->layout,
+                                                                  victims[i]->key, NULL),
+                                         victims[i]));
+  submit_deletes (self, (KvFsOp * const *) ops->pdata, ops->len);
 }
 
 /* Deletes the files of @victims (entries now DELETING) and reports them
@@ -429,26 +449,6 @@ has_spare (KvFsTier *self,
   return has;
 }
 
-/* Submits the unlink of a file that has no index entry (a spare). Any
- * thread. */
-static void
-delete_file (KvFsTier *self,
-             guint     root,
-             char     *path)
-{
-  Maintenance *m = g_new0 (Maintenance, 1);
-  KvFsOp *op = &m->op;
-
-  m->tier = self;
-  kv_fs_op_init (op, KV_FS_OP_DELETE, 0, root, path, NULL);
-  op->done = maintenance_done;
-  op->done_data = m;
-  g_mutex_lock (&self->lock);
-  self->n_deletes++;
-  g_mutex_unlock (&self->lock);
-  kv_fs_engine_submit (self->engine, &op, 1);
-}
-
 /* A store on @root has no spare there and the tier is full: rather than
  * evict a chunk while another root still holds spare files, gives up
  * one of those (a rename cannot move it across filesystems). Owner
@@ -459,6 +459,7 @@ drop_spare_elsewhere (KvFsTier *self,
 {
   guint fullest = root;
   char *path;
+  KvFsOp *op;
 
   g_mutex_lock (&self->lock);
   for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
@@ -471,7 +472,8 @@ drop_spare_elsewhere (KvFsTier *self,
   if (path == NULL)
     return;
   kv_fs_index_release_reserved (self->index, self->file_size);
-  delete_file (self, fullest, path);
+  op = delete_op_new (self, fullest, path, NULL);
+  submit_deletes (self, &op, 1);
 }
 
 /* A store that was given a spare file is over: counts the spare as used

@@ -561,6 +561,19 @@ typedef struct
   gboolean    reuse;
 } Baseline;
 
+/* 256 directories under @root, %02x as the kvtier layout names them, so
+ * that the no-kvtier passes spread their files the same way. */
+static void
+make_shard_dirs (const char *root)
+{
+  for (guint i = 0; i < 256; i++)
+    {
+      g_autofree char *sub = g_strdup_printf ("%s/%02x", root, i);
+
+      g_mkdir_with_parents (sub, 0700);
+    }
+}
+
 static gpointer
 baseline_thread (gpointer data)
 {
@@ -600,12 +613,7 @@ measure_baseline (const char *root,
   GThread *threads[16];
   double t, c;
 
-  for (guint i = 0; i < 256; i++)
-    {
-      g_autofree char *sub = g_strdup_printf ("%s/%02x", root, i);
-
-      g_mkdir_with_parents (sub, 0700);
-    }
+  make_shard_dirs (root);
   if (posix_memalign ((void **) &b.buf, 4096, size) != 0)
     return;
   memset (b.buf, 0x33, size);
@@ -651,12 +659,7 @@ measure_cpu_floor (const char *root,
   *hash_cpu = (cpu_s () - c) / gb;
   g_free (memory);
 
-  for (guint i = 0; i < 256; i++)
-    {
-      g_autofree char *sub = g_strdup_printf ("%s/%02x", root, i);
-
-      g_mkdir_with_parents (sub, 0700);
-    }
+  make_shard_dirs (root);
   for (guint64 i = 0; i < n; i++)
     {
       g_autofree char *path = g_strdup_printf ("%s/%02x/%" G_GUINT64_FORMAT, root,

@@ -191,6 +191,9 @@ preallocate_body (const char      *root,
   g_assert_cmpuint (fs_test_count_files (root, ".tmp"), ==, 0);
   fs_stack_assert_no_pins (&s, n_spares + 1);
   g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_EVICTED_CHUNKS), >=, 1);
+  /* the disk, not max-size, is the limit: no spare races the next store */
+  kv_fs_tier_wait_preallocated (s.tier);
+  g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, n_spares);
   fs_stack_store (&s, n_spares + 1, 1);
   g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_STORED_CHUNKS), ==, n_spares + 1);
   fs_stack_assert_no_pins (&s, n_spares + 2);

@@ -1229,6 +1229,76 @@ test_spare_back_after_failed_store (Fixture       *f,
   g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
 }
 
+/* Room that no store fills (a chunk deleted as corrupt, a store that
+ * failed after its victim was evicted) is filled again with a spare
+ * file, so that the pool does not run dry over a long run and chunks
+ * plus spares keep filling max-size. */
+static void
+test_preallocate_refill (Fixture       *f,
+                         gconstpointer  data)
+{
+  const FsVariant *v = data;
+  guint64 file = chunk_file_size (v);
+  g_autofree char *path = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvJobResult) failed = NULL;
+  g_autoptr(GPtrArray) spares = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 3 * file,
+                              "preallocate", TRUE, NULL);
+  path = chunk_path (f, 1);
+  kv_fs_tier_wait_preallocated (f->tier);
+  store_ok (f, 0, 3);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 0);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, 3);
+
+  /* a short file: deleted on load, and a spare takes its room */
+  g_assert_cmpint (truncate (path, 100), ==, 0);
+  loaded = load_range (f, 1, 1, NULL);
+  g_assert_false (kv_job_result_get_success (loaded));
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, 4);
+  spares = spare_files (f->root);
+  g_assert_cmpuint (spares->len, ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 2 * file);
+
+  /* the next store takes it: nothing is evicted */
+  store_ok (f, 3, 1);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 4);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 0);
+
+  /* a store that evicts a chunk and then fails leaves its room empty:
+   * refilled too */
+  kv_fs_engine_inject_error (kv_fs_tier_get_engine (f->tier), KV_FS_OP_STORE, EIO, 1);
+  failed = store_range (f, 4, 1, NULL);
+  g_assert_false (kv_job_result_get_success (failed));
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, 5);
+  g_assert_cmpuint (kv_fs_tier_get_n_spare_files (f->tier), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 2 * file);
+  g_assert_cmpuint (count_chunk_files (f, v), ==, 2);
+  g_clear_pointer (&spares, g_ptr_array_unref);
+  spares = spare_files (f->root);
+  g_assert_cmpuint (spares->len, ==, 1);
+  g_assert_cmpuint (fs_test_count_files (f->root, ".tmp"), ==, 0);
+
+  /* a full tier's steady state asks for no spare: each eviction is paid
+   * back by its store */
+  store_ok (f, 5, 3);
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  kv_fs_tier_wait_preallocated (f->tier);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_CREATED), ==, 5);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SPARE_FILES_USED), ==, 5);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 3 * file);
+  g_assert_cmpuint (count_chunk_files (f, v), ==, 3);
+}
+
 /* Spares outlive the tier: the next one takes them over without writing
  * new ones, deletes a half-written spare and one of another size, and a
  * tier without preallocate deletes them all, directory included. */
@@ -1430,6 +1500,7 @@ main (int argc, char **argv)
   add ("max-size-lru", test_max_size_lru, TRUE, FALSE);
   add ("evicted-file-reused", test_evicted_file_reused, TRUE, FALSE);
   add ("preallocated-spares-taken-over", test_preallocated_spares_taken_over, TRUE, FALSE);
+  add ("preallocate-refill", test_preallocate_refill, TRUE, FALSE);
 
   /* the rest once */
   add ("empty-lookup-miss", test_empty_lookup_miss, FALSE, TRUE);

@@ -144,6 +144,8 @@ struct _KvFsTier
   GPtrArray      **spares;
   guint            n_spares;
   GThread         *spare_thread;
+  gboolean         spares_wanted;   /* room appeared: refill the pool */
+  gboolean         spares_idle;     /* the spare thread has nothing to do */
 
   /* warm restart */
   GThread         *scan_thread;
@@ -495,6 +497,24 @@ release_spare (KvFsTier *self,
     (void) unlink (op->reuse_path);
 }
 
+/* Bytes left the index without a store taking their place (a failed
+ * store, a chunk deleted as corrupt or found missing): wakes the spare
+ * thread if chunks and spares no longer fill max-size, so that the pool
+ * is topped up and later stores still find spares. In a full tier's
+ * steady state, every eviction is paid back by a store at once and this
+ * wakes nobody. Any thread. */
+static void
+want_spares (KvFsTier *self)
+{
+  if (!self->preallocate || self->index == NULL ||
+      kv_fs_index_is_full (self->index, self->file_size))
+    return;
+  g_mutex_lock (&self->lock);
+  self->spares_wanted = TRUE;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+}
+
 /* ---- job completion ----------------------------------------------------- */
 
 static void
@@ -734,6 +754,13 @@ op_done (KvFsOp   *op,
           kv_fs_index_evict_bytes (self->index, 2 * self->file_size, victims);
           delete_victims (self, victims);
         }
+      /* A failed store gave back the bytes it held (and those of a
+       * victim). Not after ENOSPC: the disk is smaller than max-size,
+       * and a spare written now would take the space the next store
+       * needs. */
+      if (state == KEY_FAILED &&
+          !(op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC))
+        want_spares (self);
       break;
 
     case KV_FS_OP_LOAD:
@@ -778,7 +805,10 @@ op_done (KvFsOp   *op,
       else if (removed && self->index != NULL)
         kv_fs_index_remove (self->index, op->key);
       if (removed)
-        push_event (self, &op->key, 1, TRUE);
+        {
+          push_event (self, &op->key, 1, TRUE);
+          want_spares (self);
+        }
       break;
 
     case KV_FS_OP_PROBE:
@@ -1751,16 +1781,60 @@ create_spare (KvFsTier     *self,
   return NULL;
 }
 
+/* Writes spare files, a root at a time in turn, until chunks and spares
+ * fill max-size or every root refused one. A root that refused one (a
+ * disk smaller than max-size, say) gets no more for the tier's life:
+ * there the disk is the limit, and a spare would only race the stores
+ * for the space they free. */
+static void
+fill_spares (KvFsTier     *self,
+             const guint8 *zeros,
+             guint64      *next,
+             gboolean     *stopped)
+{
+  guint n_roots = kv_fs_layout_get_n_roots (self->layout);
+  guint n_stopped = 0;
+
+  for (guint r = 0; r < n_roots; r++)
+    n_stopped += stopped[r] ? 1 : 0;
+  for (guint r = 0; n_stopped < n_roots && !g_atomic_int_get (&self->scan_cancel);
+       r = (r + 1) % n_roots)
+    {
+      char *path;
+
+      if (stopped[r])
+        continue;
+      if (!kv_fs_index_reserve (self->index, self->file_size))
+        break;
+      path = create_spare (self, r, (*next)++, zeros);
+      if (path == NULL)
+        {
+          int errsv = errno;
+          g_autofree char *dir = spare_dir (self, r);
+
+          /* this root keeps the spares it has */
+          kv_fs_index_release_reserved (self->index, self->file_size);
+          g_message ("fs tier: stopped preallocating spare files in %s: %s", dir,
+                     g_strerror (errsv));
+          stopped[r] = TRUE;
+          n_stopped++;
+          continue;
+        }
+      push_spare (self, r, path);
+      count (self, KV_FS_COUNTER_SPARE_FILES_CREATED, 1);
+    }
+}
+
 /* The spare-file thread: once the index is built, takes over the spares
- * of a previous run, then (preallocate) writes new ones, a root at a
- * time in turn, until chunks and spares fill max-size. */
+ * of a previous run; then (preallocate) writes new ones until chunks and
+ * spares fill max-size, and again whenever want_spares() says room
+ * appeared, until the tier shuts down. */
 static gpointer
 spares_main (gpointer user_data)
 {
   KvFsTier *self = user_data;
   guint n_roots = kv_fs_layout_get_n_roots (self->layout);
   g_autofree gboolean *stopped = g_new0 (gboolean, n_roots);
-  guint n_stopped = 0;
   guint8 *zeros = NULL;
   guint64 next = 0;
 
@@ -1776,38 +1850,34 @@ spares_main (gpointer user_data)
 
       next = MAX (next, after_last);
     }
-  if (!self->preallocate ||
-      posix_memalign ((void **) &zeros, 4096, (self->file_size + 4095) & ~(gsize) 4095) != 0)
-    return NULL;
-  memset (zeros, 0, self->file_size);
-
-  for (guint r = 0; n_stopped < n_roots && !g_atomic_int_get (&self->scan_cancel);
-       r = (r + 1) % n_roots)
+  if (self->preallocate &&
+      posix_memalign ((void **) &zeros, 4096, (self->file_size + 4095) & ~(gsize) 4095) == 0)
     {
-      char *path;
-
-      if (stopped[r])
-        continue;
-      if (!kv_fs_index_reserve (self->index, self->file_size))
-        break;
-      path = create_spare (self, r, next++, zeros);
-      if (path == NULL)
+      memset (zeros, 0, self->file_size);
+      fill_spares (self, zeros, &next, stopped);
+      g_mutex_lock (&self->lock);
+      while (!g_atomic_int_get (&self->scan_cancel))
         {
-          int errsv = errno;
-          g_autofree char *dir = spare_dir (self, r);
-
-          /* a full disk, say: this root keeps the spares it has */
-          kv_fs_index_release_reserved (self->index, self->file_size);
-          g_message ("fs tier: stopped preallocating spare files in %s: %s", dir,
-                     g_strerror (errsv));
-          stopped[r] = TRUE;
-          n_stopped++;
-          continue;
+          if (!self->spares_wanted)
+            {
+              self->spares_idle = TRUE;
+              g_cond_broadcast (&self->cond);    /* for kv_fs_tier_wait_preallocated() */
+              g_cond_wait (&self->cond, &self->lock);
+              continue;
+            }
+          self->spares_idle = FALSE;
+          self->spares_wanted = FALSE;
+          g_mutex_unlock (&self->lock);
+          fill_spares (self, zeros, &next, stopped);
+          g_mutex_lock (&self->lock);
         }
-      push_spare (self, r, path);
-      count (self, KV_FS_COUNTER_SPARE_FILES_CREATED, 1);
+      g_mutex_unlock (&self->lock);
+      free (zeros);
     }
-  free (zeros);
+  g_mutex_lock (&self->lock);
+  self->spares_idle = TRUE;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
   return NULL;
 }
 
@@ -2340,8 +2410,10 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * fill max-size, starting when the tier does; a store takes a spare
    * over (as it takes over an evicted chunk's file) instead of creating
    * a file, so a new tier stores at the rate of a full one: no inode to
-   * allocate, no block to allocate. The spares outlive the tier and are
-   * used again by the next one on the directory.
+   * allocate, no block to allocate. Room that no store fills later (a
+   * chunk deleted as corrupt, a failed store) gets a new spare. The
+   * spares outlive the tier and are used again by the next one on the
+   * directory.
    *
    * The cost: the disk holds max-size from the start, and writing the
    * spares moves max-size bytes once, in the background (see
@@ -2604,18 +2676,18 @@ kv_fs_tier_get_n_spare_files (KvFsTier *self)
   return n;
 }
 
-/* Blocks until the spare-file thread is over: the spares of a previous
- * run are taken over or deleted and, with preallocate, chunks and
- * spares fill max-size (or the disk refused more). Owner thread. */
+/* Blocks until the spare-file thread has nothing left to do: the spares
+ * of a previous run are taken over or deleted and, with preallocate,
+ * chunks and spares fill max-size (or the disk refused more), refills
+ * asked for by stores and loads so far included. Owner thread. */
 void
 kv_fs_tier_wait_preallocated (KvFsTier *self)
 {
   g_return_if_fail (KV_IS_FS_TIER (self));
-  if (self->spare_thread != NULL)
-    {
-      g_thread_join (self->spare_thread);
-      self->spare_thread = NULL;
-    }
+  g_mutex_lock (&self->lock);
+  while (self->spare_thread != NULL && (!self->spares_idle || self->spares_wanted))
+    g_cond_wait (&self->cond, &self->lock);
+  g_mutex_unlock (&self->lock);
 }
 
 KvFsEngine *

@@ -769,19 +769,25 @@ measure_cpu_floor (const char *root,
                    double     *hash_cpu,
                    double     *file_cpu)
 {
-  gsize span = MAX (opt_primary / size, 1) * size;
+  guint n_slots = MAX (opt_primary / size, 1);
+  gsize span = (gsize) n_slots * size;
   guint64 n = MAX (total / size, 1);
   double gb = n * size / 1e9;
-  guint8 *memory = g_malloc (span);
+  /* the memory the tier's slots live in (huge pages where it gets them) */
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (n_slots, size, NULL);
+  guint8 *memory;
   volatile guint64 sink = 0;
   double c;
 
+  if (buffer == NULL)
+    g_error ("floor: cannot allocate %" G_GSIZE_FORMAT " bytes", span);
+  memory = kv_host_buffer_get_data (buffer);
   memset (memory, 0x5a, span);
   c = cpu_s ();
   for (guint64 i = 0; i < n; i++)
     sink += kv_fs_checksum (memory + (i * size) % span, size);
   *hash_cpu = (cpu_s () - c) / gb;
-  g_free (memory);
+  g_clear_object (&buffer);
 
   make_shard_dirs (root);
   for (guint64 i = 0; i < n; i++)

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "test-fs-common.h"
+#include <sys/inotify.h>
 
 /* The fs tier through the KvSecondaryTier API: every FS-tier behaviour of
  * reference §11, plus capacity, warm restart, multi-root and bad
@@ -1121,6 +1122,33 @@ spare_files (const char *dir)
   return out;
 }
 
+/* Counts the spare files written (IN_MODIFY) and renamed away
+ * (IN_MOVED_FROM) in the directory watched by inotify descriptor @fd
+ * since the last call. */
+static void
+count_spare_events (int    fd,
+                    guint *n_modified,
+                    guint *n_moved)
+{
+  g_autoptr(GHashTable) modified = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
+  char buf[4096] __attribute__ ((aligned (__alignof__ (struct inotify_event))));
+  ssize_t len;
+
+  *n_moved = 0;
+  while ((len = read (fd, buf, sizeof buf)) > 0)
+    for (char *p = buf; p < buf + len;)
+      {
+        const struct inotify_event *event = (const struct inotify_event *) p;
+
+        if ((event->mask & IN_MODIFY) && event->len > 0)
+          g_hash_table_add (modified, g_strdup (event->name));
+        if (event->mask & IN_MOVED_FROM)
+          (*n_moved)++;
+        p += sizeof *event + event->len;
+      }
+  *n_modified = g_hash_table_size (modified);
+}
+
 /* A new tier with preallocate writes spare files, whole, until they fill
  * max-size; its stores take them over (the chunk file is a spare's
  * inode) and evict only once they are gone. Chunks plus spares never
@@ -1135,7 +1163,10 @@ test_preallocated_spares_taken_over (Fixture       *f,
   g_autoptr(GPtrArray) left = NULL;
   g_autoptr(GHashTable) inodes = g_hash_table_new (g_int64_hash, g_int64_equal);
   g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *spare_dir = NULL;
   gint64 spare_inodes[4];
+  guint n_modified, n_moved;
+  int watch;
 
   f->tier = fs_test_tier_new (f->buffer, f->root, data, "max-size", 4 * file,
                               "preallocate", TRUE, NULL);
@@ -1155,9 +1186,21 @@ test_preallocated_spares_taken_over (Fixture       *f,
       g_hash_table_add (inodes, &spare_inodes[i]);
     }
   g_assert_cmpuint (kv_fs_tier_get_used_bytes (f->tier), ==, 0);
+  spare_dir = g_path_get_dirname (spares->pdata[0]);
+  watch = inotify_init1 (IN_NONBLOCK | IN_CLOEXEC);
+  g_assert_cmpint (watch, >=, 0);
+  g_assert_cmpint (inotify_add_watch (watch, spare_dir, IN_MODIFY | IN_MOVED_FROM), >=, 0);
 
   store_ok (f, 0, 3);
   kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (f->tier), NULL);
+  /* Each spare leaves its directory by one rename. In the kvtier layout
+   * that rename publishes it: it was written where it lay. In vLLM's, it
+   * goes to a temporary name first (the chunk's directory may not exist
+   * yet), and is written there. */
+  count_spare_events (watch, &n_modified, &n_moved);
+  close (watch);
+  g_assert_cmpuint (n_moved, ==, 3);
+  g_assert_cmpuint (n_modified, ==, (v->layout == KV_FS_LAYOUT_KIND_VLLM ? 0 : 3));
   for (guint i = 0; i < 3; i++)
     {
       g_autofree char *path = chunk_path (f, i);

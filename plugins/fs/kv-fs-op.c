@@ -188,19 +188,39 @@ kv_fs_op_give_up_reuse (KvFsOp *op)
   g_clear_pointer (&op->reuse_path, g_free);
 }
 
+/* With KV_FS_OP_FLAG_REUSE_IN_PLACE, makes op->reuse_path the file the
+ * store writes (op->tmp_path), with no rename: it is already out of
+ * every chunk's name. Returns FALSE, changing nothing, otherwise. */
+gboolean
+kv_fs_op_reuse_in_place (KvFsOp *op)
+{
+  if (op->reuse_path == NULL || !(op->flags & KV_FS_OP_FLAG_REUSE_IN_PLACE))
+    return FALSE;
+  g_free (op->tmp_path);
+  op->tmp_path = g_steal_pointer (&op->reuse_path);
+  op->reused = TRUE;
+  return TRUE;
+}
+
 /* Blocking: takes over op->reuse_path as op->tmp_path (making the
  * directory of the temporary name if needed: vLLM's layout makes its
- * directories on first use) and opens it for writing. Returns the descriptor, or -1 when there was nothing to take
- * over or it failed (the victim's file is then gone; create a new one). */
+ * directories on first use; a spare file is written where it is, see
+ * kv_fs_op_reuse_in_place()) and opens it for writing. Returns the
+ * descriptor, or -1 when there was nothing to take over or it failed
+ * (the file is then gone and op->tmp_path a new temporary name: create
+ * a new file). */
 int
 kv_fs_op_take_over (KvFsOp *op)
 {
   int flags = kv_fs_op_open_flags (op, TRUE) & ~(O_CREAT | O_EXCL);
+  gboolean in_place;
   int fd;
 
   if (op->reuse_path == NULL)
     return -1;
-  if (rename (op->reuse_path, op->tmp_path) != 0 &&
+  in_place = kv_fs_op_reuse_in_place (op);
+  if (!in_place &&
+      rename (op->reuse_path, op->tmp_path) != 0 &&
       (errno != ENOENT || kv_fs_op_ensure_parent (op->tmp_path) != 0 ||
        rename (op->reuse_path, op->tmp_path) != 0))
     {
@@ -225,6 +245,9 @@ kv_fs_op_take_over (KvFsOp *op)
   if (fd < 0)
     {
       (void) g_unlink (op->tmp_path);
+      op->reused = FALSE;
+      if (in_place)
+        kv_fs_op_make_temp (op);
       return -1;
     }
   op->reused = TRUE;

@@ -29,6 +29,11 @@ typedef enum {
   KV_FS_OP_FLAG_SKIP_EXISTING = 1 << 3, /* store: succeed without writing if the file exists */
   KV_FS_OP_FLAG_VERIFY        = 1 << 4, /* load: check the payload checksum */
   KV_FS_OP_FLAG_HEADER        = 1 << 5, /* the file has a KV_FS_HEADER_SIZE header */
+  /* store: @reuse_path is no chunk's name (a spare file): overwrite it
+   * where it is and publish it with one rename, without first renaming
+   * it to a temporary name; a crash leaves it a spare, whose bytes
+   * nobody reads */
+  KV_FS_OP_FLAG_REUSE_IN_PLACE = 1 << 6,
 } KvFsOpFlags;
 
 typedef enum {
@@ -109,6 +114,7 @@ void        kv_fs_op_make_temp      (KvFsOp       *op);
 int         kv_fs_op_open_flags     (const KvFsOp *op,
                                      gboolean      for_write);
 int         kv_fs_op_take_over      (KvFsOp       *op);
+gboolean    kv_fs_op_reuse_in_place (KvFsOp       *op);
 int         kv_fs_op_fit_taken_over (KvFsOp       *op,
                                      int           fd);
 void        kv_fs_op_give_up_reuse  (KvFsOp       *op);

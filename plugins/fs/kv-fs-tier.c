@@ -1192,6 +1192,11 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
         {
           op->reuse_path = spare;
           fj->from_spare[i] = TRUE;
+          /* One rename instead of two: a spare is no chunk's name. Only
+           * where the chunk directories all exist from the start (vLLM's
+           * are made on first use, next to the temporary file). */
+          if (kv_fs_layout_get_kind (self->layout) == KV_FS_LAYOUT_KIND_KVTIER)
+            op->flags |= KV_FS_OP_FLAG_REUSE_IN_PLACE;
         }
       else if (victims->len > 0)
         fj->entries[i] = take_reusable_victim (victims, root, self->file_size);

@@ -340,7 +340,7 @@ static void
 continue_op (KvFsUringEngine *self,
              KvFsOp          *op)
 {
-  if (op->reuse_path != NULL)
+  if (op->reuse_path != NULL && !kv_fs_op_reuse_in_place (op))
     submit_take_over (self, op);
   else
     submit_open (self, op);
@@ -802,8 +802,11 @@ handle_step (KvFsUringEngine *self,
       break;
 
     case ST_GIVE_UP_REUSE:
-      /* the file is gone either way (or was never there): create one */
+      /* the file is gone either way (or was never there): create one,
+       * under a temporary name (a spare's was its own) */
       g_clear_pointer (&op->reuse_path, g_free);
+      if (op->flags & KV_FS_OP_FLAG_REUSE_IN_PLACE)
+        kv_fs_op_make_temp (op);
       submit_open (self, op);
       break;
 

@@ -146,6 +146,8 @@ struct _KvFsTier
   GThread         *spare_thread;
   gboolean         spares_wanted;   /* room appeared: refill the pool */
   gboolean         spares_idle;     /* the spare thread has nothing to do */
+  GCond            spares_cond;     /* with lock: the three above changed, the
+                                     * index is ready, or shutdown */
 
   /* warm restart */
   GThread         *scan_thread;
@@ -511,7 +513,7 @@ want_spares (KvFsTier *self)
     return;
   g_mutex_lock (&self->lock);
   self->spares_wanted = TRUE;
-  g_cond_broadcast (&self->cond);
+  g_cond_broadcast (&self->spares_cond);
   g_mutex_unlock (&self->lock);
 }
 
@@ -1535,7 +1537,7 @@ stop_threads (KvFsTier *self)
   if (self->spare_thread != NULL)
     {
       g_mutex_lock (&self->lock);
-      g_cond_broadcast (&self->cond);
+      g_cond_broadcast (&self->spares_cond);
       g_mutex_unlock (&self->lock);
       g_thread_join (self->spare_thread);
       self->spare_thread = NULL;
@@ -1691,7 +1693,7 @@ scan_main (gpointer user_data)
     }
   g_mutex_lock (&self->lock);
   g_atomic_int_set (&self->index_ready, TRUE);
-  g_cond_broadcast (&self->cond);    /* for spares_main() */
+  g_cond_broadcast (&self->spares_cond);
   g_mutex_unlock (&self->lock);
   return NULL;
 }
@@ -1846,7 +1848,7 @@ spares_main (gpointer user_data)
   /* spares only get what the chunks found on disk leave */
   g_mutex_lock (&self->lock);
   while (!g_atomic_int_get (&self->index_ready) && !g_atomic_int_get (&self->scan_cancel))
-    g_cond_wait (&self->cond, &self->lock);
+    g_cond_wait (&self->spares_cond, &self->lock);
   g_mutex_unlock (&self->lock);
 
   for (guint r = 0; r < n_roots; r++)
@@ -1866,8 +1868,8 @@ spares_main (gpointer user_data)
           if (!self->spares_wanted)
             {
               self->spares_idle = TRUE;
-              g_cond_broadcast (&self->cond);    /* for kv_fs_tier_wait_preallocated() */
-              g_cond_wait (&self->cond, &self->lock);
+              g_cond_broadcast (&self->spares_cond);    /* for kv_fs_tier_wait_preallocated() */
+              g_cond_wait (&self->spares_cond, &self->lock);
               continue;
             }
           self->spares_idle = FALSE;
@@ -1881,7 +1883,7 @@ spares_main (gpointer user_data)
     }
   g_mutex_lock (&self->lock);
   self->spares_idle = TRUE;
-  g_cond_broadcast (&self->cond);
+  g_cond_broadcast (&self->spares_cond);
   g_mutex_unlock (&self->lock);
   return NULL;
 }
@@ -2200,6 +2202,7 @@ kv_fs_tier_finalize (GObject *object)
   g_free (self->vllm_identity);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
+  g_cond_clear (&self->spares_cond);
 
   G_OBJECT_CLASS (kv_fs_tier_parent_class)->finalize (object);
 }
@@ -2564,6 +2567,7 @@ kv_fs_tier_init (KvFsTier *self)
 {
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
+  g_cond_init (&self->spares_cond);
   g_queue_init (&self->inflight);
   self->namespace_ = g_strdup ("default");
   self->verify = TRUE;
@@ -2691,7 +2695,7 @@ kv_fs_tier_wait_preallocated (KvFsTier *self)
   g_return_if_fail (KV_IS_FS_TIER (self));
   g_mutex_lock (&self->lock);
   while (self->spare_thread != NULL && (!self->spares_idle || self->spares_wanted))
-    g_cond_wait (&self->cond, &self->lock);
+    g_cond_wait (&self->spares_cond, &self->lock);
   g_mutex_unlock (&self->lock);
 }
 

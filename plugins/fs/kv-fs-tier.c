@@ -14,15 +14,13 @@
 #include "kv-fs-index.h"
 #include "kv-fs-layout.h"
 #include "kv-fs-op.h"
+#include "kv-fs-spares.h"
 
 /* Temporary files of another process sharing the directory are left
  * alone unless they are this old. */
 #define STALE_TEMP_AGE_US (G_GINT64_CONSTANT (3600) * G_USEC_PER_SEC)
 #define KV_FS_DEFAULT_INFLIGHT_BYTES (G_GUINT64_CONSTANT (256) << 20)
 #define KV_FS_DEFAULT_QUEUE_DEPTH 256
-/* Under each root's chunk directory; the scans skip dot names, and
- * vLLM only opens the files it names. */
-#define SPARE_DIR_NAME ".kvtier-spare"
 
 typedef enum {
   KEY_PENDING,
@@ -139,15 +137,9 @@ struct _KvFsTier
   gboolean         shut_down;
   gboolean         watchdog_stop;
 
-  /* preallocate: per root, the paths of spare files (char *), guarded by
-   * lock; NULL without preallocate */
-  GPtrArray      **spares;
-  guint            n_spares;
-  GThread         *spare_thread;
-  gboolean         spares_wanted;   /* room appeared: refill the pool */
-  gboolean         spares_idle;     /* the spare thread has nothing to do */
-  GCond            spares_cond;     /* with lock: the three above changed, the
-                                     * index is ready, or shutdown */
+  /* with an index, when preallocate is on or a previous run left spare
+   * files to delete; else NULL */
+  KvFsSpares      *spares;
 
   /* warm restart */
   GThread         *scan_thread;
@@ -403,56 +395,6 @@ release_reused_victim (KvFsTier  *self,
 
 /* ---- spare files (preallocate) ------------------------------------------ */
 
-static char *
-spare_dir (KvFsTier *self,
-           guint     root)
-{
-  return g_build_filename (kv_fs_layout_get_chunk_dir (self->layout, root), SPARE_DIR_NAME, NULL);
-}
-
-/* Adds @path (a spare file of root @root, its bytes reserved in the
- * index) to the pool. Any thread. */
-static void
-push_spare (KvFsTier *self,
-            guint     root,
-            char     *path)
-{
-  g_mutex_lock (&self->lock);
-  g_ptr_array_add (self->spares[root], path);
-  self->n_spares++;
-  g_mutex_unlock (&self->lock);
-}
-
-/* Takes a spare file of @root out of the pool, or returns NULL. Its
- * bytes stay reserved in the index until the caller says otherwise. */
-static char *
-pop_spare (KvFsTier *self,
-           guint     root)
-{
-  char *path = NULL;
-
-  g_mutex_lock (&self->lock);
-  if (self->spares[root]->len > 0)
-    {
-      path = g_ptr_array_steal_index (self->spares[root], self->spares[root]->len - 1);
-      self->n_spares--;
-    }
-  g_mutex_unlock (&self->lock);
-  return path;
-}
-
-static gboolean
-has_spare (KvFsTier *self,
-           guint     root)
-{
-  gboolean has;
-
-  g_mutex_lock (&self->lock);
-  has = self->spares[root]->len > 0;
-  g_mutex_unlock (&self->lock);
-  return has;
-}
-
 /* A store on @root has no spare there and the tier is full: rather than
  * evict a chunk while another root still holds spare files, gives up
  * one of those (a rename cannot move it across filesystems). Owner
@@ -461,22 +403,17 @@ static void
 drop_spare_elsewhere (KvFsTier *self,
                       guint     root)
 {
-  guint fullest = root;
+  guint other;
   char *path;
   KvFsOp *op;
 
-  g_mutex_lock (&self->lock);
-  for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
-    if (r != root && self->spares[r]->len > self->spares[fullest]->len)
-      fullest = r;
-  g_mutex_unlock (&self->lock);
-  if (fullest == root || !kv_fs_index_is_full (self->index, self->file_size))
+  if (!kv_fs_index_is_full (self->index, self->file_size))
     return;
-  path = pop_spare (self, fullest);
+  path = kv_fs_spares_pop_elsewhere (self->spares, root, &other);
   if (path == NULL)
     return;
   kv_fs_index_release_reserved (self->index, self->file_size);
-  op = delete_op_new (self, fullest, path, NULL);
+  op = delete_op_new (self, other, path, NULL);
   submit_deletes (self, &op, 1);
 }
 
@@ -494,27 +431,24 @@ release_spare (KvFsTier *self,
       return;
     }
   if (kv_fs_index_reserve (self->index, self->file_size))
-    push_spare (self, op->root, g_steal_pointer (&op->reuse_path));
+    kv_fs_spares_push (self->spares, op->root, g_steal_pointer (&op->reuse_path));
   else
     (void) unlink (op->reuse_path);
 }
 
-/* Bytes left the index without a store taking their place (a failed
- * store, a chunk deleted as corrupt or found missing): wakes the spare
- * thread if chunks and spares no longer fill max-size, so that the pool
- * is topped up and later stores still find spares. In a full tier's
- * steady state, every eviction is paid back by a store at once and this
- * wakes nobody. Any thread. */
+/* Bytes left the index without a store taking their place: see
+ * kv_fs_spares_want(). Any thread. */
 static void
 want_spares (KvFsTier *self)
 {
-  if (!self->preallocate || self->index == NULL ||
-      kv_fs_index_is_full (self->index, self->file_size))
-    return;
-  g_mutex_lock (&self->lock);
-  self->spares_wanted = TRUE;
-  g_cond_broadcast (&self->spares_cond);
-  g_mutex_unlock (&self->lock);
+  if (self->spares != NULL)
+    kv_fs_spares_want (self->spares);
+}
+
+static void
+spare_created (gpointer user_data)
+{
+  count (user_data, KV_FS_COUNTER_SPARE_FILES_CREATED, 1);
 }
 
 /* ---- job completion ----------------------------------------------------- */
@@ -1151,7 +1085,7 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
         {
           if (self->spares != NULL)
             {
-              use_spare = has_spare (self, root);
+              use_spare = kv_fs_spares_has (self->spares, root);
               if (!use_spare)
                 drop_spare_elsewhere (self, root);
             }
@@ -1161,7 +1095,7 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
             case KV_FS_BEGIN_STORE_NEW:
               /* this thread alone takes spares: the one seen is there */
               if (use_spare)
-                spare = pop_spare (self, root);
+                spare = kv_fs_spares_pop (self->spares, root);
               break;
             case KV_FS_BEGIN_STORE_EXISTS:
               fj->key_state[i] = KEY_SKIPPED;
@@ -1534,14 +1468,8 @@ stop_threads (KvFsTier *self)
       g_thread_join (self->scan_thread);
       self->scan_thread = NULL;
     }
-  if (self->spare_thread != NULL)
-    {
-      g_mutex_lock (&self->lock);
-      g_cond_broadcast (&self->spares_cond);
-      g_mutex_unlock (&self->lock);
-      g_thread_join (self->spare_thread);
-      self->spare_thread = NULL;
-    }
+  if (self->spares != NULL)
+    kv_fs_spares_stop (self->spares);
   /* Queued ops are cancelled (their jobs report failed), running ops
    * finish, then the engine's threads stop. */
   if (self->engine != NULL)
@@ -1691,216 +1619,10 @@ scan_main (gpointer user_data)
       kv_fs_index_trim (self->index, victims);
       delete_victims (self, victims);
     }
-  g_mutex_lock (&self->lock);
   g_atomic_int_set (&self->index_ready, TRUE);
-  g_cond_broadcast (&self->spares_cond);
-  g_mutex_unlock (&self->lock);
+  if (self->spares != NULL)
+    kv_fs_spares_index_ready (self->spares);
   return NULL;
-}
-
-/* Takes the spare files a previous run left in @root's spare directory
- * into the pool while max-size has room for them; deletes the rest (and
- * all of them, with the directory, once preallocate is off). Returns one
- * past the highest spare number kept. */
-static guint64
-adopt_spares (KvFsTier *self,
-              guint     root)
-{
-  g_autofree char *dir = spare_dir (self, root);
-  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
-  const char *name;
-  guint64 next = 0;
-
-  if (d == NULL)
-    return 0;
-  while ((name = g_dir_read_name (d)) != NULL && !g_atomic_int_get (&self->scan_cancel))
-    {
-      g_autofree char *path = g_build_filename (dir, name, NULL);
-      char *end = NULL;
-      guint64 n = g_ascii_strtoull (name, &end, 10);
-      struct stat st;
-
-      /* a spare interrupted while written ends in .tmp, and a spare of
-       * another chunk size is of no use */
-      if (self->preallocate && g_ascii_isdigit (name[0]) && *end == '\0' &&
-          lstat (path, &st) == 0 && S_ISREG (st.st_mode) &&
-          (guint64) st.st_size == self->file_size &&
-          kv_fs_index_reserve (self->index, self->file_size))
-        {
-          push_spare (self, root, g_steal_pointer (&path));
-          next = MAX (next, n + 1);
-        }
-      else
-        (void) unlink (path);
-    }
-  if (!self->preallocate)
-    (void) rmdir (dir);
-  return next;
-}
-
-/* Blocking: writes spare file number @n of @root, whole (zeros, so that
- * a store overwrites blocks already written: overwriting fallocate()d
- * ones costs ext4 an extent conversion per write), under a temporary
- * name first. Returns its path, or NULL with errno set. */
-static char *
-create_spare (KvFsTier     *self,
-              guint         root,
-              guint64       n,
-              const guint8 *zeros)
-{
-  g_autofree char *dir = spare_dir (self, root);
-  g_autofree char *tmp = g_strdup_printf ("%s/%" G_GUINT64_FORMAT ".tmp", dir, n);
-  g_autofree char *path = g_strdup_printf ("%s/%" G_GUINT64_FORMAT, dir, n);
-  int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (self->o_direct[root] ? O_DIRECT : 0);
-  gsize done = 0;
-  int errsv;
-  int fd;
-
-  if (g_mkdir_with_parents (dir, 0700) != 0)
-    return NULL;
-  fd = open (tmp, flags, 0600);
-  if (fd < 0)
-    return NULL;
-  while (done < self->file_size)
-    {
-      ssize_t w = pwrite (fd, zeros + done, self->file_size - done, done);
-
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        {
-          if (w == 0)
-            errno = EIO;
-          break;
-        }
-      done += w;
-    }
-  errsv = done == self->file_size ? 0 : errno;
-  /* the descriptor is gone even when close() fails */
-  if (close (fd) != 0 && errsv == 0)
-    errsv = errno;
-  if (errsv == 0 && rename (tmp, path) == 0)
-    return g_steal_pointer (&path);
-  if (errsv == 0)
-    errsv = errno;
-  (void) unlink (tmp);
-  errno = errsv;
-  return NULL;
-}
-
-/* Writes spare files, a root at a time in turn, until chunks and spares
- * fill max-size or every root refused one. A root that refused one (a
- * disk smaller than max-size, say) gets no more for the tier's life:
- * there the disk is the limit, and a spare would only race the stores
- * for the space they free. */
-static void
-fill_spares (KvFsTier     *self,
-             const guint8 *zeros,
-             guint64      *next,
-             gboolean     *stopped)
-{
-  guint n_roots = kv_fs_layout_get_n_roots (self->layout);
-  guint n_stopped = 0;
-
-  for (guint r = 0; r < n_roots; r++)
-    n_stopped += stopped[r] ? 1 : 0;
-  for (guint r = 0; n_stopped < n_roots && !g_atomic_int_get (&self->scan_cancel);
-       r = (r + 1) % n_roots)
-    {
-      char *path;
-
-      if (stopped[r])
-        continue;
-      if (!kv_fs_index_reserve (self->index, self->file_size))
-        break;
-      path = create_spare (self, r, (*next)++, zeros);
-      if (path == NULL)
-        {
-          int errsv = errno;
-          g_autofree char *dir = spare_dir (self, r);
-
-          /* this root keeps the spares it has */
-          kv_fs_index_release_reserved (self->index, self->file_size);
-          g_message ("fs tier: stopped preallocating spare files in %s: %s", dir,
-                     g_strerror (errsv));
-          stopped[r] = TRUE;
-          n_stopped++;
-          continue;
-        }
-      push_spare (self, r, path);
-      count (self, KV_FS_COUNTER_SPARE_FILES_CREATED, 1);
-    }
-}
-
-/* The spare-file thread: once the index is built, takes over the spares
- * of a previous run; then (preallocate) writes new ones until chunks and
- * spares fill max-size, and again whenever want_spares() says room
- * appeared, until the tier shuts down. */
-static gpointer
-spares_main (gpointer user_data)
-{
-  KvFsTier *self = user_data;
-  guint n_roots = kv_fs_layout_get_n_roots (self->layout);
-  g_autofree gboolean *stopped = g_new0 (gboolean, n_roots);
-  guint8 *zeros = NULL;
-  guint64 next = 0;
-
-  /* spares only get what the chunks found on disk leave */
-  g_mutex_lock (&self->lock);
-  while (!g_atomic_int_get (&self->index_ready) && !g_atomic_int_get (&self->scan_cancel))
-    g_cond_wait (&self->spares_cond, &self->lock);
-  g_mutex_unlock (&self->lock);
-
-  for (guint r = 0; r < n_roots; r++)
-    {
-      guint64 after_last = adopt_spares (self, r);
-
-      next = MAX (next, after_last);
-    }
-  if (self->preallocate &&
-      posix_memalign ((void **) &zeros, 4096, (self->file_size + 4095) & ~(gsize) 4095) == 0)
-    {
-      memset (zeros, 0, self->file_size);
-      fill_spares (self, zeros, &next, stopped);
-      g_mutex_lock (&self->lock);
-      while (!g_atomic_int_get (&self->scan_cancel))
-        {
-          if (!self->spares_wanted)
-            {
-              self->spares_idle = TRUE;
-              g_cond_broadcast (&self->spares_cond);    /* for kv_fs_tier_wait_preallocated() */
-              g_cond_wait (&self->spares_cond, &self->lock);
-              continue;
-            }
-          self->spares_idle = FALSE;
-          self->spares_wanted = FALSE;
-          g_mutex_unlock (&self->lock);
-          fill_spares (self, zeros, &next, stopped);
-          g_mutex_lock (&self->lock);
-        }
-      g_mutex_unlock (&self->lock);
-      free (zeros);
-    }
-  g_mutex_lock (&self->lock);
-  self->spares_idle = TRUE;
-  g_cond_broadcast (&self->spares_cond);
-  g_mutex_unlock (&self->lock);
-  return NULL;
-}
-
-/* Whether a spare directory exists under some root (left by a run with
- * preallocate). */
-static gboolean
-has_spare_dirs (KvFsTier *self)
-{
-  for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
-    {
-      g_autofree char *dir = spare_dir (self, r);
-
-      if (g_file_test (dir, G_FILE_TEST_IS_DIR))
-        return TRUE;
-    }
-  return FALSE;
 }
 
 /* Whether @dir holds anything but dot files; with @depth > 0, whether
@@ -2137,20 +1859,20 @@ kv_fs_tier_initable_init (GInitable     *initable,
     self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                               batch_exists, self, NULL, 2, 8, 16384);
 
+  /* preallocate, or spares to delete since it was turned off; before
+   * the scan, which says when the index is ready */
+  if (self->index != NULL && (self->preallocate || kv_fs_spares_any_on_disk (self->layout)))
+    self->spares = kv_fs_spares_new (self->layout, self->index, self->file_size,
+                                     self->o_direct, self->preallocate, spare_created, self);
+
   if (self->index != NULL && self->async_lookup != NULL)
     self->scan_thread = g_thread_new ("kvtier-fs-scan", scan_main, self);
   else
-    g_atomic_int_set (&self->index_ready, TRUE);
-
-  /* preallocate, or spares to delete since it was turned off */
-  if (self->preallocate)
     {
-      self->spares = g_new0 (GPtrArray *, n_roots);
-      for (guint r = 0; r < n_roots; r++)
-        self->spares[r] = g_ptr_array_new_with_free_func (g_free);
+      g_atomic_int_set (&self->index_ready, TRUE);
+      if (self->spares != NULL)
+        kv_fs_spares_index_ready (self->spares);
     }
-  if (self->index != NULL && (self->preallocate || has_spare_dirs (self)))
-    self->spare_thread = g_thread_new ("kvtier-fs-spares", spares_main, self);
 
   if (!kv_clock_is_manual (self->clock))
     self->watchdog = g_thread_new ("kvtier-fs-watchdog", watchdog_main, self);
@@ -2186,10 +1908,7 @@ kv_fs_tier_finalize (GObject *object)
 {
   KvFsTier *self = KV_FS_TIER (object);
 
-  if (self->spares != NULL)
-    for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
-      g_ptr_array_unref (self->spares[r]);
-  g_free (self->spares);
+  g_clear_pointer (&self->spares, kv_fs_spares_free);
   g_clear_pointer (&self->index, kv_fs_index_free);
   g_clear_pointer (&self->layout, kv_fs_layout_free);
   g_clear_object (&self->clock);
@@ -2202,7 +1921,6 @@ kv_fs_tier_finalize (GObject *object)
   g_free (self->vllm_identity);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
-  g_cond_clear (&self->spares_cond);
 
   G_OBJECT_CLASS (kv_fs_tier_parent_class)->finalize (object);
 }
@@ -2567,7 +2285,6 @@ kv_fs_tier_init (KvFsTier *self)
 {
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
-  g_cond_init (&self->spares_cond);
   g_queue_init (&self->inflight);
   self->namespace_ = g_strdup ("default");
   self->verify = TRUE;
@@ -2679,9 +2396,7 @@ kv_fs_tier_get_n_spare_files (KvFsTier *self)
   guint n;
 
   g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
-  g_mutex_lock (&self->lock);
-  n = self->n_spares;
-  g_mutex_unlock (&self->lock);
+  n = self->spares != NULL ? kv_fs_spares_get_n (self->spares) : 0;
   return n;
 }
 
@@ -2693,10 +2408,8 @@ void
 kv_fs_tier_wait_preallocated (KvFsTier *self)
 {
   g_return_if_fail (KV_IS_FS_TIER (self));
-  g_mutex_lock (&self->lock);
-  while (self->spare_thread != NULL && (!self->spares_idle || self->spares_wanted))
-    g_cond_wait (&self->spares_cond, &self->lock);
-  g_mutex_unlock (&self->lock);
+  if (self->spares != NULL)
+    kv_fs_spares_wait_idle (self->spares);
 }
 
 KvFsEngine *

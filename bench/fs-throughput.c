@@ -1071,6 +1071,22 @@ report (const char   *prefix,
              prefix, what, size, engine, s->gbs, s->cpu);
 }
 
+/* A no-kvtier baseline, against the sweep's write ceiling (0: none). */
+static void
+report_baseline (const char *size,
+                 const char *how,
+                 double      gbs,
+                 double      cpu,
+                 double      write_ceiling)
+{
+  if (write_ceiling > 0)
+    g_print ("baseline %s: %s, no kvtier: %.2f GB/s = %.0f%% of ceiling, cpu %.3f s/GB\n",
+             size, how, gbs, 100 * gbs / write_ceiling, cpu);
+  else
+    g_print ("baseline %s: %s, no kvtier: %.2f GB/s (no ceiling measured), cpu %.3f s/GB\n",
+             size, how, gbs, cpu);
+}
+
 /* ---- one engine --------------------------------------------------------- */
 
 /* A timed store or load pass of chunks first..first+n_chunks-1, right
@@ -1368,34 +1384,24 @@ main (int argc, char **argv)
 
           for (guint reuse = 0; reuse < 2; reuse++)
             {
-              const char *how = reuse ? "rename+overwrite+rename the file of an earlier chunk"
-                                      : "create+write+rename one file per chunk";
+              const char *how = reuse ? "rename+overwrite+rename the file of an earlier chunk, "
+                                        "16 threads"
+                                      : "create+write+rename one file per chunk, 16 threads";
 
               measure_baseline (root, chunk, opt_total, reuse, &gbs, &cpu);
-              if (ceiling.write_gbs > 0)
-                g_print ("baseline %s: %s, 16 threads, no kvtier: %.2f GB/s = %.0f%% of "
-                         "ceiling, cpu %.3f s/GB\n",
-                         name, how, gbs, 100 * gbs / ceiling.write_gbs, cpu);
-              else
-                g_print ("baseline %s: %s, 16 threads, no kvtier: %.2f GB/s "
-                         "(no ceiling measured), cpu %.3f s/GB\n", name, how, gbs, cpu);
+              report_baseline (name, how, gbs, cpu, ceiling.write_gbs);
             }
 #if KV_FS_HAVE_URING
           {
             g_autofree char *why = NULL;
             const guint chains = 64;
+            g_autofree char *how = g_strdup_printf ("the same takeover as one linked io_uring "
+                                                    "chain per chunk, %u chains in flight", chains);
 
-            if (!measure_baseline_uring_chain (root, chunk, opt_total, chains, &gbs, &cpu, &why))
-              g_print ("baseline %s: no io_uring chain baseline: %s\n", name, why);
-            else if (ceiling.write_gbs > 0)
-              g_print ("baseline %s: the same takeover as one linked io_uring chain per chunk, "
-                       "%u chains in flight, no kvtier: %.2f GB/s = %.0f%% of ceiling, "
-                       "cpu %.3f s/GB\n",
-                       name, chains, gbs, 100 * gbs / ceiling.write_gbs, cpu);
+            if (measure_baseline_uring_chain (root, chunk, opt_total, chains, &gbs, &cpu, &why))
+              report_baseline (name, how, gbs, cpu, ceiling.write_gbs);
             else
-              g_print ("baseline %s: the same takeover as one linked io_uring chain per chunk, "
-                       "%u chains in flight, no kvtier: %.2f GB/s (no ceiling measured), "
-                       "cpu %.3f s/GB\n", name, chains, gbs, cpu);
+              g_print ("baseline %s: no io_uring chain baseline: %s\n", name, why);
           }
 #endif
         }

@@ -11,8 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <glib/gstdio.h>
-
 /* Under each root's chunk directory; the scans skip dot names, and
  * vLLM only opens the files it names. */
 #define SPARE_DIR_NAME ".kvtier-spare"

@@ -2393,11 +2393,8 @@ kv_fs_tier_wait_index_ready (KvFsTier *self)
 guint
 kv_fs_tier_get_n_spare_files (KvFsTier *self)
 {
-  guint n;
-
   g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
-  n = self->spares != NULL ? kv_fs_spares_get_n (self->spares) : 0;
-  return n;
+  return self->spares != NULL ? kv_fs_spares_get_n (self->spares) : 0;
 }
 
 /* Blocks until the spare-file thread has nothing left to do: the spares

@@ -19,4 +19,18 @@ void     _kv_secondary_tier_emit_job_finished   (KvSecondaryTier           *self
 /* Cheap, lock-free: whether complete_job() queued anything not yet taken. */
 gboolean _kv_secondary_tier_has_queued_results  (KvSecondaryTier           *self);
 
+/* Owner thread, for a failed promotion: TRUE when the job was failed at
+ * its deadline and the tier has not answered, so that it may still write
+ * the job's slots. The caller then keeps those slots out of use until
+ * _kv_secondary_tier_take_released() names the job. */
+gboolean _kv_secondary_tier_hold_slots          (KvSecondaryTier           *self,
+                                                 guint64                    job_id);
+/* Owner thread: ids of held jobs that the tier has answered (late) since
+ * the last call, or NULL; *n_ids set. Lock-free when there are none. */
+guint64 *_kv_secondary_tier_take_released       (KvSecondaryTier           *self,
+                                                 guint                     *n_ids);
+/* Owner thread: TRUE (and counted) when the circuit breaker refuses a
+ * store now, so that the manager does not make the job at all. */
+gboolean _kv_secondary_tier_reject_store        (KvSecondaryTier           *self);
+
 G_END_DECLS

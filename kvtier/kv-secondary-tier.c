@@ -7,10 +7,40 @@
 #include <string.h>
 
 #include "kv-enums.h"
+#include "kv-job-watchdog-private.h"
 
 /* Keys handed to touch() are copied into a NULL-terminated array for the
  * vfunc; up to this many go on the stack. */
 #define TOUCH_STACK_KEYS 64
+
+/* A job accepted through the submit invokers, until the tier reports it
+ * (then it is forgotten) or its deadline passes (then it is reported
+ * failed and kept, to recognise the tier's late answer). */
+typedef enum {
+  TRACKED_IN_FLIGHT,
+  TRACKED_EXPIRED,      /* failed at the deadline; the tier has not answered */
+  TRACKED_HELD,         /* ...and the manager holds the load's slots for it */
+} TrackedState;
+
+typedef struct
+{
+  KvTransferJob *job;
+  guint64        id;
+  gint64         deadline;     /* tier clock, µs; G_MAXINT64: none */
+  gboolean       is_load;
+  TrackedState   state;
+  KvJobResult   *expired_result; /* the failure the deadline reported */
+  GCancellable  *cancellable;  /* made on demand, cancelled at the deadline */
+  GList          link;         /* in by_deadline while in flight */
+} TrackedJob;
+
+/* A failed load of a request: its keys that did not land answer MISS to
+ * that request from then on (reference §8.7). */
+typedef struct
+{
+  KvTransferJob *job;
+  KvJobResult   *result;
+} FailedLoad;
 
 typedef struct
 {
@@ -34,6 +64,37 @@ typedef struct
   guint                   n_queued_calls; /* queued_func calls running now */
   gint                    n_queued;       /* (atomic) results not taken yet */
   gint                    n_events;       /* (atomic) events not taken yet */
+
+  /* Inherited liveness: deadlines, breaker, negative cache. */
+  KvClock                *clock;
+  gboolean                manual_clock;
+  guint                   deadline_ms;
+  KvCircuitBreaker       *breaker;
+  GMainContext           *completion_context;
+  KvJobWatchdogClient     watchdog;
+  /* guarded by lock */
+  GHashTable             *tracked;        /* guint64* id → TrackedJob */
+  GQueue                  by_deadline;    /* in-flight TrackedJob, earliest first */
+  gint                    n_in_flight;    /* (atomic) tracked, not reported yet */
+  gint                    n_unanswered;   /* (atomic) expired, no answer from the tier */
+  GArray                 *released;       /* guint64 ids of held jobs answered late */
+  GPtrArray              *failed_loads;   /* FailedLoad, for the negative cache */
+  guint64                 next_probe_id;
+  guint64                 probe_id;       /* the probe in flight, or 0 */
+  gint64                  probe_deadline;
+  GCond                   jobs_cond;      /* n_in_flight or probe changed */
+  guint64                 n_expired;
+  guint64                 n_late;
+  guint64                 n_rejected;
+  guint64                 reported_expired;  /* owner thread: taken by get_stats */
+  guint64                 reported_late;
+  guint64                 reported_rejected;
+  gint                    n_released;     /* (atomic) released->len */
+
+  /* owner thread: some request has a negative cache entry */
+  gboolean                has_negatives;
+  /* address used as the request-state owner of the negative cache */
+  guint8                  negative_tag;
 } KvSecondaryTierPrivate;
 
 enum {
@@ -44,6 +105,12 @@ enum {
   PROP_LOCALITY,
   PROP_MEDIUM,
   PROP_BLOCK_SIZE_BYTES,
+  PROP_CLOCK,
+  PROP_DEADLINE_MS,
+  PROP_BREAKER_THRESHOLD,
+  PROP_BREAKER_OPEN_MS,
+  PROP_CIRCUIT_BREAKER,
+  PROP_COMPLETION_CONTEXT,
   N_PROPS
 };
 
@@ -169,6 +236,27 @@ kv_secondary_tier_real_shutdown (KvSecondaryTier  *self,
   return TRUE;
 }
 
+static void watchdog_fired (gpointer user_data);
+static void tracked_free (TrackedJob *t);
+static void failed_load_free (FailedLoad *f);
+static gboolean settle_locked (KvSecondaryTier    *self,
+                               TrackedJob         *t,
+                               KvJobResult        *result,
+                               KvCompleteJobFlags  flags);
+static void finish_settled (KvSecondaryTier    *self,
+                            TrackedJob         *t,
+                            KvJobResult        *result,
+                            KvCompleteJobFlags  flags,
+                            gboolean            late);
+
+static gboolean
+kv_secondary_tier_real_drain_jobs (KvSecondaryTier  *self,
+                                   GError          **error)
+{
+  kv_secondary_tier_wait_jobs (self);
+  return TRUE;
+}
+
 static void
 kv_secondary_tier_constructed (GObject *object)
 {
@@ -181,6 +269,11 @@ kv_secondary_tier_constructed (GObject *object)
     priv->tier_type = g_strdup (G_OBJECT_TYPE_NAME (self));
   if (priv->medium == KV_MEDIUM_UNSPECIFIED)
     priv->medium = KV_SECONDARY_TIER_GET_CLASS (self)->medium;
+  if (priv->clock == NULL)
+    priv->clock = g_object_ref (kv_clock_get_default ());
+  priv->manual_clock = kv_clock_is_manual (priv->clock);
+  g_object_set (priv->breaker, "clock", priv->clock, NULL);
+  _kv_job_watchdog_register (&priv->watchdog, watchdog_fired, self);
 }
 
 static void
@@ -203,7 +296,26 @@ kv_secondary_tier_finalize (GObject *object)
   KvSecondaryTier *self = KV_SECONDARY_TIER (object);
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
 
+  /* No watchdog call runs past this point. */
+  _kv_job_watchdog_unregister (&priv->watchdog);
+
   /* Whatever nobody took is dropped with the tier. */
+  if (priv->tracked != NULL)
+    {
+      GHashTableIter iter;
+      gpointer value;
+
+      g_hash_table_iter_init (&iter, priv->tracked);
+      while (g_hash_table_iter_next (&iter, NULL, &value))
+        tracked_free (value);
+      g_hash_table_unref (priv->tracked);
+    }
+  g_clear_pointer (&priv->failed_loads, g_ptr_array_unref);
+  g_clear_pointer (&priv->released, g_array_unref);
+  g_clear_pointer (&priv->completion_context, g_main_context_unref);
+  g_clear_object (&priv->breaker);
+  g_clear_object (&priv->clock);
+  g_cond_clear (&priv->jobs_cond);
   g_clear_pointer (&priv->finished, g_ptr_array_unref);
   g_clear_pointer (&priv->events, g_ptr_array_unref);
   g_clear_pointer (&priv->tier_type, g_free);
@@ -248,6 +360,30 @@ kv_secondary_tier_get_property (GObject    *object,
       g_value_set_uint64 (value, kv_secondary_tier_get_block_size_bytes (self));
       break;
 
+    case PROP_CLOCK:
+      g_value_set_object (value, priv->clock);
+      break;
+
+    case PROP_DEADLINE_MS:
+      g_value_set_uint (value, kv_secondary_tier_get_deadline_ms (self));
+      break;
+
+    case PROP_BREAKER_THRESHOLD:
+      g_value_set_uint (value, kv_circuit_breaker_get_failure_threshold (priv->breaker));
+      break;
+
+    case PROP_BREAKER_OPEN_MS:
+      g_value_set_uint (value, kv_circuit_breaker_get_open_ms (priv->breaker));
+      break;
+
+    case PROP_CIRCUIT_BREAKER:
+      g_value_set_object (value, priv->breaker);
+      break;
+
+    case PROP_COMPLETION_CONTEXT:
+      g_value_set_boxed (value, priv->completion_context);
+      break;
+
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -285,6 +421,27 @@ kv_secondary_tier_set_property (GObject      *object,
       priv->medium = g_value_get_enum (value);
       break;
 
+    case PROP_CLOCK:
+      g_set_object (&priv->clock, g_value_get_object (value));
+      break;
+
+    case PROP_DEADLINE_MS:
+      kv_secondary_tier_set_deadline_ms (self, g_value_get_uint (value));
+      break;
+
+    case PROP_BREAKER_THRESHOLD:
+      kv_circuit_breaker_set_failure_threshold (priv->breaker, g_value_get_uint (value));
+      break;
+
+    case PROP_BREAKER_OPEN_MS:
+      kv_circuit_breaker_set_open_ms (priv->breaker, g_value_get_uint (value));
+      break;
+
+    case PROP_COMPLETION_CONTEXT:
+      g_clear_pointer (&priv->completion_context, g_main_context_unref);
+      priv->completion_context = g_value_dup_boxed (value);
+      break;
+
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -305,6 +462,7 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
   klass->take_events = kv_secondary_tier_real_take_events;
   klass->has_pending_work = kv_secondary_tier_real_has_pending_work;
   klass->shutdown = kv_secondary_tier_real_shutdown;
+  klass->drain_jobs = kv_secondary_tier_real_drain_jobs;
 
   /**
    * KvSecondaryTier:tier-type:
@@ -384,6 +542,99 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
                          G_PARAM_READABLE |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
+  /**
+   * KvSecondaryTier:clock:
+   *
+   * The clock of job deadlines and of the circuit breaker's open
+   * interval; %NULL at construction means [func@Kv.Clock.get_default].
+   * With a manual clock (tests) deadlines are checked only when the owner
+   * thread calls the tier, not by the watchdog.
+   */
+  properties[PROP_CLOCK] =
+    g_param_spec_object ("clock", NULL, NULL,
+                         KV_TYPE_CLOCK,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                         G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:deadline-ms:
+   *
+   * How long a job may take, in milliseconds; 0 (the default of the base
+   * class) means no deadline. A job the tier has not reported by then is
+   * reported failed by the library's watchdog, once, through the same
+   * queue as [method@Kv.SecondaryTier.complete_job], so that its primary
+   * slots are unpinned; the tier's own report, when it comes, is dropped
+   * and counted (`kvtier:tier_late_completions`).
+   *
+   * A load failed this way may still be written by the tier: the manager
+   * keeps its slots out of use (neither readable nor handed to another
+   * chunk) until the tier reports it. A store failed this way must not
+   * be published by the tier: its slots may hold other bytes by then
+   * (see [method@Kv.SecondaryTier.get_job_cancellable]).
+   */
+  properties[PROP_DEADLINE_MS] =
+    g_param_spec_uint ("deadline-ms", NULL, NULL,
+                       0, G_MAXUINT, 0,
+                       G_PARAM_READWRITE |
+                       G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:breaker-threshold:
+   *
+   * Failures of the tier in a row (jobs past their deadline, failed jobs
+   * not marked %KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT) that open its circuit
+   * breaker; 0 (the default of the base class) never opens it. While the
+   * breaker is open, lookups answer %KV_LOOKUP_RESULT_MISS without calling
+   * the tier and jobs fail at once without reaching it.
+   */
+  properties[PROP_BREAKER_THRESHOLD] =
+    g_param_spec_uint ("breaker-threshold", NULL, NULL,
+                       0, G_MAXUINT, 0,
+                       G_PARAM_READWRITE |
+                       G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:breaker-open-ms:
+   *
+   * How long an open breaker waits before it probes the tier
+   * ([vfunc@Kv.SecondaryTier.probe]) or, for a tier without a probe, lets
+   * jobs through again until the next outcome; also the wait after a
+   * failed probe.
+   */
+  properties[PROP_BREAKER_OPEN_MS] =
+    g_param_spec_uint ("breaker-open-ms", NULL, NULL,
+                       0, G_MAXUINT, 1000,
+                       G_PARAM_READWRITE |
+                       G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:circuit-breaker:
+   *
+   * The tier's circuit breaker, configured by
+   * [property@Kv.SecondaryTier:breaker-threshold] and
+   * [property@Kv.SecondaryTier:breaker-open-ms].
+   */
+  properties[PROP_CIRCUIT_BREAKER] =
+    g_param_spec_object ("circuit-breaker", NULL, NULL,
+                         KV_TYPE_CIRCUIT_BREAKER,
+                         G_PARAM_READABLE |
+                         G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:completion-context:
+   *
+   * The main context whose callbacks report this tier's jobs, for tiers
+   * that complete jobs from main-loop callbacks on the owner thread (a
+   * JavaScript tier passes `GLib.MainContext.default()`), or %NULL when
+   * completions come from the tier's own threads.
+   * [method@Kv.SecondaryTier.wait_jobs] iterates it while it waits.
+   */
+  properties[PROP_COMPLETION_CONTEXT] =
+    g_param_spec_boxed ("completion-context", NULL, NULL,
+                        G_TYPE_MAIN_CONTEXT,
+                        G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                        G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
   g_object_class_install_properties (object_class, N_PROPS, properties);
 
   /**
@@ -417,6 +668,11 @@ kv_secondary_tier_init (KvSecondaryTier *self)
   g_cond_init (&priv->calls_cond);
   priv->finished = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
   priv->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
+  g_cond_init (&priv->jobs_cond);
+  priv->tracked = g_hash_table_new (g_int64_hash, g_int64_equal);
+  priv->released = g_array_new (FALSE, FALSE, sizeof (guint64));
+  priv->failed_loads = g_ptr_array_new_with_free_func ((GDestroyNotify) failed_load_free);
+  priv->breaker = kv_circuit_breaker_new (0, 1000, NULL);
 }
 
 /* The vfuncs are documented by their invokers below, whose signatures
@@ -509,6 +765,324 @@ closed_error (KvSecondaryTier  *self,
                "Cannot %s: tier %s (%s) was shut down",
                what, priv->tier_type, G_OBJECT_TYPE_NAME (self));
   return FALSE;
+}
+
+/* ---- inherited liveness: tracked jobs, deadlines, breaker ---------------- */
+
+static void
+tracked_free (TrackedJob *t)
+{
+  kv_transfer_job_unref (t->job);
+  g_clear_pointer (&t->expired_result, kv_job_result_unref);
+  g_clear_object (&t->cancellable);
+  g_free (t);
+}
+
+static void
+failed_load_free (FailedLoad *f)
+{
+  kv_transfer_job_unref (f->job);
+  kv_job_result_unref (f->result);
+  g_free (f);
+}
+
+/* Lock held. */
+static void
+add_failed_load_locked (KvSecondaryTierPrivate *priv,
+                        KvTransferJob          *job,
+                        KvJobResult            *result)
+{
+  FailedLoad *f;
+
+  if (kv_transfer_job_get_request (job) == NULL)
+    return;
+  f = g_new (FailedLoad, 1);
+  f->job = kv_transfer_job_ref (job);
+  f->result = kv_job_result_ref (result);
+  g_ptr_array_add (priv->failed_loads, f);
+}
+
+/* Lock held: the earliest moment something tracked may expire. */
+static gint64
+next_deadline_locked (KvSecondaryTierPrivate *priv)
+{
+  gint64 next = G_MAXINT64;
+
+  if (priv->by_deadline.head != NULL)
+    next = ((TrackedJob *) priv->by_deadline.head->data)->deadline;
+  if (priv->probe_id != 0)
+    next = MIN (next, priv->probe_deadline);
+  return next;
+}
+
+/* Lock held. The watchdog follows g_get_monotonic_time(), which is what
+ * the default clock reads; a manual clock is checked on the owner thread
+ * instead (tests move it by hand). */
+static void
+schedule_watchdog_locked (KvSecondaryTierPrivate *priv)
+{
+  if (!priv->manual_clock)
+    _kv_job_watchdog_schedule (&priv->watchdog, next_deadline_locked (priv));
+}
+
+/* Lock held: takes a call of the queued func (see notify_queued()). */
+static KvSecondaryTierQueuedFunc
+take_queued_func_locked (KvSecondaryTierPrivate *priv,
+                         gpointer               *user_data)
+{
+  *user_data = priv->queued_data;
+  if (priv->queued_func != NULL)
+    priv->n_queued_calls++;
+  return priv->queued_func;
+}
+
+static void notify_queued (KvSecondaryTierPrivate    *priv,
+                           KvSecondaryTierQueuedFunc  func,
+                           gpointer                   user_data);
+
+static void
+wake_completion_context (KvSecondaryTierPrivate *priv)
+{
+  if (priv->completion_context != NULL)
+    g_main_context_wakeup (priv->completion_context);
+}
+
+/* Reports every tracked job past its deadline failed (all of them with
+ * @all, at shutdown), exactly once, through the same queue as
+ * kv_secondary_tier_complete_job(); fails an overdue probe. Any thread:
+ * the watchdog's, or the owner's with a manual clock. */
+static void
+expire_jobs (KvSecondaryTier *self,
+             gboolean         all)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  g_autoptr(GPtrArray) cancellables = NULL;
+  KvSecondaryTierQueuedFunc func = NULL;
+  gpointer user_data = NULL;
+  gboolean probe_failed = FALSE;
+  guint n_expired = 0;
+  gint64 now = all ? G_MAXINT64 : kv_clock_get_time (priv->clock);
+
+  g_mutex_lock (&priv->lock);
+  while (priv->by_deadline.head != NULL)
+    {
+      TrackedJob *t = priv->by_deadline.head->data;
+
+      if (t->deadline > now)
+        break;
+      g_queue_unlink (&priv->by_deadline, &t->link);
+      t->state = TRACKED_EXPIRED;
+      g_atomic_int_add (&priv->n_in_flight, -1);
+      g_atomic_int_inc (&priv->n_unanswered);
+      if (!all)
+        priv->n_expired++;
+      t->expired_result = kv_job_result_new (t->id, FALSE);
+      g_ptr_array_add (priv->finished, kv_job_result_ref (t->expired_result));
+      g_atomic_int_inc (&priv->n_queued);
+      if (t->is_load)
+        add_failed_load_locked (priv, t->job, t->expired_result);
+      if (t->cancellable != NULL)
+        {
+          if (cancellables == NULL)
+            cancellables = g_ptr_array_new_with_free_func (g_object_unref);
+          g_ptr_array_add (cancellables, g_object_ref (t->cancellable));
+        }
+      n_expired++;
+    }
+  if (priv->probe_id != 0 && priv->probe_deadline <= now)
+    {
+      priv->probe_id = 0;
+      probe_failed = TRUE;
+    }
+  if (n_expired > 0 || probe_failed)
+    g_cond_broadcast (&priv->jobs_cond);
+  if (n_expired > 0)
+    func = take_queued_func_locked (priv, &user_data);
+  schedule_watchdog_locked (priv);
+  g_mutex_unlock (&priv->lock);
+
+  if (n_expired == 0 && !probe_failed)
+    return;
+
+  /* Counted now, not when the tier answers: the breaker must open within
+   * the deadline even if the tier never answers. */
+  for (guint i = 0; !all && i < n_expired; i++)
+    kv_circuit_breaker_record_failure (priv->breaker);
+  if (probe_failed)
+    kv_circuit_breaker_end_probe (priv->breaker, FALSE);
+  if (n_expired > 0)
+    g_debug ("Tier %s: %u jobs failed %s", priv->tier_type, n_expired,
+             all ? "at shutdown (never reported)" : "at their deadline");
+
+  /* The tier's handlers (abort the I/O, do not publish) run here, with no
+   * kvtier lock held: they may report the job, which is then late. */
+  for (guint i = 0; cancellables != NULL && i < cancellables->len; i++)
+    g_cancellable_cancel (cancellables->pdata[i]);
+
+  notify_queued (priv, func, user_data);
+  wake_completion_context (priv);
+}
+
+static void
+watchdog_fired (gpointer user_data)
+{
+  expire_jobs (user_data, FALSE);
+}
+
+/* Owner thread: starts tracking @job before the tier sees it, so that a
+ * completion from a worker during submit finds it. */
+static TrackedJob *
+track_job (KvSecondaryTier *self,
+           KvTransferJob   *job,
+           gboolean         is_load)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  TrackedJob *t = g_new0 (TrackedJob, 1);
+
+  t->job = kv_transfer_job_ref (job);
+  t->id = kv_transfer_job_get_id (job);
+  t->is_load = is_load;
+  t->state = TRACKED_IN_FLIGHT;
+  t->link.data = t;
+
+  g_mutex_lock (&priv->lock);
+  if (g_hash_table_contains (priv->tracked, &t->id))
+    {
+      g_mutex_unlock (&priv->lock);
+      g_warning ("Tier %s: job %" G_GUINT64_FORMAT " submitted while a job with that id is "
+                 "in flight; its deadline is not watched", priv->tier_type, t->id);
+      tracked_free (t);
+      return NULL;
+    }
+  t->deadline = priv->deadline_ms > 0 ?
+                kv_clock_get_time (priv->clock) + (gint64) priv->deadline_ms * 1000 :
+                G_MAXINT64;
+  g_hash_table_insert (priv->tracked, &t->id, t);
+  g_atomic_int_inc (&priv->n_in_flight);
+  if (t->deadline != G_MAXINT64)
+    {
+      GList *after = priv->by_deadline.tail;
+
+      /* Nearly always appended: deadline-ms rarely changes. */
+      while (after != NULL && ((TrackedJob *) after->data)->deadline > t->deadline)
+        after = after->prev;
+      if (after == NULL)
+        g_queue_push_head_link (&priv->by_deadline, &t->link);
+      else
+        g_queue_insert_after_link (&priv->by_deadline, after, &t->link);
+      if (priv->by_deadline.head == &t->link)
+        schedule_watchdog_locked (priv);
+    }
+  g_mutex_unlock (&priv->lock);
+  return t;
+}
+
+/* Owner thread: the tier refused @t's job at submit; forget it unless the
+ * tier already reported it (a tier bug the manager will log). */
+static void
+untrack_job (KvSecondaryTier *self,
+             TrackedJob      *t)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  gboolean forget = FALSE;
+
+  g_mutex_lock (&priv->lock);
+  if (g_hash_table_lookup (priv->tracked, &t->id) == t && t->state == TRACKED_IN_FLIGHT)
+    {
+      g_hash_table_remove (priv->tracked, &t->id);
+      if (t->deadline != G_MAXINT64)
+        g_queue_unlink (&priv->by_deadline, &t->link);
+      g_atomic_int_add (&priv->n_in_flight, -1);
+      g_cond_broadcast (&priv->jobs_cond);
+      forget = TRUE;
+    }
+  g_mutex_unlock (&priv->lock);
+  if (forget)
+    tracked_free (t);
+}
+
+/* Owner thread: whether the breaker lets work reach the tier; starts a
+ * probe (or half-opens) when one is due. */
+static void
+maybe_probe (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  KvSecondaryTierClass *klass = KV_SECONDARY_TIER_GET_CLASS (self);
+  g_autoptr(GError) error = NULL;
+  guint64 id;
+
+  if (G_LIKELY (kv_circuit_breaker_allows_requests (priv->breaker)) || priv->closed)
+    return;
+  if (klass->probe == NULL)
+    {
+      /* No cheap check: let the next jobs decide. */
+      kv_circuit_breaker_half_open (priv->breaker);
+      return;
+    }
+  if (!kv_circuit_breaker_start_probe (priv->breaker))
+    return;
+
+  g_mutex_lock (&priv->lock);
+  id = ++priv->next_probe_id;
+  priv->probe_id = id;
+  priv->probe_deadline = priv->deadline_ms > 0 ?
+                         kv_clock_get_time (priv->clock) + (gint64) priv->deadline_ms * 1000 :
+                         G_MAXINT64;
+  schedule_watchdog_locked (priv);
+  g_mutex_unlock (&priv->lock);
+
+  if (!klass->probe (self, id, &error))
+    {
+      g_debug ("Tier %s: probe could not start: %s", priv->tier_type,
+               error != NULL ? error->message : "no error set");
+      kv_secondary_tier_complete_probe (self, id, FALSE);
+    }
+}
+
+/* Owner thread: turns the failed loads queued since the last call into
+ * the requests' negative caches. */
+static void
+apply_failed_loads (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  g_autoptr(GPtrArray) failed = NULL;
+
+  g_mutex_lock (&priv->lock);
+  if (priv->failed_loads->len > 0)
+    {
+      failed = priv->failed_loads;
+      priv->failed_loads = g_ptr_array_new_with_free_func ((GDestroyNotify) failed_load_free);
+    }
+  g_mutex_unlock (&priv->lock);
+
+  for (guint i = 0; failed != NULL && i < failed->len; i++)
+    {
+      FailedLoad *f = failed->pdata[i];
+      KvRequest *request = kv_transfer_job_get_request (f->job);
+      guint n_keys = 0, n_ok = 0;
+      KvKey * const *keys = kv_transfer_job_get_keys (f->job, &n_keys);
+      KvKey * const *ok = kv_job_result_get_successful_keys (f->result, &n_ok);
+      GHashTable *set = kv_request_get_state (request, &priv->negative_tag);
+
+      if (set == NULL)
+        {
+          set = g_hash_table_new_full (kv_key_hash, kv_key_equal,
+                                       (GDestroyNotify) kv_key_unref, NULL);
+          kv_request_set_state (request, &priv->negative_tag, set,
+                                (GDestroyNotify) g_hash_table_unref);
+        }
+      /* Every key that did not land, not only the one that broke. */
+      for (guint k = 0; k < n_keys; k++)
+        {
+          gboolean landed = FALSE;
+
+          for (guint j = 0; j < n_ok && !landed; j++)
+            landed = kv_key_equal (ok[j], keys[k]);
+          if (!landed && !g_hash_table_contains (set, keys[k]))
+            g_hash_table_add (set, kv_key_ref (keys[k]));
+        }
+      priv->has_negatives = TRUE;
+    }
 }
 
 /**
@@ -665,6 +1239,25 @@ kv_secondary_tier_lookup (KvSecondaryTier *self,
   if (priv->closed)
     return KV_LOOKUP_RESULT_MISS;
 
+  /* An open breaker answers for the tier. Read before a probe starts: a
+   * fast probe could close the breaker before this answer, which would
+   * then depend on the tier's speed. */
+  if (G_UNLIKELY (!kv_circuit_breaker_allows_requests (priv->breaker)))
+    {
+      maybe_probe (self);
+      return KV_LOOKUP_RESULT_MISS;
+    }
+
+  /* A key whose load failed for this request is not offered to it again
+   * (reference §8.7, vLLM #49176). */
+  if (G_UNLIKELY (priv->has_negatives))
+    {
+      GHashTable *negatives = kv_request_get_state (request, &priv->negative_tag);
+
+      if (negatives != NULL && g_hash_table_contains (negatives, key))
+        return KV_LOOKUP_RESULT_MISS;
+    }
+
   if (klass->lookup == NULL)
     {
       g_critical ("%s does not implement lookup", G_OBJECT_TYPE_NAME (self));
@@ -703,6 +1296,7 @@ submit_job (KvSecondaryTier  *self,
   const char *vfunc = is_load ? "submit_load" : "submit_store";
   gboolean (*func) (KvSecondaryTier *, KvTransferJob *, GError **);
   GError *local_error = NULL;
+  TrackedJob *tracked;
   gboolean ret;
 
   if (priv->closed)
@@ -712,7 +1306,22 @@ submit_job (KvSecondaryTier  *self,
   if (func == NULL)
     return missing_vfunc (self, vfunc, error);
 
+  if (G_UNLIKELY (!kv_circuit_breaker_allows_requests (priv->breaker)))
+    {
+      /* Accepted and failed at once, without reaching the tier. */
+      g_autoptr(KvJobResult) failed = kv_job_result_new (kv_transfer_job_get_id (job), FALSE);
+
+      g_mutex_lock (&priv->lock);
+      priv->n_rejected++;
+      g_mutex_unlock (&priv->lock);
+      kv_secondary_tier_complete_job_full (self, failed, KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT);
+      return TRUE;
+    }
+
+  tracked = track_job (self, job, is_load);
   ret = func (self, job, &local_error);
+  if (!ret && tracked != NULL)
+    untrack_job (self, tracked);
   return check_vfunc_result (self, vfunc, ret, local_error, error);
 }
 
@@ -778,6 +1387,105 @@ kv_secondary_tier_submit_load (KvSecondaryTier  *self,
   return submit_job (self, TRUE, job, error);
 }
 
+/* Settles the results that an overriding get_finished_jobs() returned
+ * itself rather than through complete_job() (those were settled when they
+ * were queued): an answer in time stops the job's deadline, a late one is
+ * dropped from @results. */
+static void
+settle_returned_results (KvSecondaryTier  *self,
+                         KvJobResult     **results)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  guint kept = 0;
+
+  for (guint i = 0; results[i] != NULL; i++)
+    {
+      KvJobResult *result = results[i];
+      guint64 id = kv_job_result_get_job_id (result);
+      TrackedJob *t;
+      gboolean drop = FALSE;
+
+      g_mutex_lock (&priv->lock);
+      t = g_hash_table_lookup (priv->tracked, &id);
+      if (t != NULL && t->expired_result != result)
+        drop = settle_locked (self, t, result, KV_COMPLETE_JOB_FLAGS_NONE);
+      else
+        t = NULL;
+      g_mutex_unlock (&priv->lock);
+      if (t != NULL)
+        finish_settled (self, t, result, KV_COMPLETE_JOB_FLAGS_NONE, drop);
+
+      if (drop)
+        kv_job_result_unref (result);
+      else
+        results[kept++] = result;
+    }
+  results[kept] = NULL;
+}
+
+/* Lock held: the tier answered @t's job with @result. Takes @t out of the
+ * table (finish_settled() frees it). Returns TRUE when the answer is late,
+ * the deadline having reported the job already: it must be dropped. */
+static gboolean
+settle_locked (KvSecondaryTier    *self,
+               TrackedJob         *t,
+               KvJobResult        *result,
+               KvCompleteJobFlags  flags)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+
+  g_hash_table_remove (priv->tracked, &t->id);
+  g_cond_broadcast (&priv->jobs_cond);
+  if (t->state == TRACKED_IN_FLIGHT)
+    {
+      if (t->deadline != G_MAXINT64)
+        g_queue_unlink (&priv->by_deadline, &t->link);
+      g_atomic_int_add (&priv->n_in_flight, -1);
+      if (t->is_load && !kv_job_result_get_success (result))
+        add_failed_load_locked (priv, t->job, result);
+      return FALSE;
+    }
+
+  priv->n_late++;
+  g_atomic_int_add (&priv->n_unanswered, -1);
+  /* The manager keeps the slots of this load until it hears this. */
+  if (t->state == TRACKED_HELD)
+    {
+      g_array_append_val (priv->released, t->id);
+      g_atomic_int_set (&priv->n_released, priv->released->len);
+    }
+  return TRUE;
+}
+
+static void
+record_outcome (KvSecondaryTierPrivate *priv,
+                KvJobResult            *result,
+                KvCompleteJobFlags      flags)
+{
+  if (kv_job_result_get_success (result))
+    kv_circuit_breaker_record_success (priv->breaker);
+  else if (!(flags & KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT))
+    kv_circuit_breaker_record_failure (priv->breaker);
+}
+
+/* No lock held: the rest of settling @t. */
+static void
+finish_settled (KvSecondaryTier    *self,
+                TrackedJob         *t,
+                KvJobResult        *result,
+                KvCompleteJobFlags  flags,
+                gboolean            late)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+
+  if (late)
+    g_debug ("Tier %s reported job %" G_GUINT64_FORMAT " after its deadline; dropped",
+             priv->tier_type, t->id);
+  else
+    record_outcome (priv, result, flags);
+  tracked_free (t);
+}
+
 /**
  * kv_secondary_tier_get_finished_jobs:
  * @self: a tier
@@ -795,17 +1503,30 @@ kv_secondary_tier_submit_load (KvSecondaryTier  *self,
 KvJobResult **
 kv_secondary_tier_get_finished_jobs (KvSecondaryTier *self)
 {
+  KvSecondaryTierPrivate *priv;
   KvSecondaryTierClass *klass;
   KvJobResult **results;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
 
+  priv = kv_secondary_tier_get_instance_private (self);
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
-  if (klass->get_finished_jobs == NULL)
-    return empty_results ();
 
-  results = klass->get_finished_jobs (self);
-  return results != NULL ? results : empty_results ();
+  if (priv->manual_clock)
+    expire_jobs (self, FALSE);
+  maybe_probe (self);
+
+  if (klass->get_finished_jobs == NULL)
+    results = empty_results ();
+  else
+    results = klass->get_finished_jobs (self);
+  if (results == NULL)
+    results = empty_results ();
+  else if (klass->get_finished_jobs != kv_secondary_tier_real_get_finished_jobs)
+    settle_returned_results (self, results);
+
+  apply_failed_loads (self);
+  return results;
 }
 
 /**
@@ -828,7 +1549,19 @@ kv_secondary_tier_has_pending_work (KvSecondaryTier *self)
 
   priv = kv_secondary_tier_get_instance_private (self);
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
-  if (priv->closed || klass->has_pending_work == NULL)
+  if (priv->closed)
+    return FALSE;
+  /* Jobs or a probe in flight: a step must come to collect them. */
+  if (g_atomic_int_get (&priv->n_in_flight) > 0 || g_atomic_int_get (&priv->n_queued) > 0)
+    return TRUE;
+  g_mutex_lock (&priv->lock);
+  if (priv->probe_id != 0)
+    {
+      g_mutex_unlock (&priv->lock);
+      return TRUE;
+    }
+  g_mutex_unlock (&priv->lock);
+  if (klass->has_pending_work == NULL)
     return FALSE;
 
   return klass->has_pending_work (self) ? TRUE : FALSE;
@@ -1025,7 +1758,10 @@ kv_secondary_tier_on_schedule_end (KvSecondaryTier *self,
 
   priv = kv_secondary_tier_get_instance_private (self);
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
-  if (!priv->closed && klass->on_schedule_end != NULL)
+  if (priv->closed)
+    return;
+  maybe_probe (self);
+  if (klass->on_schedule_end != NULL)
     klass->on_schedule_end (self, schedule_end);
 }
 
@@ -1035,12 +1771,23 @@ kv_secondary_tier_on_schedule_end (KvSecondaryTier *self,
  * @error: return location for an error
  *
  * Blocks until every submitted job has been reported with
- * [method@Kv.SecondaryTier.complete_job], so that the results are
- * available from [method@Kv.SecondaryTier.get_finished_jobs]. Copies in
- * flight are finished, not aborted; jobs still queued may be cancelled,
- * but are then reported as failed. Afterwards no I/O of the tier touches
- * primary slots. Owner thread only; the vfunc must not wait for the owner
- * thread's main context. The vfunc is required.
+ * [method@Kv.SecondaryTier.complete_job] (or failed by its deadline), so
+ * that the results are available from
+ * [method@Kv.SecondaryTier.get_finished_jobs]. Copies in flight are
+ * finished, not aborted; jobs still queued may be cancelled, but are then
+ * reported as failed. Owner thread only; the vfunc must not wait for the
+ * owner thread's main context (except through
+ * [property@Kv.SecondaryTier:completion-context]).
+ *
+ * The default vfunc is [method@Kv.SecondaryTier.wait_jobs], which a
+ * deadline bounds: a tier that never answers cannot hang it. An override
+ * (to flush queued work, or to wait for work of its own) should end with
+ * it too. The invoker does not call the vfunc of a tier that left a job
+ * unanswered past its deadline (such a tier would not answer a drain
+ * either); it then only waits for the tier's jobs still in flight, which
+ * their deadlines bound. Afterwards, when the tier answered everything,
+ * no I/O of the tier touches primary slots; the slots of loads it left
+ * unanswered stay out of use until it answers.
  *
  * After shutdown there is nothing to wait for: the invoker returns %TRUE
  * at once. It turns %FALSE without an error into %KV_TIER_ERROR_FAILED.
@@ -1063,11 +1810,23 @@ kv_secondary_tier_drain_jobs (KvSecondaryTier  *self,
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
   if (priv->closed)
     return TRUE;
-  if (klass->drain_jobs == NULL)
-    return missing_vfunc (self, "drain_jobs", error);
 
-  ret = klass->drain_jobs (self, &local_error);
-  return check_vfunc_result (self, "drain_jobs", ret, local_error, error);
+  if (priv->manual_clock)
+    expire_jobs (self, FALSE);
+  if (g_atomic_int_get (&priv->n_unanswered) > 0)
+    {
+      g_debug ("Tier %s left %d jobs unanswered past their deadline: not calling its drain_jobs",
+               priv->tier_type, g_atomic_int_get (&priv->n_unanswered));
+    }
+  else if (klass->drain_jobs != NULL)
+    {
+      ret = klass->drain_jobs (self, &local_error);
+      if (!check_vfunc_result (self, "drain_jobs", ret, local_error, error))
+        return FALSE;
+    }
+
+  kv_secondary_tier_wait_jobs (self);
+  return TRUE;
 }
 
 /**
@@ -1078,6 +1837,11 @@ kv_secondary_tier_drain_jobs (KvSecondaryTier  *self,
  * Reports every job (as [method@Kv.SecondaryTier.drain_jobs] does), then
  * releases the tier's threads and connections. Owner thread only; may
  * block while jobs finish. The default vfunc does nothing.
+ *
+ * As for [method@Kv.SecondaryTier.drain_jobs], the vfunc of a tier that
+ * left a job unanswered past its deadline is not called. Jobs the tier
+ * never reported are reported failed here, so that each job is reported
+ * exactly once.
  *
  * Once it succeeded the tier refuses jobs with %KV_TIER_ERROR_CLOSED,
  * answers lookups with %KV_LOOKUP_RESULT_MISS and ignores hints; calling
@@ -1104,12 +1868,26 @@ kv_secondary_tier_shutdown (KvSecondaryTier  *self,
   if (priv->closed)
     return TRUE;
 
-  if (klass->shutdown != NULL)
+  if (priv->manual_clock)
+    expire_jobs (self, FALSE);
+  if (g_atomic_int_get (&priv->n_unanswered) > 0)
+    {
+      g_message ("Tier %s (%s) left %d jobs unanswered past their deadline; shutting down "
+                 "without calling its shutdown", priv->tier_type, G_OBJECT_TYPE_NAME (self),
+                 g_atomic_int_get (&priv->n_unanswered));
+    }
+  else if (klass->shutdown != NULL)
     {
       ret = klass->shutdown (self, &local_error);
       if (!check_vfunc_result (self, "shutdown", ret, local_error, error))
         return FALSE;
     }
+
+  /* Exactly once: whatever the tier did not report is failed now. */
+  expire_jobs (self, TRUE);
+  g_mutex_lock (&priv->lock);
+  priv->probe_id = 0;
+  g_mutex_unlock (&priv->lock);
 
   priv->closed = TRUE;
   return TRUE;
@@ -1140,7 +1918,12 @@ notify_queued (KvSecondaryTierPrivate    *priv,
  *
  * Reports a job: queues @result for [method@Kv.SecondaryTier.get_finished_jobs]
  * and wakes the manager. Each accepted job must be reported exactly once,
- * whether it succeeded or not.
+ * whether it succeeded or not. A failed job counts against the tier's
+ * circuit breaker; see [method@Kv.SecondaryTier.complete_job_full].
+ *
+ * A job already failed by its deadline ([property@Kv.SecondaryTier:deadline-ms])
+ * is not reported twice: @result is dropped and counted as a late
+ * completion.
  *
  * Thread-safe: call it from the tier's worker threads, I/O completion
  * callbacks or the owner thread. It only queues; the manager consumes the
@@ -1151,25 +1934,58 @@ void
 kv_secondary_tier_complete_job (KvSecondaryTier *self,
                                 KvJobResult     *result)
 {
+  kv_secondary_tier_complete_job_full (self, result, KV_COMPLETE_JOB_FLAGS_NONE);
+}
+
+/**
+ * kv_secondary_tier_complete_job_full:
+ * @self: a tier
+ * @result: the result of a job the tier accepted
+ * @flags: how to read a failure
+ *
+ * Reports a job as [method@Kv.SecondaryTier.complete_job] does. With
+ * %KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT a failed @result does not count
+ * against the circuit breaker (the chunk was missing or damaged, the disk
+ * full: the tier itself is fine). Thread-safe.
+ */
+void
+kv_secondary_tier_complete_job_full (KvSecondaryTier    *self,
+                                     KvJobResult        *result,
+                                     KvCompleteJobFlags  flags)
+{
   KvSecondaryTierPrivate *priv;
-  KvSecondaryTierQueuedFunc func;
-  gpointer user_data;
+  KvSecondaryTierQueuedFunc func = NULL;
+  gpointer user_data = NULL;
+  guint64 id;
+  TrackedJob *t;
+  gboolean late = FALSE;
 
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
   g_return_if_fail (result != NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
+  id = kv_job_result_get_job_id (result);
 
   g_mutex_lock (&priv->lock);
-  g_ptr_array_add (priv->finished, kv_job_result_ref (result));
-  g_atomic_int_inc (&priv->n_queued);
-  func = priv->queued_func;
-  user_data = priv->queued_data;
-  if (func != NULL)
-    priv->n_queued_calls++;
+  t = g_hash_table_lookup (priv->tracked, &id);
+  if (t != NULL)
+    late = settle_locked (self, t, result, flags);
+  if (!late)
+    {
+      g_ptr_array_add (priv->finished, kv_job_result_ref (result));
+      g_atomic_int_inc (&priv->n_queued);
+    }
+  if (!late || t->state == TRACKED_HELD)
+    func = take_queued_func_locked (priv, &user_data);
   g_mutex_unlock (&priv->lock);
 
+  if (t != NULL)
+    finish_settled (self, t, result, flags, late);
+  else
+    record_outcome (priv, result, flags);
+
   notify_queued (priv, func, user_data);
+  wake_completion_context (priv);
 }
 
 /**
@@ -1254,8 +2070,390 @@ _kv_secondary_tier_has_queued_results (KvSecondaryTier *self)
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  return g_atomic_int_get (&priv->n_queued) > 0;
+  /* With a manual clock nothing expires by itself: let the manager call
+   * get_finished_jobs(), which checks the deadlines, while jobs are in
+   * flight. */
+  return g_atomic_int_get (&priv->n_queued) > 0 ||
+         (priv->manual_clock && g_atomic_int_get (&priv->n_in_flight) > 0);
 }
+
+/* See kv-secondary-tier-private.h. */
+gboolean
+_kv_secondary_tier_hold_slots (KvSecondaryTier *self,
+                               guint64          job_id)
+{
+  KvSecondaryTierPrivate *priv;
+  TrackedJob *t;
+  gboolean held = FALSE;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  t = g_hash_table_lookup (priv->tracked, &job_id);
+  if (t != NULL && t->is_load && t->state == TRACKED_EXPIRED)
+    {
+      t->state = TRACKED_HELD;
+      held = TRUE;
+    }
+  g_mutex_unlock (&priv->lock);
+  return held;
+}
+
+guint64 *
+_kv_secondary_tier_take_released (KvSecondaryTier *self,
+                                  guint           *n_ids)
+{
+  KvSecondaryTierPrivate *priv;
+  guint64 *ids;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
+  g_return_val_if_fail (n_ids != NULL, NULL);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  *n_ids = 0;
+  if (G_LIKELY (g_atomic_int_get (&priv->n_released) == 0))
+    return NULL;
+
+  g_mutex_lock (&priv->lock);
+  *n_ids = priv->released->len;
+  ids = (guint64 *) g_array_free (priv->released, FALSE);
+  priv->released = g_array_new (FALSE, FALSE, sizeof (guint64));
+  g_atomic_int_set (&priv->n_released, 0);
+  g_mutex_unlock (&priv->lock);
+  return ids;
+}
+
+gboolean
+_kv_secondary_tier_reject_store (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  if (G_LIKELY (kv_circuit_breaker_allows_requests (priv->breaker)))
+    return FALSE;
+  maybe_probe (self);
+  if (kv_circuit_breaker_allows_requests (priv->breaker))
+    return FALSE;
+  g_mutex_lock (&priv->lock);
+  priv->n_rejected++;
+  g_mutex_unlock (&priv->lock);
+  return TRUE;
+}
+
+/**
+ * kv_secondary_tier_complete_probe:
+ * @self: a tier
+ * @probe_id: the id [vfunc@Kv.SecondaryTier.probe] was given
+ * @healthy: whether the tier's storage answered as it should
+ *
+ * Reports a probe: a healthy one closes the circuit breaker, a failed one
+ * keeps it open for another [property@Kv.SecondaryTier:breaker-open-ms].
+ * A probe not reported within [property@Kv.SecondaryTier:deadline-ms]
+ * has failed; its report is then ignored, as is any @probe_id other than
+ * the one in flight. Thread-safe.
+ */
+void
+kv_secondary_tier_complete_probe (KvSecondaryTier *self,
+                                  guint64          probe_id,
+                                  gboolean         healthy)
+{
+  KvSecondaryTierPrivate *priv;
+  gboolean current = FALSE;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  if (probe_id != 0 && priv->probe_id == probe_id)
+    {
+      priv->probe_id = 0;
+      current = TRUE;
+      g_cond_broadcast (&priv->jobs_cond);
+    }
+  g_mutex_unlock (&priv->lock);
+
+  if (!current)
+    return;
+  kv_circuit_breaker_end_probe (priv->breaker, healthy);
+  if (healthy)
+    g_message ("Tier %s: probe succeeded, serving again", priv->tier_type);
+  wake_completion_context (priv);
+}
+
+/**
+ * kv_secondary_tier_get_job_cancellable:
+ * @self: a tier
+ * @job: a job the tier accepted and has not reported
+ *
+ * A cancellable that is cancelled when @job passes its deadline (or when
+ * the tier shuts down without having reported it). Pass it to the job's
+ * I/O (GIO calls take it as they are), or connect to
+ * [signal@Gio.Cancellable::cancelled] to abort it; the handler runs on the
+ * watchdog's thread. A store cancelled this way must not be published:
+ * the manager has released its slots. Any thread.
+ *
+ * Returns: (transfer full) (nullable): the job's cancellable, or %NULL
+ *   when @job is not in flight (already reported, or not submitted through
+ *   [method@Kv.SecondaryTier.submit_store] or
+ *   [method@Kv.SecondaryTier.submit_load])
+ */
+GCancellable *
+kv_secondary_tier_get_job_cancellable (KvSecondaryTier *self,
+                                       KvTransferJob   *job)
+{
+  KvSecondaryTierPrivate *priv;
+  GCancellable *cancellable = NULL;
+  guint64 id;
+  TrackedJob *t;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
+  g_return_val_if_fail (job != NULL, NULL);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  id = kv_transfer_job_get_id (job);
+  g_mutex_lock (&priv->lock);
+  t = g_hash_table_lookup (priv->tracked, &id);
+  if (t != NULL)
+    {
+      if (t->cancellable == NULL)
+        {
+          t->cancellable = g_cancellable_new ();
+          /* no handler can be connected yet: nothing runs under the lock */
+          if (t->state != TRACKED_IN_FLIGHT)
+            g_cancellable_cancel (t->cancellable);
+        }
+      cancellable = g_object_ref (t->cancellable);
+    }
+  g_mutex_unlock (&priv->lock);
+  return cancellable;
+}
+
+/**
+ * kv_secondary_tier_wait_jobs:
+ * @self: a tier
+ *
+ * Blocks until every job accepted through the submit invokers was
+ * reported by the tier or failed by its deadline, and no probe is in
+ * flight. With [property@Kv.SecondaryTier:completion-context] set (a
+ * JavaScript tier), iterates that context meanwhile, since that is where
+ * the tier's completions run; else waits on a condition, woken by
+ * [method@Kv.SecondaryTier.complete_job] and by the watchdog.
+ *
+ * This is the default [vfunc@Kv.SecondaryTier.drain_jobs]; an override
+ * calls it to wait. With [property@Kv.SecondaryTier:deadline-ms] set it
+ * returns within the deadline even if the tier never answers; without
+ * one it waits for the tier. Owner thread only.
+ */
+void
+kv_secondary_tier_wait_jobs (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  for (;;)
+    {
+      gboolean iterate;
+
+      if (priv->manual_clock)
+        expire_jobs (self, FALSE);
+
+      g_mutex_lock (&priv->lock);
+      if (g_atomic_int_get (&priv->n_in_flight) == 0 && priv->probe_id == 0)
+        {
+          g_mutex_unlock (&priv->lock);
+          return;
+        }
+      iterate = priv->completion_context != NULL &&
+                g_main_context_acquire (priv->completion_context);
+      if (!iterate)
+        {
+          /* A manual clock moves on other threads without telling: look
+           * again now and then. */
+          if (priv->manual_clock)
+            g_cond_wait_until (&priv->jobs_cond, &priv->lock,
+                               g_get_monotonic_time () + G_USEC_PER_SEC / 20);
+          else
+            g_cond_wait (&priv->jobs_cond, &priv->lock);
+        }
+      g_mutex_unlock (&priv->lock);
+
+      if (iterate)
+        {
+          g_main_context_iteration (priv->completion_context, TRUE);
+          g_main_context_release (priv->completion_context);
+        }
+    }
+}
+
+/**
+ * kv_secondary_tier_get_n_jobs_in_flight:
+ * @self: a tier
+ *
+ * Counts the jobs accepted through the submit invokers that the tier has
+ * not reported and whose deadline has not passed. Any thread.
+ *
+ * Returns: the number of jobs in flight
+ */
+guint
+kv_secondary_tier_get_n_jobs_in_flight (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return (guint) g_atomic_int_get (&priv->n_in_flight);
+}
+
+/**
+ * kv_secondary_tier_get_n_expired_jobs:
+ * @self: a tier
+ *
+ * Counts the jobs reported failed at their deadline since the tier was
+ * made (`kvtier:tier_deadline_failures`). Any thread.
+ *
+ * Returns: the number of jobs failed by their deadline
+ */
+guint64
+kv_secondary_tier_get_n_expired_jobs (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+  guint64 n;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  n = priv->n_expired;
+  g_mutex_unlock (&priv->lock);
+  return n;
+}
+
+/**
+ * kv_secondary_tier_get_n_late_completions:
+ * @self: a tier
+ *
+ * Counts the reports the tier made after the job's deadline had failed
+ * it, all dropped (`kvtier:tier_late_completions`). Any thread.
+ *
+ * Returns: the number of late completions
+ */
+guint64
+kv_secondary_tier_get_n_late_completions (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+  guint64 n;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  n = priv->n_late;
+  g_mutex_unlock (&priv->lock);
+  return n;
+}
+
+/**
+ * kv_secondary_tier_get_clock:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:clock]. Any thread.
+ *
+ * Returns: (transfer none): the clock of deadlines and of the breaker
+ */
+KvClock *
+kv_secondary_tier_get_clock (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->clock != NULL ? priv->clock : kv_clock_get_default ();
+}
+
+/**
+ * kv_secondary_tier_get_deadline_ms:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:deadline-ms]. Any thread.
+ *
+ * Returns: the deadline of a job in milliseconds, 0 for none
+ */
+guint
+kv_secondary_tier_get_deadline_ms (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+  guint value;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  value = priv->deadline_ms;
+  g_mutex_unlock (&priv->lock);
+  return value;
+}
+
+/**
+ * kv_secondary_tier_set_deadline_ms:
+ * @self: a tier
+ * @deadline_ms: the deadline of a job in milliseconds, 0 for none
+ *
+ * Sets [property@Kv.SecondaryTier:deadline-ms] for the jobs submitted
+ * from now on. Any thread.
+ */
+void
+kv_secondary_tier_set_deadline_ms (KvSecondaryTier *self,
+                                   guint            deadline_ms)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  priv->deadline_ms = deadline_ms;
+  g_mutex_unlock (&priv->lock);
+}
+
+/**
+ * kv_secondary_tier_get_circuit_breaker:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:circuit-breaker]. Any thread.
+ *
+ * Returns: (transfer none): the tier's circuit breaker
+ */
+KvCircuitBreaker *
+kv_secondary_tier_get_circuit_breaker (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->breaker;
+}
+
+static const char *const tier_label_names[] = { "tier", NULL };
+
+static const struct {
+  const char *name;
+  const char *doc;
+} inherited_metrics[] = {
+  { "kvtier:tier_deadline_failures",
+    "Jobs a tier had not reported by their deadline, reported failed" },
+  { "kvtier:tier_late_completions",
+    "Reports of jobs already failed by their deadline, dropped" },
+  { "kvtier:tier_breaker_rejected_jobs",
+    "Jobs failed at once or not made while the tier's circuit breaker was open" },
+};
 
 /**
  * kv_secondary_tier_register_metrics:
@@ -1265,7 +2463,9 @@ _kv_secondary_tier_has_queued_results (KvSecondaryTier *self)
  *
  * Adds the definitions of the tier's own metrics (those its
  * [vfunc@Kv.SecondaryTier.get_stats] reports) to @registry, as vLLM's
- * `build_metric_definitions`. Owner thread only. The default adds nothing.
+ * `build_metric_definitions`. Owner thread only. The default vfunc adds
+ * nothing; the invoker first adds the counters every tier inherits (see
+ * [method@Kv.SecondaryTier.get_stats]) unless @registry has them.
  *
  * Returns: %TRUE on success, %FALSE with @error set (for example when a
  *   name is already defined)
@@ -1283,6 +2483,13 @@ kv_secondary_tier_register_metrics (KvSecondaryTier   *self,
   g_return_val_if_fail (KV_IS_METRIC_REGISTRY (registry), FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
+  /* The counters every tier inherits, once per registry. */
+  for (guint i = 0; i < G_N_ELEMENTS (inherited_metrics); i++)
+    if (!kv_metric_registry_has_metric (registry, inherited_metrics[i].name) &&
+        !kv_metric_registry_add_counter (registry, inherited_metrics[i].name,
+                                         inherited_metrics[i].doc, tier_label_names, error))
+      return FALSE;
+
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
   if (klass->register_metrics == NULL)
     return TRUE;
@@ -1296,7 +2503,11 @@ kv_secondary_tier_register_metrics (KvSecondaryTier   *self,
  *
  * Takes the tier's own metrics recorded since the last call (return and
  * reset). Owner thread only; the manager aggregates them into
- * [method@Kv.TieringManager.get_stats]. The default returns %NULL.
+ * [method@Kv.TieringManager.get_stats]. The default vfunc returns %NULL;
+ * the invoker adds the counters every tier inherits, labelled with
+ * [property@Kv.SecondaryTier:tier-type], when they moved:
+ * `kvtier:tier_deadline_failures`, `kvtier:tier_late_completions` and
+ * `kvtier:tier_breaker_rejected_jobs`.
  *
  * Returns: (transfer full) (nullable): the tier's metrics, or %NULL when it
  *   has none
@@ -1304,12 +2515,38 @@ kv_secondary_tier_register_metrics (KvSecondaryTier   *self,
 KvStats *
 kv_secondary_tier_get_stats (KvSecondaryTier *self)
 {
+  KvSecondaryTierPrivate *priv;
   KvSecondaryTierClass *klass;
+  KvStats *stats;
+  guint64 expired, late, rejected;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
 
+  priv = kv_secondary_tier_get_instance_private (self);
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
-  if (klass->get_stats == NULL)
-    return NULL;
-  return klass->get_stats (self);
+  stats = klass->get_stats != NULL ? klass->get_stats (self) : NULL;
+
+  g_mutex_lock (&priv->lock);
+  expired = priv->n_expired - priv->reported_expired;
+  late = priv->n_late - priv->reported_late;
+  rejected = priv->n_rejected - priv->reported_rejected;
+  priv->reported_expired = priv->n_expired;
+  priv->reported_late = priv->n_late;
+  priv->reported_rejected = priv->n_rejected;
+  g_mutex_unlock (&priv->lock);
+
+  if (expired + late + rejected > 0)
+    {
+      const char *labels[] = { priv->tier_type, NULL };
+
+      if (stats == NULL)
+        stats = kv_stats_new ();
+      if (expired > 0)
+        kv_stats_increase_counter (stats, "kvtier:tier_deadline_failures", expired, labels);
+      if (late > 0)
+        kv_stats_increase_counter (stats, "kvtier:tier_late_completions", late, labels);
+      if (rejected > 0)
+        kv_stats_increase_counter (stats, "kvtier:tier_breaker_rejected_jobs", rejected, labels);
+    }
+  return stats;
 }

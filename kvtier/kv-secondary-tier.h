@@ -8,6 +8,8 @@
 #include <gio/gio.h>
 
 #include "kv-backpressure-detector.h"
+#include "kv-circuit-breaker.h"
+#include "kv-clock.h"
 #include "kv-event.h"
 #include "kv-host-buffer.h"
 #include "kv-job-result.h"
@@ -21,6 +23,21 @@
 #include "kv-types.h"
 
 G_BEGIN_DECLS
+
+/**
+ * KvCompleteJobFlags:
+ * @KV_COMPLETE_JOB_FLAGS_NONE: a failed job counts against the tier's
+ *   circuit breaker.
+ * @KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT: the job failed because of the data
+ *   (a chunk that had vanished or was damaged, a full disk), not because
+ *   the tier's storage is unwell: it does not count against the breaker.
+ *
+ * How [method@Kv.SecondaryTier.complete_job_full] reads a failed job.
+ */
+typedef enum /*< flags >*/ {
+  KV_COMPLETE_JOB_FLAGS_NONE = 0,
+  KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT = 1 << 0,
+} KvCompleteJobFlags;
 
 #define KV_TYPE_SECONDARY_TIER (kv_secondary_tier_get_type ())
 
@@ -58,6 +75,9 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  *   [method@Kv.TieringManager.create_metric_registry]).
  * @get_stats: the tier's own metrics since the last call (return and
  *   reset), or %NULL.
+ * @probe: start a cheap health check of the tier's storage and return at
+ *   once; report it with [method@Kv.SecondaryTier.complete_probe]. Called
+ *   while the circuit breaker is open. Optional.
  *
  * The virtual methods of a secondary tier. Every one runs on the owner
  * thread (the thread that drives the [class@Kv.TieringManager]).
@@ -104,9 +124,12 @@ struct _KvSecondaryTierClass
                                               KvMetricRegistry *registry,
                                               GError          **error);
   KvStats        *(*get_stats)               (KvSecondaryTier *self);
+  gboolean        (*probe)                   (KvSecondaryTier *self,
+                                              guint64          probe_id,
+                                              GError         **error);
 
   /*< private >*/
-  gpointer _reserved[10];
+  gpointer _reserved[9];
 };
 
 KVTIER_AVAILABLE_IN_ALL
@@ -174,6 +197,35 @@ KvStats         *kv_secondary_tier_get_stats               (KvSecondaryTier *sel
 KVTIER_AVAILABLE_IN_ALL
 void             kv_secondary_tier_complete_job            (KvSecondaryTier *self,
                                                             KvJobResult     *result);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_complete_job_full       (KvSecondaryTier    *self,
+                                                            KvJobResult        *result,
+                                                            KvCompleteJobFlags  flags);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_complete_probe          (KvSecondaryTier *self,
+                                                            guint64          probe_id,
+                                                            gboolean         healthy);
+KVTIER_AVAILABLE_IN_ALL
+GCancellable    *kv_secondary_tier_get_job_cancellable     (KvSecondaryTier *self,
+                                                            KvTransferJob   *job);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_wait_jobs               (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+guint            kv_secondary_tier_get_n_jobs_in_flight    (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+guint64          kv_secondary_tier_get_n_expired_jobs      (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+guint64          kv_secondary_tier_get_n_late_completions  (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvClock         *kv_secondary_tier_get_clock               (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+guint            kv_secondary_tier_get_deadline_ms         (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_set_deadline_ms         (KvSecondaryTier *self,
+                                                            guint            deadline_ms);
+KVTIER_AVAILABLE_IN_ALL
+KvCircuitBreaker *kv_secondary_tier_get_circuit_breaker    (KvSecondaryTier *self);
+
 KVTIER_AVAILABLE_IN_ALL
 void             kv_secondary_tier_push_event              (KvSecondaryTier *self,
                                                             KvEvent         *event);

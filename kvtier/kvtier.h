@@ -38,5 +38,7 @@
 #include "kv-device.h"
 #include "kv-host-device.h"
 #include "kv-config.h"
+/* issue 12 */
+#include "kv-circuit-breaker.h"
 
 #undef KVTIER_INSIDE

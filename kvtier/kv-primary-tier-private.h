@@ -23,4 +23,19 @@ gboolean _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
                                               guint          *n_evicted,
                                               GError        **error);
 
+/* For a promotion failed while its tier may still write its slots: removes
+ * the write-pending entries of @keys (they answer MISS from now on) but
+ * keeps their slots out of the free list. Their numbers go to @slots (room
+ * for @n_keys); returns how many. _kv_primary_tier_free_slots() gives them
+ * back once the tier has answered. */
+G_GNUC_INTERNAL
+guint    _kv_primary_tier_drop_pending_keep_slots (KvPrimaryTier *self,
+                                                   KvKey * const *keys,
+                                                   guint          n_keys,
+                                                   guint32       *slots);
+G_GNUC_INTERNAL
+void     _kv_primary_tier_free_slots              (KvPrimaryTier *self,
+                                                   const guint32 *slots,
+                                                   guint          n_slots);
+
 G_END_DECLS

@@ -1070,6 +1070,47 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
     primary_queue_event (self, (KvKey * const *) stored->pdata, stored->len, FALSE);
 }
 
+guint
+_kv_primary_tier_drop_pending_keep_slots (KvPrimaryTier *self,
+                                          KvKey * const *keys,
+                                          guint          n_keys,
+                                          guint32       *slots)
+{
+  guint n = 0;
+
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, 0);
+
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvEntry *entry = primary_get_entry (self, keys[i]);
+
+      if (entry == NULL || entry->ref_cnt >= 0)
+        continue;
+      policy_remove (self, entry);
+      self->n_write_pending--;
+      /* Not on the free list: the slot stays allocated, to nobody. */
+      slots[n++] = entry->slot;
+      g_hash_table_remove (self->entries, entry->key);
+      primary_release_entry (self, entry);
+    }
+  return n;
+}
+
+void
+_kv_primary_tier_free_slots (KvPrimaryTier *self,
+                             const guint32 *slots,
+                             guint          n_slots)
+{
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+
+  for (guint i = 0; i < n_slots; i++)
+    {
+      g_return_if_fail (slots[i] < self->n_bumped && self->n_free_list < self->n_slots);
+      self->free_list[self->n_free_list++] = slots[i];
+    }
+}
+
 /**
  * kv_primary_tier_on_request_finished:
  * @self: a primary tier

@@ -2074,6 +2074,7 @@ _kv_secondary_tier_has_queued_results (KvSecondaryTier *self)
    * get_finished_jobs(), which checks the deadlines, while jobs are in
    * flight. */
   return g_atomic_int_get (&priv->n_queued) > 0 ||
+         g_atomic_int_get (&priv->n_released) > 0 ||
          (priv->manual_clock && g_atomic_int_get (&priv->n_in_flight) > 0);
 }
 

@@ -111,7 +111,26 @@ struct _KvTieringManager
 
   int wakeup_fd;
   gint wakeup_pending;      /* atomic: something was written to wakeup_fd */
+
+  /* slots of promotions failed at their deadline that the tier may still
+   * write: guint64* job id → HeldSlots, until the tier answers */
+  GHashTable *held_slots;
 };
+
+typedef struct
+{
+  guint64 id;
+  GArray *slots;            /* guint32 */
+} HeldSlots;
+
+static void
+held_slots_free (gpointer data)
+{
+  HeldSlots *held = data;
+
+  g_array_unref (held->slots);
+  g_free (held);
+}
 
 enum {
   PROP_0,
@@ -234,6 +253,7 @@ kv_tiering_manager_finalize (GObject *object)
 
   if (self->wakeup_fd >= 0)
     close (self->wakeup_fd);
+  g_clear_pointer (&self->held_slots, g_hash_table_unref);
 
   G_OBJECT_CLASS (kv_tiering_manager_parent_class)->finalize (object);
 }
@@ -359,6 +379,7 @@ kv_tiering_manager_init (KvTieringManager *self)
   g_array_set_clear_func (self->tiers, tier_slot_clear);
   self->jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, job_entry_free);
   self->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
+  self->held_slots = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, held_slots_free);
   self->wakeup_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (self->wakeup_fd < 0)
     g_critical ("Could not create the kvtier wake-up eventfd: %s", g_strerror (errno));
@@ -629,6 +650,9 @@ cascade_to_tier (KvTieringManager *self,
   g_autoptr(GError) error = NULL;
   KvTransferJob *job;
 
+  /* An open circuit breaker: no job, no pin (counted by the tier). */
+  if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
+    return;
   detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, tier)->tier);
   if (detector != NULL && !kv_backpressure_detector_should_store (detector, n_keys))
     return;
@@ -731,7 +755,24 @@ process_result (KvTieringManager *self,
     kv_tiering_metrics_on_job_finished (self->metrics, tier + 1, kv_transfer_job_is_promotion (job),
                                         kv_transfer_job_get_n_keys (job), result);
 
-  if (kv_transfer_job_is_promotion (job))
+  if (kv_transfer_job_is_promotion (job) && !kv_job_result_get_success (result) &&
+      _kv_secondary_tier_hold_slots (slot->tier, id))
+    {
+      /* Failed at its deadline, but the tier may still write the slots:
+       * the keys go, the slots wait for the tier's answer. */
+      guint n_keys;
+      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
+      HeldSlots *held = g_new (HeldSlots, 1);
+
+      held->id = id;
+      held->slots = g_array_sized_new (FALSE, FALSE, sizeof (guint32), n_keys);
+      g_array_set_size (held->slots, n_keys);
+      g_array_set_size (held->slots,
+                        _kv_primary_tier_drop_pending_keep_slots (self->primary, keys, n_keys,
+                                                                  (guint32 *) held->slots->data));
+      g_hash_table_insert (self->held_slots, &held->id, held);
+    }
+  else if (kv_transfer_job_is_promotion (job))
     {
       complete_promotion (self, job, result);
     }
@@ -767,6 +808,26 @@ process_result (KvTieringManager *self,
   kv_transfer_job_unref (job);
 }
 
+/* The tier answered loads it had been failed for at their deadline: their
+ * slots may be used again. */
+static void
+release_held_slots (KvTieringManager *self,
+                    KvSecondaryTier  *tier)
+{
+  guint n_ids = 0;
+  g_autofree guint64 *ids = _kv_secondary_tier_take_released (tier, &n_ids);
+
+  for (guint i = 0; i < n_ids; i++)
+    {
+      HeldSlots *held = g_hash_table_lookup (self->held_slots, &ids[i]);
+
+      if (held == NULL)
+        continue;
+      _kv_primary_tier_free_slots (self->primary, (guint32 *) held->slots->data, held->slots->len);
+      g_hash_table_remove (self->held_slots, &ids[i]);
+    }
+}
+
 static void
 process_finished_jobs (KvTieringManager *self)
 {
@@ -798,6 +859,7 @@ process_finished_jobs (KvTieringManager *self)
           kv_job_result_unref (*r);
         }
       g_free (results);
+      release_held_slots (self, slot->tier);
     }
 }
 
@@ -1710,6 +1772,14 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
     }
 
   process_finished_jobs (self);
+  if (g_hash_table_size (self->held_slots) > 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
+                   "reset_cache: a tier has not answered %u loads failed at their deadline, "
+                   "and may still write their primary slots",
+                   g_hash_table_size (self->held_slots));
+      return FALSE;
+    }
   if (g_hash_table_size (self->jobs) > 0)
     {
       JobEntry *entry;

@@ -81,6 +81,7 @@ typedef struct
   GPtrArray              *failed_loads;   /* FailedLoad, for the negative cache */
   guint64                 next_probe_id;
   guint64                 probe_id;       /* the probe in flight, or 0 */
+  GCancellable           *probe_cancellable;
   gint64                  probe_deadline;
   GCond                   jobs_cond;      /* n_in_flight or probe changed */
   guint64                 n_expired;
@@ -313,6 +314,7 @@ kv_secondary_tier_finalize (GObject *object)
   g_clear_pointer (&priv->failed_loads, g_ptr_array_unref);
   g_clear_pointer (&priv->released, g_array_unref);
   g_clear_pointer (&priv->completion_context, g_main_context_unref);
+  g_clear_object (&priv->probe_cancellable);
   g_clear_object (&priv->breaker);
   g_clear_object (&priv->clock);
   g_cond_clear (&priv->jobs_cond);
@@ -893,6 +895,12 @@ expire_jobs (KvSecondaryTier *self,
     {
       priv->probe_id = 0;
       probe_failed = TRUE;
+      if (priv->probe_cancellable != NULL)
+        {
+          if (cancellables == NULL)
+            cancellables = g_ptr_array_new_with_free_func (g_object_unref);
+          g_ptr_array_add (cancellables, g_steal_pointer (&priv->probe_cancellable));
+        }
     }
   if (n_expired > 0 || probe_failed)
     g_cond_broadcast (&priv->jobs_cond);
@@ -1009,6 +1017,7 @@ maybe_probe (KvSecondaryTier *self)
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
   KvSecondaryTierClass *klass = KV_SECONDARY_TIER_GET_CLASS (self);
   g_autoptr(GError) error = NULL;
+  g_autoptr(GCancellable) cancellable = NULL;
   guint64 id;
 
   if (G_LIKELY (kv_circuit_breaker_allows_requests (priv->breaker)) || priv->closed)
@@ -1022,16 +1031,18 @@ maybe_probe (KvSecondaryTier *self)
   if (!kv_circuit_breaker_start_probe (priv->breaker))
     return;
 
+  cancellable = g_cancellable_new ();
   g_mutex_lock (&priv->lock);
   id = ++priv->next_probe_id;
   priv->probe_id = id;
+  g_set_object (&priv->probe_cancellable, cancellable);
   priv->probe_deadline = priv->deadline_ms > 0 ?
                          kv_clock_get_time (priv->clock) + (gint64) priv->deadline_ms * 1000 :
                          G_MAXINT64;
   schedule_watchdog_locked (priv);
   g_mutex_unlock (&priv->lock);
 
-  if (!klass->probe (self, id, &error))
+  if (!klass->probe (self, id, cancellable, &error))
     {
       g_debug ("Tier %s: probe could not start: %s", priv->tier_type,
                error != NULL ? error->message : "no error set");
@@ -1887,6 +1898,7 @@ kv_secondary_tier_shutdown (KvSecondaryTier  *self,
   expire_jobs (self, TRUE);
   g_mutex_lock (&priv->lock);
   priv->probe_id = 0;
+  g_clear_object (&priv->probe_cancellable);
   g_mutex_unlock (&priv->lock);
 
   priv->closed = TRUE;
@@ -2171,6 +2183,7 @@ kv_secondary_tier_complete_probe (KvSecondaryTier *self,
   if (probe_id != 0 && priv->probe_id == probe_id)
     {
       priv->probe_id = 0;
+      g_clear_object (&priv->probe_cancellable);
       current = TRUE;
       g_cond_broadcast (&priv->jobs_cond);
     }

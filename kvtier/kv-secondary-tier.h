@@ -76,8 +76,9 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  * @get_stats: the tier's own metrics since the last call (return and
  *   reset), or %NULL.
  * @probe: start a cheap health check of the tier's storage and return at
- *   once; report it with [method@Kv.SecondaryTier.complete_probe]. Called
- *   while the circuit breaker is open. Optional.
+ *   once; report it with [method@Kv.SecondaryTier.complete_probe].
+ *   @cancellable is cancelled if the probe is still running at the
+ *   deadline. Called while the circuit breaker is open. Optional.
  *
  * The virtual methods of a secondary tier. Every one runs on the owner
  * thread (the thread that drives the [class@Kv.TieringManager]).
@@ -126,6 +127,7 @@ struct _KvSecondaryTierClass
   KvStats        *(*get_stats)               (KvSecondaryTier *self);
   gboolean        (*probe)                   (KvSecondaryTier *self,
                                               guint64          probe_id,
+                                              GCancellable    *cancellable,
                                               GError         **error);
 
   /*< private >*/

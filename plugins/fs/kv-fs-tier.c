@@ -30,13 +30,19 @@ typedef enum {
 } KeyState;
 
 /* One job (or one breaker probe) in flight. Fields after the request
- * part are guarded by the tier lock. */
+ * part are guarded by the tier lock. Deadlines, the breaker and the
+ * negative cache are the base class's: a job only learns that its
+ * deadline passed through its cancellable. */
 typedef struct
 {
   KvFsTier       *tier;
   KvTransferJob  *job;          /* NULL for a probe */
   gboolean        is_load;
   gboolean        is_probe;
+  guint64         probe_id;
+  GCancellable   *cancellable;  /* cancelled at the deadline */
+  gulong          cancelled_id;
+  struct _CancelLink *cancel_link;
   guint           n_keys;
   KvFsOp         *ops;          /* one per key (per root for a probe) */
   KvFsEntry     **entries;      /* loads: the pinned index entries; stores: the
@@ -44,34 +50,22 @@ typedef struct
   guint8         *from_spare;   /* stores: TRUE where op->reuse_path is a spare file */
   guint8         *key_state;
   guint           n_outstanding;
-  gint64          deadline;     /* tier clock, µs */
-  gboolean        expired;
   gboolean        reported;
   gboolean        io_failure;   /* counts against the circuit breaker */
-  gboolean        counted;      /* already counted against the breaker */
   gboolean        checksum_failed;
   gint64          first_start;
   gint64          last_end;
-  guint           refs;         /* the ops (as one), plus deadline handling */
-  gboolean        in_list;
-  GList           link;         /* in tier->inflight until expired or reported */
+  guint           refs;         /* the ops (as one), plus a running cancellation */
 } FsJob;
 
-/* A key whose load failed for a request: that request answers MISS for
- * it from then on. */
-typedef struct
+/* What a job's cancelled handler reaches the job through: the job clears
+ * it when freed, since a handler may still run (on the watchdog's thread)
+ * after that. */
+typedef struct _CancelLink
 {
-  KvRequest *request;
-  KvKey     *key;
-} Negative;
-
-static void
-negative_free (Negative *n)
-{
-  g_object_unref (n->request);
-  kv_key_unref (n->key);
-  g_free (n);
-}
+  KvFsTier *tier;
+  FsJob    *job;
+} CancelLink;
 
 /* A delete of an evicted chunk. */
 typedef struct
@@ -97,15 +91,11 @@ struct _KvFsTier
   guint64          max_size;
   gboolean         preallocate;
   KvFsEviction     eviction;
-  guint            deadline_ms;
   gboolean         enable_events;
   guint            n_read_threads;
   guint            n_write_threads;
   guint64          inflight_bytes;
   guint            queue_depth;
-  guint            breaker_threshold;
-  guint            probe_interval_ms;
-  KvClock         *clock;
   char            *vllm_identity;
   guint            vllm_rank;
 
@@ -122,20 +112,13 @@ struct _KvFsTier
   gsize            file_size;
   KvLocality       locality;
 
-  /* jobs, deadlines, breaker: guarded by lock */
+  /* jobs: guarded by lock */
   GMutex           lock;
   GCond            cond;
-  GQueue           inflight;
   guint            n_live_jobs;
   guint            n_deletes;       /* evictions whose unlink is in flight */
-  guint            consecutive_failures;
-  gint             breaker_open;    /* (atomic) */
-  gint64           next_probe;
-  gboolean         probe_in_flight;
   GPtrArray       *pending_misses;  /* KvKey: verdicts to turn into MISS */
-  GPtrArray       *pending_negatives; /* Negative */
   gboolean         shut_down;
-  gboolean         watchdog_stop;
 
   /* with an index, when preallocate is on or a previous run left spare
    * files to delete; else NULL */
@@ -145,7 +128,6 @@ struct _KvFsTier
   GThread         *scan_thread;
   gint             scan_cancel;     /* (atomic) */
   gint             index_ready;     /* (atomic) */
-  GThread         *watchdog;
 
   guint64          counters[KV_FS_N_COUNTERS];
   guint64          reported[KV_FS_N_COUNTERS];  /* owner thread: taken by get_stats */
@@ -154,9 +136,8 @@ struct _KvFsTier
   guint64          temp_tag;
   char            *temp_marker;
 
-  /* addresses used as request-state owners */
+  /* address used as request-state owner */
   guint8           chain_tag;
-  guint8           negative_tag;
 };
 
 enum {
@@ -172,15 +153,12 @@ enum {
   PROP_MAX_SIZE,
   PROP_PREALLOCATE,
   PROP_EVICTION,
-  PROP_DEADLINE_MS,
   PROP_ENABLE_EVENTS,
   PROP_N_READ_THREADS,
   PROP_N_WRITE_THREADS,
   PROP_INFLIGHT_BYTES,
   PROP_QUEUE_DEPTH,
-  PROP_BREAKER_THRESHOLD,
   PROP_PROBE_INTERVAL_MS,
-  PROP_CLOCK,
   PROP_VLLM_IDENTITY,
   PROP_VLLM_RANK,
   PROP_ACTIVE_IO_ENGINE,
@@ -220,9 +198,13 @@ static void kv_fs_tier_initable_iface_init (GInitableIface *iface);
  * chain-aware eviction; once full, a store overwrites the file of the
  * chunk it evicts (renamed to a temporary name first) rather than
  * deleting it and creating another, which on ext4 doubles the store
- * rate. Every job has a deadline; repeated failures open
- * a circuit breaker that answers MISS without touching the disk until a
- * probe succeeds.
+ * rate. Every job has a deadline (5 s unless
+ * [property@Kv.SecondaryTier:deadline-ms] says otherwise); five failures
+ * in a row (timeouts and I/O errors, not missing or damaged chunks) open
+ * the circuit breaker, which answers MISS without touching the disk until
+ * a probe (a small O_DIRECT write and read in each root) succeeds. Both
+ * are the base class's; this tier only aborts the I/O of a job whose
+ * deadline passed, and never publishes such a store.
  *
  * Every vfunc runs on the owner thread and returns at once; completions
  * come from the engine's threads.
@@ -237,12 +219,6 @@ count (KvFsTier    *self,
        guint64      n)
 {
   __atomic_fetch_add (&self->counters[counter], n, __ATOMIC_RELAXED);
-}
-
-static gint64
-tier_now (KvFsTier *self)
-{
-  return kv_clock_get_time (self->clock);
 }
 
 static void
@@ -456,6 +432,15 @@ spare_created (gpointer user_data)
 static void
 fs_job_free (FsJob *fj)
 {
+  /* Not disconnected (a handler may be running on another thread): the
+   * link is cut under the lock, and freed with the cancellable. */
+  if (fj->cancel_link != NULL)
+    {
+      g_mutex_lock (&fj->tier->lock);
+      fj->cancel_link->job = NULL;
+      g_mutex_unlock (&fj->tier->lock);
+    }
+  g_clear_object (&fj->cancellable);
   for (guint i = 0; i < fj->n_keys; i++)
     kv_fs_op_clear (&fj->ops[i]);
   g_free (fj->ops);
@@ -469,11 +454,10 @@ fs_job_free (FsJob *fj)
 /* Builds the job's result (lock held). */
 static KvJobResult *
 build_result (KvFsTier *self,
-              FsJob    *fj,
-              gboolean  timed_out)
+              FsJob    *fj)
 {
   guint64 id = kv_transfer_job_get_id (fj->job);
-  gboolean success = !timed_out;
+  gboolean success = TRUE;
   guint n_prefix = 0;
   guint n_moved = 0;
   KvJobResult *result;
@@ -485,7 +469,7 @@ build_result (KvFsTier *self,
       if (fj->key_state[i] != KEY_OK && fj->key_state[i] != KEY_SKIPPED)
         success = FALSE;
     }
-  if (fj->is_load && !timed_out)
+  if (fj->is_load)
     while (n_prefix < fj->n_keys && fj->key_state[n_prefix] == KEY_OK)
       n_prefix++;
 
@@ -500,40 +484,15 @@ build_result (KvFsTier *self,
     }
   if (fj->first_start > 0 && fj->last_end >= fj->first_start)
     kv_job_result_set_transfer_time (result, (fj->last_end - fj->first_start) / 1e6);
-  if (!timed_out)
-    {
-      guint n = fj->is_load ? (success ? fj->n_keys : n_prefix) : n_moved;
+  {
+    guint n = fj->is_load ? (success ? fj->n_keys : n_prefix) : n_moved;
 
-      if (n > 0)
-        kv_job_result_set_transfer_bytes (result, (gint64) n * self->block_size);
-    }
+    if (n > 0)
+      kv_job_result_set_transfer_bytes (result, (gint64) n * self->block_size);
+  }
   if (fj->checksum_failed)
     kv_job_result_set_checksum_failed (result, TRUE);
   return result;
-}
-
-/* Failure bookkeeping for the circuit breaker (lock held). */
-static void
-breaker_record (KvFsTier *self,
-                gboolean  failed)
-{
-  if (!failed)
-    {
-      if (!g_atomic_int_get (&self->breaker_open))
-        self->consecutive_failures = 0;
-      return;
-    }
-  self->consecutive_failures++;
-  if (!g_atomic_int_get (&self->breaker_open) &&
-      self->breaker_threshold > 0 &&
-      self->consecutive_failures >= self->breaker_threshold)
-    {
-      g_atomic_int_set (&self->breaker_open, TRUE);
-      self->next_probe = tier_now (self) + (gint64) self->probe_interval_ms * 1000;
-      count (self, KV_FS_COUNTER_BREAKER_TRIPS, 1);
-      g_message ("fs tier %s: %u failures in a row, answering MISS until a probe succeeds",
-                 self->root, self->consecutive_failures);
-    }
 }
 
 typedef struct
@@ -541,49 +500,36 @@ typedef struct
   KvJobResult *result;
   KvEvent     *event;
   FsJob       *free_job;
+  gboolean     tier_fault;  /* a failure that counts against the breaker */
+  guint64      probe_id;    /* a probe to report, or 0 */
+  gboolean     probe_ok;
 } Completion;
 
 /* Called with the lock held when a job's result is final. */
 static void
 report_locked (KvFsTier   *self,
                FsJob      *fj,
-               gboolean    timed_out,
                Completion *out)
 {
   gboolean success;
 
   fj->reported = TRUE;
-  if (fj->in_list)
-    {
-      g_queue_unlink (&self->inflight, &fj->link);
-      fj->in_list = FALSE;
-    }
 
   if (fj->is_probe)
     {
-      success = !timed_out;
+      out->probe_id = fj->probe_id;
+      out->probe_ok = TRUE;
       for (guint i = 0; i < fj->n_keys; i++)
         if (fj->key_state[i] != KEY_OK)
-          success = FALSE;
-      self->probe_in_flight = FALSE;
-      if (success)
-        {
-          g_atomic_int_set (&self->breaker_open, FALSE);
-          self->consecutive_failures = 0;
-          g_message ("fs tier %s: probe succeeded, serving again", self->root);
-        }
-      else
-        self->next_probe = tier_now (self) + (gint64) self->probe_interval_ms * 1000;
+          out->probe_ok = FALSE;
       return;
     }
 
-  out->result = build_result (self, fj, timed_out);
+  out->result = build_result (self, fj);
   success = kv_job_result_get_success (out->result);
-  if (!fj->counted && (timed_out || fj->io_failure))
-    breaker_record (self, TRUE);
-  else if (!fj->counted && success)
-    breaker_record (self, FALSE);
-  fj->counted = TRUE;
+  /* Missing or damaged chunks and a full disk say nothing about the
+   * device; I/O errors do. */
+  out->tier_fault = fj->io_failure;
 
   /* One stored event per fully successful store job (reference §8.7). */
   if (!fj->is_load && success && self->enable_events && fj->n_keys > 0)
@@ -602,9 +548,14 @@ completion_deliver (KvFsTier   *self,
     }
   if (c->result != NULL)
     {
-      kv_secondary_tier_complete_job (KV_SECONDARY_TIER (self), c->result);
+      kv_secondary_tier_complete_job_full (KV_SECONDARY_TIER (self), c->result,
+                                           c->tier_fault || kv_job_result_get_success (c->result) ?
+                                           KV_COMPLETE_JOB_FLAGS_NONE :
+                                           KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT);
       kv_job_result_unref (c->result);
     }
+  if (c->probe_id != 0)
+    kv_secondary_tier_complete_probe (KV_SECONDARY_TIER (self), c->probe_id, c->probe_ok);
   if (c->free_job != NULL)
     {
       fs_job_free (c->free_job);
@@ -615,22 +566,15 @@ completion_deliver (KvFsTier   *self,
     }
 }
 
+/* A key that failed to load: the shared-directory existence cache stops
+ * answering HIT for it (the request's own negative cache is the base
+ * class's). Lock held. */
 static void
-queue_negative (KvFsTier *self,
-                FsJob    *fj,
-                KvKey    *key)
+queue_miss (KvFsTier *self,
+            KvKey    *key)
 {
-  /* lock held */
   if (self->async_lookup != NULL)
     g_ptr_array_add (self->pending_misses, kv_key_ref (key));
-  if (fj->job != NULL && kv_transfer_job_get_request (fj->job) != NULL)
-    {
-      Negative *n = g_new (Negative, 1);
-
-      n->request = g_object_ref (kv_transfer_job_get_request (fj->job));
-      n->key = kv_key_ref (key);
-      g_ptr_array_add (self->pending_negatives, n);
-    }
 }
 
 static void
@@ -764,13 +708,13 @@ op_done (KvFsOp   *op,
   if (op->end_us > fj->last_end)
     fj->last_end = op->end_us;
   if (op->kind == KV_FS_OP_LOAD && state == KEY_FAILED)
-    queue_negative (self, fj, op->key);
+    queue_miss (self, op->key);
   g_assert (fj->n_outstanding > 0);
   fj->n_outstanding--;
   if (fj->n_outstanding == 0)
     {
       if (!fj->reported)
-        report_locked (self, fj, fj->expired, &c);
+        report_locked (self, fj, &c);
       if (--fj->refs == 0)
         c.free_job = fj;
     }
@@ -779,86 +723,108 @@ op_done (KvFsOp   *op,
   completion_deliver (self, &c);
 }
 
-/* ---- deadlines, breaker ------------------------------------------------- */
+/* ---- deadlines, probes --------------------------------------------------- */
 
-/* Fails every job past its deadline: stores at once (a late write only
- * reads a slot and is never published), loads once no request of theirs
- * can still write into their slots (queued ones are cancelled now; one
- * already inside the kernel is reported when it returns). Any thread. */
-void
-kv_fs_tier_check_deadlines (KvFsTier *self)
+/* The base class failed the job at its deadline (or shut down without its
+ * report), on the watchdog's thread or the owner's: abort its I/O. A store
+ * still writing must not publish (its slots may hold other bytes now);
+ * queued ops are cancelled, and one already in the kernel reports when it
+ * returns, late, which the base class drops. */
+static void
+job_cancelled (GCancellable *cancellable,
+               gpointer      user_data)
 {
-  g_autoptr(GPtrArray) expired = g_ptr_array_new ();
-  g_autoptr(GArray) completions = g_array_new (FALSE, TRUE, sizeof (Completion));
-  gint64 now;
+  CancelLink *link = user_data;
+  KvFsTier *self = link->tier;
+  g_autofree KvFsOp **ops = NULL;
+  FsJob *fj;
+  Completion c = { NULL, NULL, NULL, FALSE, 0, FALSE };
+  guint n = 0;
 
-  g_return_if_fail (KV_IS_FS_TIER (self));
-  if (!self->initialized)
-    return;
-
-  now = tier_now (self);
   g_mutex_lock (&self->lock);
-  while (self->inflight.head != NULL)
+  fj = link->job;
+  if (fj == NULL || fj->reported)
     {
-      FsJob *fj = self->inflight.head->data;
-
-      if (fj->deadline > now)
-        break;
-      g_queue_unlink (&self->inflight, &fj->link);
-      fj->in_list = FALSE;
-      fj->expired = TRUE;
-      /* Stores that are still writing must not publish: the manager
-       * reuses their slots once the failure is reported. */
-      for (guint k = 0; k < fj->n_keys; k++)
-        g_atomic_int_set (&fj->ops[k].aborted, TRUE);
-      if (!fj->is_probe)
-        count (self, KV_FS_COUNTER_TIMEOUTS, 1);
-      if (!fj->is_load || fj->is_probe)
-        {
-          Completion c = { NULL, NULL, NULL };
-
-          report_locked (self, fj, TRUE, &c);
-          g_array_append_val (completions, c);
-        }
-      else
-        {
-          /* Counted now: the breaker must open within the deadline even
-           * if the read is stuck in the kernel. */
-          breaker_record (self, TRUE);
-          fj->counted = TRUE;
-        }
-      /* Held until the cancellations below are done. */
-      fj->refs++;
-      g_ptr_array_add (expired, fj);
+      g_mutex_unlock (&self->lock);
+      return;
     }
+  /* Held until the cancellations below are done. */
+  fj->refs++;
   g_mutex_unlock (&self->lock);
 
-  for (guint i = 0; i < completions->len; i++)
-    completion_deliver (self, &g_array_index (completions, Completion, i));
-
-  for (guint i = 0; i < expired->len; i++)
+  ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
+  for (guint k = 0; k < fj->n_keys; k++)
     {
-      FsJob *fj = expired->pdata[i];
-      g_autofree KvFsOp **ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
-      Completion c = { NULL, NULL, NULL };
-      guint n = 0;
-
-      for (guint k = 0; k < fj->n_keys; k++)
-        if (fj->ops[k].path != NULL)
-          ops[n++] = &fj->ops[k];
-      kv_fs_engine_cancel (self->engine, ops, n);
-
-      g_mutex_lock (&self->lock);
-      if (--fj->refs == 0)
-        c.free_job = fj;
-      g_mutex_unlock (&self->lock);
-      completion_deliver (self, &c);
+      g_atomic_int_set (&fj->ops[k].aborted, TRUE);
+      if (fj->ops[k].path != NULL)
+        ops[n++] = &fj->ops[k];
     }
+  kv_fs_engine_cancel (self->engine, ops, n);
+
+  g_mutex_lock (&self->lock);
+  if (--fj->refs == 0)
+    c.free_job = fj;
+  g_mutex_unlock (&self->lock);
+  completion_deliver (self, &c);
 }
 
 static void
-start_probe (KvFsTier *self)
+cancel_link_free (gpointer data,
+                  GClosure *closure)
 {
+  g_free (data);
+}
+
+/* Lock not held. */
+static void
+watch_cancellable (KvFsTier     *self,
+                   FsJob        *fj,
+                   GCancellable *cancellable)
+{
+  if (cancellable == NULL)
+    return;
+  fj->cancellable = cancellable;
+  fj->cancel_link = g_new (CancelLink, 1);
+  fj->cancel_link->tier = self;
+  fj->cancel_link->job = fj;
+  /* Not g_cancellable_connect(): that runs the handler at once when the
+   * job is already cancelled, before the ops are started. */
+  fj->cancelled_id = g_signal_connect_data (cancellable, "cancelled", G_CALLBACK (job_cancelled),
+                                            fj->cancel_link, cancel_link_free, 0);
+}
+
+/* Submits @ops of @fj (whose refs count them), then catches a deadline
+ * that passed before the handler was connected. */
+static void
+start_ops (KvFsTier  *self,
+           FsJob     *fj,
+           KvFsOp   **ops,
+           guint      n)
+{
+  Completion c = { NULL, NULL, NULL, FALSE, 0, FALSE };
+
+  g_mutex_lock (&self->lock);
+  fj->refs++;
+  g_mutex_unlock (&self->lock);
+
+  kv_fs_engine_submit (self->engine, ops, n);
+  if (fj->cancellable != NULL && g_cancellable_is_cancelled (fj->cancellable))
+    job_cancelled (fj->cancellable, fj->cancel_link);
+
+  g_mutex_lock (&self->lock);
+  if (--fj->refs == 0)
+    c.free_job = fj;
+  g_mutex_unlock (&self->lock);
+  completion_deliver (self, &c);
+}
+
+static gboolean
+kv_fs_tier_probe (KvSecondaryTier  *tier,
+                  guint64           probe_id,
+                  GCancellable     *cancellable,
+                  GError          **error)
+{
+  KvFsTier *self = KV_FS_TIER (tier);
   FsJob *fj;
   guint n = kv_fs_layout_get_n_roots (self->layout);
   g_autofree KvFsOp **ops = NULL;
@@ -866,13 +832,12 @@ start_probe (KvFsTier *self)
   fj = g_new0 (FsJob, 1);
   fj->tier = self;
   fj->is_probe = TRUE;
+  fj->probe_id = probe_id;
   fj->n_keys = n;
   fj->ops = g_new0 (KvFsOp, n);
   fj->entries = g_new0 (KvFsEntry *, n);
   fj->key_state = g_new0 (guint8, n);
   fj->n_outstanding = n;
-  fj->deadline = tier_now (self) + (gint64) self->deadline_ms * 1000;
-  fj->link.data = fj;
   ops = g_new (KvFsOp *, n);
   for (guint r = 0; r < n; r++)
     {
@@ -886,66 +851,16 @@ start_probe (KvFsTier *self)
       op->done_data = fj;
       ops[r] = op;
     }
+  watch_cancellable (self, fj, g_object_ref (cancellable));
 
   g_mutex_lock (&self->lock);
-  self->probe_in_flight = TRUE;
   self->n_live_jobs++;
   fj->refs = 1;
-  fj->in_list = TRUE;
-  g_queue_push_tail_link (&self->inflight, &fj->link);
   g_cond_broadcast (&self->cond);
   g_mutex_unlock (&self->lock);
 
-  kv_fs_engine_submit (self->engine, ops, n);
-}
-
-/* Owner thread: starts a probe when the breaker is open and one is due. */
-static void
-maybe_probe (KvFsTier *self)
-{
-  gboolean due;
-
-  if (!g_atomic_int_get (&self->breaker_open))
-    return;
-  g_mutex_lock (&self->lock);
-  due = !self->probe_in_flight && !self->shut_down && tier_now (self) >= self->next_probe;
-  g_mutex_unlock (&self->lock);
-  if (due)
-    start_probe (self);
-}
-
-static gpointer
-watchdog_main (gpointer user_data)
-{
-  KvFsTier *self = user_data;
-
-  g_mutex_lock (&self->lock);
-  while (!self->watchdog_stop)
-    {
-      gint64 wake;
-
-      if (self->inflight.head != NULL)
-        {
-          FsJob *fj = self->inflight.head->data;
-
-          /* The default clock follows g_get_monotonic_time(). */
-          wake = fj->deadline + 1000;
-        }
-      else
-        wake = g_get_monotonic_time () + G_USEC_PER_SEC;
-      g_cond_wait_until (&self->cond, &self->lock, wake);
-      if (self->watchdog_stop)
-        break;
-      if (self->inflight.head != NULL &&
-          ((FsJob *) self->inflight.head->data)->deadline <= g_get_monotonic_time ())
-        {
-          g_mutex_unlock (&self->lock);
-          kv_fs_tier_check_deadlines (self);
-          g_mutex_lock (&self->lock);
-        }
-    }
-  g_mutex_unlock (&self->lock);
-  return NULL;
+  start_ops (self, fj, ops, n);
+  return TRUE;
 }
 
 /* ---- submission --------------------------------------------------------- */
@@ -967,7 +882,6 @@ fs_job_new (KvFsTier      *self,
   fj->key_state = g_new0 (guint8, MAX (n, 1));
   if (!is_load)
     fj->from_spare = g_new0 (guint8, MAX (n, 1));
-  fj->link.data = fj;
   return fj;
 }
 
@@ -976,12 +890,12 @@ static void
 finish_unstarted (KvFsTier *self,
                   FsJob    *fj)
 {
-  Completion c = { NULL, NULL, NULL };
+  Completion c = { NULL, NULL, NULL, FALSE, 0, FALSE };
 
   g_mutex_lock (&self->lock);
   self->n_live_jobs++;
   fj->refs = 1;
-  report_locked (self, fj, FALSE, &c);
+  report_locked (self, fj, &c);
   if (--fj->refs == 0)
     c.free_job = fj;
   g_mutex_unlock (&self->lock);
@@ -1006,18 +920,16 @@ launch (KvFsTier *self,
       return;
     }
 
+  watch_cancellable (self, fj,
+                     kv_secondary_tier_get_job_cancellable (KV_SECONDARY_TIER (self), fj->job));
+
   g_mutex_lock (&self->lock);
   fj->n_outstanding = n;
-  fj->deadline = tier_now (self) + (gint64) self->deadline_ms * 1000;
   fj->refs = 1;
-  fj->in_list = TRUE;
   self->n_live_jobs++;
-  g_queue_push_tail_link (&self->inflight, &fj->link);
-  if (self->inflight.length == 1)
-    g_cond_broadcast (&self->cond);
   g_mutex_unlock (&self->lock);
 
-  kv_fs_engine_submit (self->engine, ops, n);
+  start_ops (self, fj, ops, n);
 }
 
 static KvFsOpFlags
@@ -1044,15 +956,6 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
   g_autoptr(GPtrArray) victims = g_ptr_array_new ();
   g_autoptr(GPtrArray) reused = g_ptr_array_new ();
   KvKey *parent = NULL;
-
-  if (g_atomic_int_get (&self->breaker_open))
-    {
-      /* The breaker is open: fail fast without touching the disk. */
-      for (guint i = 0; i < fj->n_keys; i++)
-        fj->key_state[i] = KEY_FAILED;
-      finish_unstarted (self, fj);
-      return TRUE;
-    }
 
   if (request != NULL)
     parent = kv_request_get_state (request, &self->chain_tag);
@@ -1163,7 +1066,6 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
 {
   KvFsTier *self = KV_FS_TIER (tier);
   FsJob *fj = fs_job_new (self, job, TRUE);
-  gboolean open = g_atomic_int_get (&self->breaker_open);
   gboolean ready = g_atomic_int_get (&self->index_ready);
 
   for (guint i = 0; i < fj->n_keys; i++)
@@ -1174,7 +1076,7 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
       KvFsOpFlags flags;
       guint root;
 
-      if (open || slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
+      if (slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
         {
           fj->key_state[i] = KEY_FAILED;
           count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
@@ -1213,42 +1115,22 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
 
 /* ---- owner-thread vfuncs ------------------------------------------------ */
 
-static gboolean
-request_has_negative (KvFsTier  *self,
-                      KvRequest *request,
-                      KvKey     *key)
-{
-  GHashTable *negatives;
-
-  if (request == NULL)
-    return FALSE;
-  negatives = kv_request_get_state (request, &self->negative_tag);
-  return negatives != NULL && g_hash_table_contains (negatives, key);
-}
-
 static KvLookupResult
 kv_fs_tier_lookup (KvSecondaryTier *tier,
                    KvKey           *key,
                    KvRequest       *request)
 {
   KvFsTier *self = KV_FS_TIER (tier);
-  /* read before a probe starts: a fast one could close the breaker
-   * before this answer, which would then depend on the disk's speed */
-  gboolean open = g_atomic_int_get (&self->breaker_open);
 
-  maybe_probe (self);
-  if (open)
-    return KV_LOOKUP_RESULT_MISS;
+  /* An open breaker and a load of the key that failed for this request
+   * (reference #49176) answer MISS before this is called. */
   if (self->index == NULL)
     return kv_async_lookup_lookup (self->async_lookup, key, request);
 
   switch (kv_fs_index_lookup (self->index, key, TRUE))
     {
     case KV_FS_INDEX_PRESENT:
-      /* A load of this key failed for this request with a transient
-       * error: the same request does not retry it (reference #49176). */
-      return request_has_negative (self, request, key) ?
-             KV_LOOKUP_RESULT_MISS : KV_LOOKUP_RESULT_HIT;
+      return KV_LOOKUP_RESULT_HIT;
     case KV_FS_INDEX_BUSY:
       return KV_LOOKUP_RESULT_MISS;
     case KV_FS_INDEX_ABSENT:
@@ -1264,7 +1146,6 @@ static void
 apply_pending_verdicts (KvFsTier *self)
 {
   g_autoptr(GPtrArray) misses = NULL;
-  g_autoptr(GPtrArray) negatives = NULL;
 
   g_mutex_lock (&self->lock);
   if (self->pending_misses->len > 0)
@@ -1272,32 +1153,10 @@ apply_pending_verdicts (KvFsTier *self)
       misses = self->pending_misses;
       self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
     }
-  if (self->pending_negatives->len > 0)
-    {
-      negatives = self->pending_negatives;
-      self->pending_negatives = g_ptr_array_new_with_free_func ((GDestroyNotify) negative_free);
-    }
   g_mutex_unlock (&self->lock);
 
   if (misses != NULL && self->async_lookup != NULL)
     kv_async_lookup_mark_miss (self->async_lookup, (KvKey * const *) misses->pdata, misses->len);
-
-  for (guint i = 0; negatives != NULL && i < negatives->len; i++)
-    {
-      Negative *n = negatives->pdata[i];
-      KvRequest *request = n->request;
-      KvKey *key = n->key;
-      GHashTable *set = kv_request_get_state (request, &self->negative_tag);
-
-      if (set == NULL)
-        {
-          set = g_hash_table_new_full (kv_key_hash, kv_key_equal,
-                                       (GDestroyNotify) kv_key_unref, NULL);
-          kv_request_set_state (request, &self->negative_tag, set,
-                                (GDestroyNotify) g_hash_table_unref);
-        }
-      g_hash_table_add (set, kv_key_ref (key));
-    }
 }
 
 static KvJobResult **
@@ -1305,9 +1164,7 @@ kv_fs_tier_get_finished_jobs (KvSecondaryTier *tier)
 {
   KvFsTier *self = KV_FS_TIER (tier);
 
-  kv_fs_tier_check_deadlines (self);
   apply_pending_verdicts (self);
-  maybe_probe (self);
   return KV_SECONDARY_TIER_CLASS (kv_fs_tier_parent_class)->get_finished_jobs (tier);
 }
 
@@ -1362,7 +1219,6 @@ kv_fs_tier_on_schedule_end (KvSecondaryTier *tier,
   /* Every key looked up this step goes to the disk in one batch. */
   if (self->async_lookup != NULL)
     kv_async_lookup_flush (self->async_lookup);
-  maybe_probe (self);
 }
 
 /* ---- metrics ------------------------------------------------------------ */
@@ -1414,7 +1270,7 @@ kv_fs_tier_get_stats (KvSecondaryTier *tier)
 
   for (guint c = 0; c < KV_FS_N_COUNTERS; c++)
     {
-      guint64 value = __atomic_load_n (&self->counters[c], __ATOMIC_RELAXED);
+      guint64 value = kv_fs_tier_get_counter (self, c);
 
       if (value != self->reported[c])
         {
@@ -1426,7 +1282,7 @@ kv_fs_tier_get_stats (KvSecondaryTier *tier)
     }
   if (self->index != NULL)
     kv_stats_set_gauge (stats, "kvtier:fs_used_bytes", kv_fs_index_get_used (self->index), labels);
-  kv_stats_set_gauge (stats, "kvtier:fs_breaker_open", g_atomic_int_get (&self->breaker_open), labels);
+  kv_stats_set_gauge (stats, "kvtier:fs_breaker_open", kv_fs_tier_is_breaker_open (self), labels);
   return stats;
 }
 
@@ -1435,19 +1291,15 @@ kv_fs_tier_get_stats (KvSecondaryTier *tier)
 static void
 wait_jobs (KvFsTier *self)
 {
-  gboolean manual = kv_clock_is_manual (self->clock);
-
   g_mutex_lock (&self->lock);
   while (self->n_live_jobs > 0 || self->n_deletes > 0)
-    {
-      if (manual || self->watchdog != NULL)
-        g_cond_wait (&self->cond, &self->lock);
-      else
-        g_cond_wait_until (&self->cond, &self->lock, g_get_monotonic_time () + G_USEC_PER_SEC / 10);
-    }
+    g_cond_wait (&self->cond, &self->lock);
   g_mutex_unlock (&self->lock);
 }
 
+/* The base class waits for the jobs it tracks, which their deadlines
+ * bound, and calls this only while the tier answers; the cancellation at
+ * a deadline ends the I/O this waits for. */
 static gboolean
 kv_fs_tier_drain_jobs (KvSecondaryTier  *tier,
                        GError          **error)
@@ -1475,15 +1327,6 @@ stop_threads (KvFsTier *self)
   if (self->engine != NULL)
     kv_fs_engine_shutdown (self->engine);
   wait_jobs (self);
-  if (self->watchdog != NULL)
-    {
-      g_mutex_lock (&self->lock);
-      self->watchdog_stop = TRUE;
-      g_cond_broadcast (&self->cond);
-      g_mutex_unlock (&self->lock);
-      g_thread_join (self->watchdog);
-      self->watchdog = NULL;
-    }
   if (self->async_lookup != NULL)
     kv_async_lookup_shutdown (self->async_lookup);
 }
@@ -1801,9 +1644,6 @@ kv_fs_tier_initable_init (GInitable     *initable,
                    "vllm-identity is only used with layout=vllm (layout is kvtier)");
       return FALSE;
     }
-  if (self->clock == NULL)
-    self->clock = g_object_ref (kv_clock_get_default ());
-
   self->layout = kv_fs_layout_new (self->layout_kind, self->root, self->namespace_,
                                    self->block_size, self->vllm_identity, self->vllm_rank,
                                    error);
@@ -1874,9 +1714,6 @@ kv_fs_tier_initable_init (GInitable     *initable,
         kv_fs_spares_index_ready (self->spares);
     }
 
-  if (!kv_clock_is_manual (self->clock))
-    self->watchdog = g_thread_new ("kvtier-fs-watchdog", watchdog_main, self);
-
   self->initialized = TRUE;
   return TRUE;
 }
@@ -1911,9 +1748,7 @@ kv_fs_tier_finalize (GObject *object)
   g_clear_pointer (&self->spares, kv_fs_spares_free);
   g_clear_pointer (&self->index, kv_fs_index_free);
   g_clear_pointer (&self->layout, kv_fs_layout_free);
-  g_clear_object (&self->clock);
   g_ptr_array_unref (self->pending_misses);
-  g_ptr_array_unref (self->pending_negatives);
   g_free (self->o_direct);
   g_free (self->temp_marker);
   g_free (self->root);
@@ -1946,15 +1781,15 @@ kv_fs_tier_get_property (GObject    *object,
     case PROP_MAX_SIZE: g_value_set_uint64 (value, self->max_size); break;
     case PROP_PREALLOCATE: g_value_set_boolean (value, self->preallocate); break;
     case PROP_EVICTION: g_value_set_enum (value, self->eviction); break;
-    case PROP_DEADLINE_MS: g_value_set_uint (value, self->deadline_ms); break;
     case PROP_ENABLE_EVENTS: g_value_set_boolean (value, self->enable_events); break;
     case PROP_N_READ_THREADS: g_value_set_uint (value, self->n_read_threads); break;
     case PROP_N_WRITE_THREADS: g_value_set_uint (value, self->n_write_threads); break;
     case PROP_INFLIGHT_BYTES: g_value_set_uint64 (value, self->inflight_bytes); break;
     case PROP_QUEUE_DEPTH: g_value_set_uint (value, self->queue_depth); break;
-    case PROP_BREAKER_THRESHOLD: g_value_set_uint (value, self->breaker_threshold); break;
-    case PROP_PROBE_INTERVAL_MS: g_value_set_uint (value, self->probe_interval_ms); break;
-    case PROP_CLOCK: g_value_set_object (value, self->clock); break;
+    case PROP_PROBE_INTERVAL_MS:
+      g_value_set_uint (value, kv_circuit_breaker_get_open_ms (
+                          kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self))));
+      break;
     case PROP_VLLM_IDENTITY: g_value_set_string (value, self->vllm_identity); break;
     case PROP_VLLM_RANK: g_value_set_uint (value, self->vllm_rank); break;
     case PROP_ACTIVE_IO_ENGINE:
@@ -1989,15 +1824,15 @@ kv_fs_tier_set_property (GObject      *object,
     case PROP_MAX_SIZE: self->max_size = g_value_get_uint64 (value); break;
     case PROP_PREALLOCATE: self->preallocate = g_value_get_boolean (value); break;
     case PROP_EVICTION: self->eviction = g_value_get_enum (value); break;
-    case PROP_DEADLINE_MS: self->deadline_ms = g_value_get_uint (value); break;
     case PROP_ENABLE_EVENTS: self->enable_events = g_value_get_boolean (value); break;
     case PROP_N_READ_THREADS: self->n_read_threads = g_value_get_uint (value); break;
     case PROP_N_WRITE_THREADS: self->n_write_threads = g_value_get_uint (value); break;
     case PROP_INFLIGHT_BYTES: self->inflight_bytes = g_value_get_uint64 (value); break;
     case PROP_QUEUE_DEPTH: self->queue_depth = g_value_get_uint (value); break;
-    case PROP_BREAKER_THRESHOLD: self->breaker_threshold = g_value_get_uint (value); break;
-    case PROP_PROBE_INTERVAL_MS: self->probe_interval_ms = g_value_get_uint (value); break;
-    case PROP_CLOCK: g_set_object (&self->clock, g_value_get_object (value)); break;
+    case PROP_PROBE_INTERVAL_MS:
+      kv_circuit_breaker_set_open_ms (kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self)),
+                                      g_value_get_uint (value));
+      break;
     case PROP_VLLM_IDENTITY:
       g_free (self->vllm_identity);
       self->vllm_identity = g_value_dup_string (value);
@@ -2036,6 +1871,7 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   tier_class->shutdown = kv_fs_tier_shutdown;
   tier_class->register_metrics = kv_fs_tier_register_metrics;
   tier_class->get_stats = kv_fs_tier_get_stats;
+  tier_class->probe = kv_fs_tier_probe;
 
   /**
    * KvFsTier:root:
@@ -2159,14 +1995,6 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
                        KV_FS_EVICTION_LRU, CONSTRUCT_FLAGS);
 
   /**
-   * KvFsTier:deadline-ms:
-   *
-   * How long a job may take before it is reported failed.
-   */
-  properties[PROP_DEADLINE_MS] =
-    g_param_spec_uint ("deadline-ms", NULL, NULL, 1, G_MAXUINT, 5000, CONSTRUCT_FLAGS);
-
-  /**
    * KvFsTier:enable-events:
    *
    * Whether the tier reports stored and removed chunks as events.
@@ -2223,30 +2051,16 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
                        CONSTRUCT_FLAGS);
 
   /**
-   * KvFsTier:breaker-threshold:
-   *
-   * Failed jobs in a row (timeouts, I/O errors) that open the circuit
-   * breaker; 0 never opens it.
-   */
-  properties[PROP_BREAKER_THRESHOLD] =
-    g_param_spec_uint ("breaker-threshold", NULL, NULL, 0, G_MAXUINT, 5, CONSTRUCT_FLAGS);
-
-  /**
    * KvFsTier:probe-interval-ms:
    *
-   * How often an open breaker probes the roots.
+   * How often an open breaker probes the roots: the fs tier's name for
+   * [property@Kv.SecondaryTier:breaker-open-ms], kept for existing
+   * configurations. (`deadline-ms`, `breaker-threshold` and `clock` are
+   * the base class's properties; this tier's defaults are 5000 ms and 5.)
    */
   properties[PROP_PROBE_INTERVAL_MS] =
-    g_param_spec_uint ("probe-interval-ms", NULL, NULL, 0, G_MAXUINT, 1000, CONSTRUCT_FLAGS);
-
-  /**
-   * KvFsTier:clock:
-   *
-   * The clock for deadlines and probes (tests pass a manual clock);
-   * %NULL means the default clock.
-   */
-  properties[PROP_CLOCK] =
-    g_param_spec_object ("clock", NULL, NULL, KV_TYPE_CLOCK, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("probe-interval-ms", NULL, NULL, 0, G_MAXUINT, 1000,
+                       G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   /**
    * KvFsTier:vllm-identity:
@@ -2285,18 +2099,17 @@ kv_fs_tier_init (KvFsTier *self)
 {
   g_mutex_init (&self->lock);
   g_cond_init (&self->cond);
-  g_queue_init (&self->inflight);
   self->namespace_ = g_strdup ("default");
   self->verify = TRUE;
-  self->deadline_ms = 5000;
+  /* this tier's defaults for the base class's liveness knobs */
+  kv_secondary_tier_set_deadline_ms (KV_SECONDARY_TIER (self), 5000);
+  kv_circuit_breaker_set_failure_threshold (
+    kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self)), 5);
   self->n_read_threads = 16;
   self->n_write_threads = 16;
   self->inflight_bytes = KV_FS_DEFAULT_INFLIGHT_BYTES;
   self->queue_depth = KV_FS_DEFAULT_QUEUE_DEPTH;
-  self->breaker_threshold = 5;
-  self->probe_interval_ms = 1000;
   self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
-  self->pending_negatives = g_ptr_array_new_with_free_func ((GDestroyNotify) negative_free);
   self->temp_tag = ((guint64) g_random_int () << 32) | g_random_int ();
   self->temp_marker = g_strdup_printf ("_%016" G_GINT64_MODIFIER "x-", self->temp_tag);
 }
@@ -2325,9 +2138,16 @@ guint64
 kv_fs_tier_get_counter (KvFsTier    *self,
                         KvFsCounter  counter)
 {
+  KvSecondaryTier *tier = KV_SECONDARY_TIER (self);
+
   g_return_val_if_fail (KV_IS_FS_TIER (self), 0);
   g_return_val_if_fail (counter < KV_FS_N_COUNTERS, 0);
 
+  /* Deadlines and the breaker are the base class's. */
+  if (counter == KV_FS_COUNTER_TIMEOUTS)
+    return kv_secondary_tier_get_n_expired_jobs (tier);
+  if (counter == KV_FS_COUNTER_BREAKER_TRIPS)
+    return kv_circuit_breaker_get_n_trips (kv_secondary_tier_get_circuit_breaker (tier));
   return __atomic_load_n (&self->counters[counter], __ATOMIC_RELAXED);
 }
 
@@ -2367,7 +2187,8 @@ gboolean
 kv_fs_tier_is_breaker_open (KvFsTier *self)
 {
   g_return_val_if_fail (KV_IS_FS_TIER (self), FALSE);
-  return g_atomic_int_get (&self->breaker_open);
+  return kv_circuit_breaker_get_state (
+           kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self))) != KV_CIRCUIT_STATE_CLOSED;
 }
 
 gboolean

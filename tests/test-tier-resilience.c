@@ -900,6 +900,60 @@ test_primary_held_slots (void)
   kv_key_unref (keys[1]);
 }
 
+/* ---- configuration ---------------------------------------------------------- */
+
+/* The knobs are properties of the base class, so a configuration file
+ * sets them for any tier type, and a bad value is refused with the key
+ * named. */
+static void
+test_config_sets_knobs (void)
+{
+  g_autoptr(KvTierRegistry) registry = kv_tier_registry_new ();
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvTieringManager) manager = NULL;
+  g_autoptr(GError) error = NULL;
+  KvSecondaryTier *tier;
+  guint deadline = 0, threshold = 0, open_ms = 0;
+  const char *text =
+    "[primary]\n"
+    "size = 64KiB\n"
+    "slot-size = 4KiB\n"
+    "[tier slow]\n"
+    "type = hung\n"
+    "deadline-ms = 250\n"
+    "breaker-threshold = 3\n"
+    "breaker-open-ms = 700\n";
+
+  g_assert_true (kv_tier_registry_register_tier_type (registry, "hung", TEST_TYPE_HUNG_TIER, NULL));
+  config = kv_config_new_from_data (registry, text, -1, "resilience.conf", &error);
+  g_assert_no_error (error);
+  manager = kv_config_create_manager (config, &error);
+  g_assert_no_error (error);
+  tier = kv_tiering_manager_get_tier (manager, 0);
+  g_object_get (tier, "deadline-ms", &deadline, "breaker-threshold", &threshold,
+                "breaker-open-ms", &open_ms, NULL);
+  g_assert_cmpuint (deadline, ==, 250);
+  g_assert_cmpuint (threshold, ==, 3);
+  g_assert_cmpuint (open_ms, ==, 700);
+  g_assert_cmpuint (kv_circuit_breaker_get_open_ms (kv_secondary_tier_get_circuit_breaker (tier)), ==, 700);
+  g_assert_true (kv_tiering_manager_shutdown (manager, &error));
+  g_assert_no_error (error);
+  g_clear_object (&config);
+
+  config = kv_config_new_from_data (registry,
+                                    "[primary]\nsize = 64KiB\nslot-size = 4KiB\n"
+                                    "[tier slow]\ntype = hung\ndeadline-ms = -5\n",
+                                    -1, "bad.conf", &error);
+  if (config != NULL)
+    {
+      g_autoptr(KvTieringManager) bad = kv_config_create_manager (config, &error);
+
+      g_assert_null (bad);
+    }
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error->message, "deadline-ms"));
+}
+
 int
 main (int argc, char **argv)
 {
@@ -919,6 +973,7 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/resilience/breaker/no-cascade", test_breaker_no_cascade);
   g_test_add_func ("/kvtier/resilience/negative-cache", test_negative_cache);
   g_test_add_func ("/kvtier/resilience/primary-held-slots", test_primary_held_slots);
+  g_test_add_func ("/kvtier/resilience/config-sets-knobs", test_config_sets_knobs);
 
   return g_test_run ();
 }

@@ -19,6 +19,23 @@
  *
  * The default get_finished_jobs() and take_events() of KvSecondaryTier
  * drain what the workers queued, so the tier does not implement them.
+ *
+ * What it does not write either, because KvSecondaryTier does it for
+ * every tier (doc/writing-a-tier.md, "Inherited liveness"):
+ *
+ *  - deadlines: with `deadline-ms = 2000` in its [tier] section, a job not
+ *    reported within 2 s is reported failed by the library's watchdog and
+ *    the worker's later report is dropped (kvtier:tier_late_completions);
+ *  - the circuit breaker: `breaker-threshold = 5` failed jobs in a row
+ *    make lookups answer MISS and jobs fail at once without reaching the
+ *    tier, for `breaker-open-ms = 1000`; a tier with a cheap health check
+ *    implements the optional probe vfunc to close it (this one has nothing
+ *    to check: after the interval the next job decides);
+ *  - the per-request negative cache of failed loads.
+ *
+ * A tier whose I/O can outlive a deadline passes
+ * kv_secondary_tier_get_job_cancellable() to it; this one only copies
+ * memory, which always finishes.
  */
 
 typedef struct
@@ -66,6 +83,12 @@ static GParamSpec *properties[N_PROPS];
  * [method@Kv.SecondaryTier.complete_job]. Subclasses can wrap the
  * worker-thread hooks `run_store` and `run_load` of
  * [struct@Kv.ExampleTierClass].
+ *
+ * Like every tier it takes the liveness settings of its base class:
+ * [property@Kv.SecondaryTier:deadline-ms] (0 here: memory copies always
+ * finish), [property@Kv.SecondaryTier:breaker-threshold] and
+ * [property@Kv.SecondaryTier:breaker-open-ms], settable from its
+ * configuration section.
  */
 G_DEFINE_TYPE_WITH_PRIVATE (KvExampleTier, kv_example_tier, KV_TYPE_SECONDARY_TIER)
 

@@ -2206,8 +2206,9 @@ kv_secondary_tier_complete_probe (KvSecondaryTier *self,
  * the tier shuts down without having reported it). Pass it to the job's
  * I/O (GIO calls take it as they are), or connect to
  * [signal@Gio.Cancellable::cancelled] to abort it; the handler runs on the
- * watchdog's thread. A store cancelled this way must not be published:
- * the manager has released its slots. Any thread.
+ * watchdog's thread (so JavaScript tiers only pass it to GIO calls, whose
+ * callbacks come back on the main context). A store cancelled this way
+ * must not be published: the manager has released its slots. Any thread.
  *
  * Returns: (transfer full) (nullable): the job's cancellable, or %NULL
  *   when @job is not in flight (already reported, or not submitted through

@@ -159,6 +159,16 @@ static guint signals[N_SIGNALS];
  * with %KV_TIER_ERROR_CLOSED, and turns a vfunc that returns %FALSE
  * without setting an error (an exception swallowed by a binding) into
  * %KV_TIER_ERROR_FAILED.
+ *
+ * The invokers also keep every tier live, whatever its language: a job
+ * not reported within [property@Kv.SecondaryTier:deadline-ms] is reported
+ * failed by the library's one watchdog thread and the tier's later report
+ * is dropped; a [class@Kv.CircuitBreaker] opened by
+ * [property@Kv.SecondaryTier:breaker-threshold] failures in a row answers
+ * lookups with %KV_LOOKUP_RESULT_MISS and fails jobs without calling the
+ * tier until [vfunc@Kv.SecondaryTier.probe] (or, without one, the next
+ * job) finds it healthy; and the keys of a failed load that did not land
+ * answer %KV_LOOKUP_RESULT_MISS to that request from then on.
  */
 G_DEFINE_ABSTRACT_TYPE_WITH_PRIVATE (KvSecondaryTier, kv_secondary_tier, G_TYPE_OBJECT)
 

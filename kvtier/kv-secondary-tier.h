@@ -67,7 +67,10 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  * @serve_external_requests: once per step, before promotions are submitted.
  * @on_schedule_end: once per step, after promotions are submitted.
  * @drain_jobs: block until every submitted job has been reported with
- *   [method@Kv.SecondaryTier.complete_job]. Required.
+ *   [method@Kv.SecondaryTier.complete_job]. The default is
+ *   [method@Kv.SecondaryTier.wait_jobs], which the deadline bounds; an
+ *   override ends with it. Not called for a tier that left a job
+ *   unanswered past its deadline.
  * @shutdown: release threads and connections; every job is reported first.
  * @job_finished: class closure of [signal@Kv.SecondaryTier::job-finished].
  * @register_metrics: add the definitions of the tier's own metrics to
@@ -82,6 +85,13 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  *
  * The virtual methods of a secondary tier. Every one runs on the owner
  * thread (the thread that drives the [class@Kv.TieringManager]).
+ *
+ * Slots after a deadline ([property@Kv.SecondaryTier:deadline-ms]): a load
+ * failed at its deadline keeps its primary slots out of use until the tier
+ * reports it, since the tier may still write them; a store failed at its
+ * deadline has its slots released at once, so the tier must not publish
+ * it (its job cancellable, [method@Kv.SecondaryTier.get_job_cancellable],
+ * is cancelled then).
  */
 struct _KvSecondaryTierClass
 {

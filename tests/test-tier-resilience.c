@@ -604,6 +604,97 @@ test_one_watchdog (void)
   g_ptr_array_unref (tiers);
 }
 
+/* Completions racing their deadline from worker threads: every job is
+ * reported exactly once (by the tier or by the deadline), and every
+ * answer that lost the race is counted late. */
+typedef struct
+{
+  KvSecondaryTier *tier;
+  GMutex           lock;
+  GCond            cond;
+  guint            n_done;
+} RaceContext;
+
+static void
+race_worker (gpointer data,
+             gpointer user_data)
+{
+  KvTransferJob *job = data;
+  RaceContext *ctx = user_data;
+  g_autoptr(KvJobResult) result = kv_job_result_new (kv_transfer_job_get_id (job), TRUE);
+
+  g_usleep (g_random_int_range (0, 4000));
+  kv_secondary_tier_complete_job (ctx->tier, result);
+  kv_transfer_job_unref (job);
+  g_mutex_lock (&ctx->lock);
+  ctx->n_done++;
+  g_cond_signal (&ctx->cond);
+  g_mutex_unlock (&ctx->lock);
+}
+
+static void
+test_race_exactly_once (void)
+{
+  const guint n_jobs = 400;
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (N_SLOTS, SLOT, NULL);
+  g_autoptr(KvSecondaryTier) tier = g_object_new (TEST_TYPE_HUNG_TIER, "primary", buffer,
+                                                  "deadline-ms", 2, NULL);
+  g_autoptr(KvRequest) request = kv_request_new ("race", NULL);
+  g_autoptr(KvKey) key = make_key (40);
+  g_autofree guint8 *seen = g_new0 (guint8, n_jobs + 1);
+  RaceContext ctx = { tier, { 0 }, { 0 }, 0 };
+  GThreadPool *pool = g_thread_pool_new (race_worker, &ctx, 32, FALSE, NULL);
+  guint n_results = 0, n_ok = 0;
+  guint32 slot = 0;
+
+  g_mutex_init (&ctx.lock);
+  g_cond_init (&ctx.cond);
+  for (guint i = 1; i <= n_jobs; i++)
+    {
+      g_autoptr(KvTransferJob) job = kv_transfer_job_new (i, &key, &slot, 1, FALSE, request);
+
+      g_assert_true (kv_secondary_tier_submit_store (tier, job, NULL));
+      g_ptr_array_set_size (hung (tier)->pending, 0);
+      g_thread_pool_push (pool, kv_transfer_job_ref (job), NULL);
+      /* batches of 32, one worker each: answers land around the deadline */
+      if (i % 32 == 0 || i == n_jobs)
+        {
+          g_mutex_lock (&ctx.lock);
+          while (ctx.n_done < i)
+            g_cond_wait (&ctx.cond, &ctx.lock);
+          g_mutex_unlock (&ctx.lock);
+        }
+    }
+  kv_secondary_tier_wait_jobs (tier);
+
+  {
+    KvJobResult **results = kv_secondary_tier_get_finished_jobs (tier);
+
+    for (; results[n_results] != NULL; n_results++)
+      {
+        guint64 id = kv_job_result_get_job_id (results[n_results]);
+
+        g_assert_cmpuint (id, >=, 1);
+        g_assert_cmpuint (id, <=, n_jobs);
+        g_assert_cmpuint (seen[id], ==, 0);
+        seen[id] = 1;
+        n_ok += kv_job_result_get_success (results[n_results]);
+        kv_job_result_unref (results[n_results]);
+      }
+    g_free (results);
+  }
+  g_assert_cmpuint (n_results, ==, n_jobs);
+  g_assert_cmpuint (n_ok + kv_secondary_tier_get_n_expired_jobs (tier), ==, n_jobs);
+  g_assert_cmpuint (kv_secondary_tier_get_n_late_completions (tier), ==,
+                    kv_secondary_tier_get_n_expired_jobs (tier));
+  g_test_message ("%u jobs: %u answered in time, %" G_GUINT64_FORMAT " failed at the deadline",
+                  n_jobs, n_ok, kv_secondary_tier_get_n_expired_jobs (tier));
+  g_thread_pool_free (pool, FALSE, TRUE);
+  g_mutex_clear (&ctx.lock);
+  g_cond_clear (&ctx.cond);
+  g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+}
+
 /* ---- circuit breaker ------------------------------------------------------ */
 
 static void
@@ -965,6 +1056,7 @@ main (int argc, char **argv)
                    test_unanswered_tier_not_drained);
   g_test_add_func ("/kvtier/resilience/deadline/answer-in-time", test_answer_in_time);
   g_test_add_func ("/kvtier/resilience/deadline/one-watchdog", test_one_watchdog);
+  g_test_add_func ("/kvtier/resilience/deadline/race-exactly-once", test_race_exactly_once);
   g_test_add_func ("/kvtier/resilience/breaker/probe", test_breaker_probe);
   g_test_add_func ("/kvtier/resilience/breaker/deadline-probe", test_breaker_deadline_probe);
   g_test_add_func ("/kvtier/resilience/breaker/half-open-without-probe",

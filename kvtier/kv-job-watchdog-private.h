@@ -5,10 +5,10 @@
 
 G_BEGIN_DECLS
 
-/* The library's one watchdog: a single thread, started on first use and
- * kept for the life of the process, that calls each registered client's
- * function once the client's next deadline (monotonic time, µs) has
- * passed. Every secondary tier is one client; it keeps its own jobs
+/* The library's one watchdog: a single thread, started by the first
+ * deadline and kept for the life of the process, that calls each
+ * registered client's function once the client's next deadline
+ * (monotonic time, µs) has passed. Every secondary tier is one client; it keeps its own jobs
  * ordered and tells the watchdog only its earliest deadline, so the
  * thread's work per wake-up is O(number of tiers), not O(jobs). */
 

@@ -74,8 +74,6 @@ _kv_job_watchdog_register (KvJobWatchdogClient *client,
   if (watchdog_clients == NULL)
     watchdog_clients = g_ptr_array_new ();
   g_ptr_array_add (watchdog_clients, client);
-  if (watchdog_thread == NULL)
-    watchdog_thread = g_thread_new ("kvtier-watchdog", watchdog_main, NULL);
   g_mutex_unlock (&watchdog_lock);
 }
 
@@ -107,6 +105,10 @@ _kv_job_watchdog_schedule (KvJobWatchdogClient *client,
       gboolean earlier = deadline_us < client->deadline;
 
       client->deadline = deadline_us;
+      /* Started by the first deadline: a process whose tiers have none
+       * never gets the thread. */
+      if (watchdog_thread == NULL && deadline_us != G_MAXINT64)
+        watchdog_thread = g_thread_new ("kvtier-watchdog", watchdog_main, NULL);
       /* A later deadline needs no wake-up: the thread wakes at the old
        * one and finds nothing due. */
       if (earlier)

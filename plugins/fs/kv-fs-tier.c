@@ -50,6 +50,7 @@ typedef struct
   guint8         *from_spare;   /* stores: TRUE where op->reuse_path is a spare file */
   guint8         *key_state;
   guint           n_outstanding;
+  gboolean        expired;      /* failed by its deadline; I/O may still run */
   gboolean        reported;
   gboolean        io_failure;   /* counts against the circuit breaker */
   gboolean        checksum_failed;
@@ -116,6 +117,7 @@ struct _KvFsTier
   GMutex           lock;
   GCond            cond;
   guint            n_live_jobs;
+  guint            n_expired_live;  /* of those, failed by their deadline */
   guint            n_deletes;       /* evictions whose unlink is in flight */
   GPtrArray       *pending_misses;  /* KvKey: verdicts to turn into MISS */
   gboolean         shut_down;
@@ -558,9 +560,13 @@ completion_deliver (KvFsTier   *self,
     kv_secondary_tier_complete_probe (KV_SECONDARY_TIER (self), c->probe_id, c->probe_ok);
   if (c->free_job != NULL)
     {
+      gboolean expired = c->free_job->expired;
+
       fs_job_free (c->free_job);
       g_mutex_lock (&self->lock);
       self->n_live_jobs--;
+      if (expired)
+        self->n_expired_live--;
       g_cond_broadcast (&self->cond);
       g_mutex_unlock (&self->lock);
     }
@@ -750,6 +756,13 @@ job_cancelled (GCancellable *cancellable,
     }
   /* Held until the cancellations below are done. */
   fj->refs++;
+  if (!fj->expired)
+    {
+      /* drain_jobs() no longer waits for it (see kv_fs_tier_drain_jobs) */
+      fj->expired = TRUE;
+      self->n_expired_live++;
+      g_cond_broadcast (&self->cond);
+    }
   g_mutex_unlock (&self->lock);
 
   ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
@@ -1289,23 +1302,25 @@ kv_fs_tier_get_stats (KvSecondaryTier *tier)
 /* Blocks until every job is reported and no op touches the primary (and
  * the files of evicted chunks are gone, so that the tier is settled). */
 static void
-wait_jobs (KvFsTier *self)
+wait_jobs (KvFsTier *self,
+           gboolean  expired_too)
 {
   g_mutex_lock (&self->lock);
-  while (self->n_live_jobs > 0 || self->n_deletes > 0)
+  while (self->n_live_jobs - (expired_too ? 0 : self->n_expired_live) > 0 || self->n_deletes > 0)
     g_cond_wait (&self->cond, &self->lock);
   g_mutex_unlock (&self->lock);
 }
 
-/* The base class waits for the jobs it tracks, which their deadlines
- * bound, and calls this only while the tier answers; the cancellation at
- * a deadline ends the I/O this waits for. */
+/* Waits for the jobs and deletes in flight, except those whose deadline
+ * failed them: an op stuck in the kernel must not hang the engine. Their
+ * ops were aborted (a store does not publish) and the manager keeps a
+ * failed load's slots until the op returns and reports, late. */
 static gboolean
 kv_fs_tier_drain_jobs (KvSecondaryTier  *tier,
                        GError          **error)
 {
-  wait_jobs (KV_FS_TIER (tier));
-  return TRUE;
+  wait_jobs (KV_FS_TIER (tier), FALSE);
+  return KV_SECONDARY_TIER_CLASS (kv_fs_tier_parent_class)->drain_jobs (tier, error);
 }
 
 static void
@@ -1326,7 +1341,7 @@ stop_threads (KvFsTier *self)
    * finish, then the engine's threads stop. */
   if (self->engine != NULL)
     kv_fs_engine_shutdown (self->engine);
-  wait_jobs (self);
+  wait_jobs (self, TRUE);
   if (self->async_lookup != NULL)
     kv_async_lookup_shutdown (self->async_lookup);
 }

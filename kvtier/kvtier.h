@@ -40,5 +40,8 @@
 #include "kv-config.h"
 /* issue 12 */
 #include "kv-circuit-breaker.h"
+/* issue 12: the engine-facing connector */
+#include "kv-prefix-lookup.h"
+#include "kv-connector.h"
 
 #undef KVTIER_INSIDE

@@ -145,16 +145,15 @@ kv_device_real_get_finished (KvDevice *self)
   GPtrArray *out;
   guint64 counter;
 
-  /* Reset the wake-up first: a result queued after the read writes the
-   * descriptor again, so it is never lost. */
+  /* complete_job() queues and writes under the lock: reset and take
+   * together, so the descriptor is readable exactly while results wait. */
+  g_mutex_lock (&priv->lock);
   if (priv->wakeup_fd >= 0)
     {
       ssize_t r G_GNUC_UNUSED;
 
       r = read (priv->wakeup_fd, &counter, sizeof counter);
     }
-
-  g_mutex_lock (&priv->lock);
   out = g_steal_pointer (&priv->finished);
   priv->finished = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
   g_mutex_unlock (&priv->lock);
@@ -958,21 +957,22 @@ kv_device_complete_job (KvDevice    *self,
   g_mutex_lock (&priv->lock);
   known = g_hash_table_remove (priv->in_flight, &job_id);
   if (known)
-    g_ptr_array_add (priv->finished, kv_job_result_ref (result));
+    {
+      g_ptr_array_add (priv->finished, kv_job_result_ref (result));
+      /* Before waking wait(): whoever it returns to sees the descriptor
+       * readable, and a get_finished() that took this result cannot be
+       * followed by a stale wake-up for it. */
+      if (priv->wakeup_fd >= 0)
+        {
+          ssize_t w G_GNUC_UNUSED;
+
+          w = write (priv->wakeup_fd, &one, sizeof one);
+        }
+    }
   g_cond_broadcast (&priv->cond);
   g_mutex_unlock (&priv->lock);
 
   if (!known)
-    {
-      g_critical ("%s: job %" G_GUINT64_FORMAT " was reported but is not in"
-                  " flight", G_OBJECT_TYPE_NAME (self), job_id);
-      return;
-    }
-
-  if (priv->wakeup_fd >= 0)
-    {
-      ssize_t w G_GNUC_UNUSED;
-
-      w = write (priv->wakeup_fd, &one, sizeof one);
-    }
+    g_critical ("%s: job %" G_GUINT64_FORMAT " was reported but is not in"
+                " flight", G_OBJECT_TYPE_NAME (self), job_id);
 }

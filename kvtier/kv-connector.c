@@ -75,6 +75,7 @@ struct _KvConnector
 
   Counters          counters;
   guint64           total_mgr_ns;
+  guint64           total_lookup_ns;
   guint64           total_lookups;
 };
 
@@ -599,6 +600,7 @@ kv_connector_lookup (KvConnector    *self,
     }
   dt = now_ns () - t0;
   kv_connector_add_manager_time (self, dt);
+  self->total_lookup_ns += dt;
   n_looked = MIN (stop + 1, n_keys) - n_device;
   self->counters.lookups += n_looked;
   self->total_lookups += n_looked;
@@ -1251,6 +1253,23 @@ kv_connector_get_manager_time (KvConnector *self)
 {
   g_return_val_if_fail (KV_IS_CONNECTOR (self), 0);
   return self->total_mgr_ns / 1e9;
+}
+
+/**
+ * kv_connector_get_lookup_time:
+ * @self: a connector
+ *
+ * Gets the seconds spent inside the manager's lookups (tier lookups
+ * included) since the connector was created: part of
+ * [method@Kv.Connector.get_manager_time].
+ *
+ * Returns: seconds
+ */
+gdouble
+kv_connector_get_lookup_time (KvConnector *self)
+{
+  g_return_val_if_fail (KV_IS_CONNECTOR (self), 0);
+  return self->total_lookup_ns / 1e9;
 }
 
 /**

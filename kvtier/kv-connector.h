@@ -92,6 +92,8 @@ KvMetricRegistry *kv_connector_create_metric_registry (KvConnector     *self,
 KVTIER_AVAILABLE_IN_ALL
 gdouble           kv_connector_get_manager_time    (KvConnector        *self);
 KVTIER_AVAILABLE_IN_ALL
+gdouble           kv_connector_get_lookup_time     (KvConnector        *self);
+KVTIER_AVAILABLE_IN_ALL
 guint64           kv_connector_get_n_manager_lookups (KvConnector      *self);
 
 KVTIER_AVAILABLE_IN_ALL

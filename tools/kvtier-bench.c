@@ -22,10 +22,13 @@
  * promotion and the device, the rest is "computed" (written into device
  * memory) and stored (device → primary, then the cascade to every tier).
  * The device is small enough that chunks fall out of it, which is what
- * offloading is for. Every step ends with kv_tiering_manager_on_schedule_end().
+ * offloading is for. Everything below the engine's own block table goes
+ * through a KvConnector, as an engine's would; every step ends with
+ * kv_connector_end_step().
  *
  * Arrival times only order the requests (a closed loop: the next request is
- * admitted as soon as there is room). Every manager call is timed.
+ * admitted as soon as there is room). The connector times every manager
+ * call.
  */
 
 /* A request whose prefix is still on its way waits; after this long it
@@ -34,13 +37,12 @@
 #define MAX_DEFER_NS (G_GINT64_CONSTANT (30) * 1000000000)
 #define MIB (1024.0 * 1024.0)
 
+/* The connector's chunk sources: device, primary, then each tier. */
 enum {
-  SOURCE_DEVICE,
-  SOURCE_PRIMARY,
-  SOURCE_TIER0,   /* SOURCE_TIER0 + i: secondary tier i */
+  SOURCE_DEVICE = KV_CHUNK_SOURCE_DEVICE,
+  SOURCE_PRIMARY = KV_CHUNK_SOURCE_PRIMARY,
+  SOURCE_TIER0 = KV_CHUNK_SOURCE_TIER,   /* SOURCE_TIER0 + i: secondary tier i */
 };
-
-#define SOURCE_UNKNOWN G_MAXUINT8
 
 typedef struct _Chunk Chunk;
 
@@ -66,7 +68,6 @@ typedef struct
   char              *id;
   const ToolRequest *spec;
   Chunk            **chunks;
-  guint8            *source;     /* per chunk, the first place it was found */
   KvRequest         *request;
   ReqState           state;
   gboolean           announced;
@@ -77,12 +78,12 @@ typedef struct
   gboolean           load_failed;
 } Req;
 
+/* The chunks of a store in flight: their device blocks stay put until the
+ * connector reports the transfer. */
 typedef struct
 {
-  Chunk     **chunks;   /* keys_to_store, in order */
-  KvKey     **keys;
+  Chunk     **chunks;
   guint       n;
-  KvRequest  *request;  /* the request that stored them */
 } StoreJob;
 
 typedef struct
@@ -121,6 +122,7 @@ typedef struct
   KvTieringManager  *manager;
   KvPrimaryTier     *primary;
   KvDevice          *device;
+  KvConnector       *connector;
   KvHostDevice      *host;        /* the device, when it is a host device */
   char              *temp_root;   /* the default fs tier's directory */
   char              *tier_note;   /* why the default tier is not fs */
@@ -157,7 +159,7 @@ typedef struct
   guint64  lookups;
   guint64 *hits;           /* per source */
   guint64  misses;
-  guint64  manager_lookups;
+  guint64  manager_lookups;   /* chunks looked up in the manager */
   guint64  deferrals;
   guint64  deferral_timeouts;
   guint64  tokens_prompt;
@@ -169,10 +171,7 @@ typedef struct
   guint64  verify_mismatches;
   guint64  transfer_failures;  /* device jobs that failed */
   GError  *failure;            /* why a request could not be scheduled */
-  guint64  dev_bytes[2];   /* [KvDeviceDirection] */
-  gdouble  dev_time[2];
-  guint64  dev_jobs[2];
-  KvStats *stats;          /* everything the manager reported */
+  KvStats *stats;          /* everything the connector reported */
 
   /* steps */
   guint64  steps;
@@ -183,7 +182,7 @@ typedef struct
   GArray  *busy_mgr_ns;    /* gint64 per step that looked up chunks */
   GArray  *busy_lookups;   /* guint64, same steps */
   gint64   mgr_ns_total;
-  gint64   lookup_ns_total;  /* inside kv_tiering_manager_lookup only */
+  gint64   lookup_ns_total;  /* inside the manager's lookups only */
   gint64   start_ns;
   gint64   end_ns;
   gint64   last_sample_ns;
@@ -199,19 +198,6 @@ now_ns (void)
   clock_gettime (CLOCK_MONOTONIC, &ts);
   return (gint64) ts.tv_sec * G_GINT64_CONSTANT (1000000000) + ts.tv_nsec;
 }
-
-/* Times a manager call into the step's manager time. */
-#define MGR(b, expr)                                \
-  ({ gint64 _t0 = now_ns ();                        \
-     __typeof__ (expr) _r = (expr);                 \
-     (b)->step_mgr_ns += now_ns () - _t0;           \
-     _r; })
-#define MGR_VOID(b, expr)                           \
-  G_STMT_START {                                    \
-    gint64 _t0 = now_ns ();                         \
-    expr;                                           \
-    (b)->step_mgr_ns += now_ns () - _t0;            \
-  } G_STMT_END
 
 /* ------------------------------------------------------------------------ */
 /* Chunks and the device prefix cache */
@@ -405,7 +391,6 @@ req_free (Req *req)
 {
   g_free (req->id);
   g_free (req->chunks);
-  g_free (req->source);
   g_clear_object (&req->request);
   g_free (req);
 }
@@ -414,8 +399,6 @@ static void
 store_job_free (StoreJob *job)
 {
   g_free (job->chunks);
-  g_free (job->keys);
-  g_clear_object (&job->request);
   g_free (job);
 }
 
@@ -430,8 +413,6 @@ req_new (Bench             *b,
   req->id = g_strdup_printf ("req-%u", index);
   req->spec = spec;
   req->chunks = g_new (Chunk *, MAX (spec->n_chunks, 1));
-  req->source = g_new (guint8, MAX (spec->n_chunks, 1));
-  memset (req->source, SOURCE_UNKNOWN, spec->n_chunks);
   for (guint i = 0; i < spec->n_chunks; i++)
     req->chunks[i] = intern_chunk (b, spec->ids[i]);
   req->request = kv_request_new (req->id, NULL);
@@ -450,25 +431,18 @@ keys_of (Chunk **chunks,
   return keys;
 }
 
+/* The request's loads landed (the connector released their primary
+ * slots): it runs, and finishes. */
 static void
 finish_request (Bench *b,
                 Req   *req)
 {
   guint n = req->spec->n_chunks;
 
-  if (req->loaded_to > req->loaded_from)
-    {
-      g_autofree KvKey **keys = keys_of (req->chunks + req->loaded_from,
-                                         req->loaded_to - req->loaded_from);
+  for (guint c = req->loaded_from; c < req->loaded_to && !req->load_failed; c++)
+    verify_chunk (b, req->chunks[c]);
 
-      MGR_VOID (b, kv_tiering_manager_complete_load (b->manager, keys,
-                                                     req->loaded_to - req->loaded_from,
-                                                     req->request));
-      for (guint c = req->loaded_from; c < req->loaded_to && !req->load_failed; c++)
-        verify_chunk (b, req->chunks[c]);
-    }
-
-  MGR_VOID (b, kv_tiering_manager_on_request_finished (b->manager, req->request));
+  kv_connector_finish_request (b->connector, req->request);
 
   /* The whole prompt is now the most recent thing on the device. */
   for (guint c = 0; c < n; c++)
@@ -483,17 +457,6 @@ finish_request (Bench *b,
   g_clear_object (&req->request);
 }
 
-static guint8
-find_tier (Bench *b,
-           Chunk *chunk,
-           Req   *req)
-{
-  for (guint t = 0; t < b->n_tiers; t++)
-    if (kv_secondary_tier_lookup (b->tiers[t], chunk->key, req->request) == KV_LOOKUP_RESULT_HIT)
-      return (guint8) (SOURCE_TIER0 + t);
-  return SOURCE_PRIMARY;
-}
-
 typedef enum {
   SCHEDULED,
   DEFERRED,
@@ -501,20 +464,68 @@ typedef enum {
   FAILED,     /* b->failure says why */
 } Outcome;
 
+/* Gives every chunk of @req that is not on the device a slot, evicting the
+ * least recent unpinned chunks, and pins the whole prompt; FALSE (nothing
+ * changed) when the device has no room. A chunk the prompt names twice
+ * gets one slot and one pin per occurrence. */
+static gboolean
+dev_claim (Bench *b,
+           Req   *req)
+{
+  guint n = req->spec->n_chunks;
+  g_autofree gboolean *fresh = g_new0 (gboolean, MAX (n, 1));
+  guint missing = 0;
+
+  /* A slot of -2 marks a missing chunk counted once. */
+  for (guint c = 0; c < n; c++)
+    {
+      Chunk *chunk = req->chunks[c];
+
+      if (chunk->slot >= 0)
+        pin (b, chunk);
+      else
+        {
+          fresh[c] = TRUE;
+          if (chunk->slot == -1)
+            {
+              chunk->slot = -2;
+              missing++;
+            }
+        }
+    }
+  if (b->free_slots->len + b->n_evictable < missing)
+    {
+      for (guint c = 0; c < n; c++)
+        if (!fresh[c])
+          unpin (b, req->chunks[c]);
+        else
+          req->chunks[c]->slot = -1;
+      return FALSE;
+    }
+  for (guint c = 0; c < n; c++)
+    if (fresh[c])
+      {
+        if (req->chunks[c]->slot == -2)
+          dev_allocate (b, req->chunks[c]);
+        else
+          pin (b, req->chunks[c]);
+      }
+  return TRUE;
+}
+
 static Outcome
 try_schedule (Bench *b,
               Req   *req)
 {
   guint n = req->spec->n_chunks;
-  g_autofree KvLookupResult *results = g_new (KvLookupResult, MAX (n, 1));
-  g_autofree KvLookupResult *before = g_new (KvLookupResult, MAX (n, 1));
-  guint i = 0, j, stop, c;
-  gboolean pending = FALSE;
-  gint64 t0;
+  g_autofree KvKey **keys = keys_of (req->chunks, n);
+  g_autoptr(KvPrefixLookup) lookup = NULL;
+  g_autoptr(GError) error = NULL;
+  guint i = 0, j, c;
 
   if (!req->announced)
     {
-      MGR_VOID (b, kv_tiering_manager_on_new_request (b->manager, req->request));
+      kv_connector_add_request (b->connector, req->request);
       req->announced = TRUE;
     }
 
@@ -522,44 +533,16 @@ try_schedule (Bench *b,
   while (i < n && req->chunks[i]->slot >= 0)
     i++;
 
-  /* 2. The manager, for the rest, up to the first miss. What the primary
-   * tier held before tells a promotion (a tier's hit) from a chunk already
-   * on its way into the primary tier; it is not manager time. */
-  for (c = i; c < n; c++)
-    before[c] = kv_primary_tier_lookup (b->primary, req->chunks[c]->key);
-  t0 = now_ns ();
-  for (stop = i; stop < n; stop++)
+  /* 2. The connector, for the rest: the manager up to the first miss. */
+  lookup = kv_connector_lookup (b->connector, req->request, keys, n, i, &error);
+  if (lookup == NULL)
     {
-      results[stop] = kv_tiering_manager_lookup (b->manager, req->chunks[stop]->key, req->request);
-      if (results[stop] == KV_LOOKUP_RESULT_MISS || results[stop] == KV_LOOKUP_RESULT_RETRY)
-        break;
+      g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error), "lookup of %s: ", req->id);
+      return FAILED;
     }
-  t0 = now_ns () - t0;
-  b->step_mgr_ns += t0;
-  b->lookup_ns_total += t0;
-  b->manager_lookups += MIN (stop + 1, n) - i;
-  b->step_lookups += MIN (stop + 1, n) - i;
-
-  /* [i, stop) answered HIT or HIT_PENDING; a RETRY at stop also defers. */
-  stop = MIN (stop, n);
-  for (j = i; j < stop; j++)
-    {
-      if (results[j] == KV_LOOKUP_RESULT_HIT_PENDING)
-        pending = TRUE;
-      if (req->source[j] == SOURCE_UNKNOWN)
-        {
-          if (results[j] == KV_LOOKUP_RESULT_HIT_PENDING && before[j] == KV_LOOKUP_RESULT_MISS)
-            {
-              req->source[j] = find_tier (b, req->chunks[j], req);
-            }
-          else
-            req->source[j] = SOURCE_PRIMARY;
-        }
-    }
-  if (stop < n && results[stop] == KV_LOOKUP_RESULT_RETRY)
-    pending = TRUE;
-
-  if (pending)
+  /* [i, j) is ready in the primary tier. */
+  j = i + kv_prefix_lookup_get_n_ready (lookup);
+  if (!kv_prefix_lookup_is_complete (lookup))
     {
       if (req->deferrals++ == 0)
         req->first_deferred_ns = now_ns ();
@@ -568,70 +551,32 @@ try_schedule (Bench *b,
         return DEFERRED;
       /* Waited long enough: load what is there, compute the rest. */
       b->deferral_timeouts++;
-      for (j = i; j < n && j < stop && results[j] == KV_LOOKUP_RESULT_HIT; j++)
-        ;
     }
 
   /* 3. Room on the device for the chunks not there yet. Chunks already
    * there (even after a gap in the prefix) keep their slot. */
-  {
-    guint missing = 0;
-
-    for (c = 0; c < n; c++)
-      if (req->chunks[c]->slot >= 0)
-        pin (b, req->chunks[c]);
-      else
-        missing++;
-    if (b->free_slots->len + b->n_evictable < missing)
-      {
-        for (c = 0; c < n; c++)
-          if (req->chunks[c]->slot >= 0)
-            unpin (b, req->chunks[c]);
-        return NO_ROOM;
-      }
-    for (c = 0; c < n; c++)
-      if (req->chunks[c]->slot < 0)
-        dev_allocate (b, req->chunks[c]);
-  }
+  if (!dev_claim (b, req))
+    return NO_ROOM;
 
   /* 4. Load the offloaded hits [i, j). */
   req->loaded_from = i;
   req->loaded_to = j;
-  if (j > i)
-    {
-      g_autoptr(GError) error = NULL;
-      g_autofree KvKey **keys = keys_of (req->chunks + i, j - i);
-      g_autofree guint32 *chunk_ids = NULL;
-      g_autofree guint32 *blocks = chunk_blocks (b, req->chunks + i, j - i);
-      guint n_ids = 0;
-      guint64 job;
+  {
+    g_autofree guint32 *blocks = chunk_blocks (b, req->chunks + i, j - i);
+    guint64 job = kv_connector_load (b->connector, lookup, blocks, (j - i) * b->bpc, &error);
 
-      chunk_ids = MGR (b, kv_tiering_manager_prepare_load (b->manager, keys, j - i, req->request,
-                                                           &n_ids, &error));
-      if (chunk_ids == NULL)
-        {
-          g_prefix_error (&error, "prepare_load of %s after its lookups hit: ", req->id);
-          g_propagate_error (&b->failure, g_steal_pointer (&error));
-          return FAILED;
-        }
-      g_assert (n_ids == j - i);
-      job = kv_device_submit_load (b->device, chunk_ids, j - i, blocks, (j - i) * b->bpc, &error);
-      if (job == 0)
-        {
-          g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error),
-                                      "device load of %s: ", req->id);
-          return FAILED;
-        }
+    if (job == 0 && error != NULL)
+      {
+        g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error), "load of %s: ", req->id);
+        return FAILED;
+      }
+    if (job != 0)
       g_hash_table_insert (b->load_jobs, g_memdup2 (&job, sizeof job), req);
-    }
+  }
 
   /* Recency for every chunk the request reuses, device hits included. */
   if (j > 0)
-    {
-      g_autofree KvKey **keys = keys_of (req->chunks, j);
-
-      MGR_VOID (b, kv_tiering_manager_touch (b->manager, keys, j, req->request));
-    }
+    kv_connector_touch (b->connector, req->request, keys, j);
 
   /* 5. Compute the rest, and store it: device → primary, then the cascade
    * when the copy is done. */
@@ -639,50 +584,27 @@ try_schedule (Bench *b,
     compute_chunk (b, req->chunks[c]);
   if (j < n)
     {
-      g_autoptr(GError) error = NULL;
-      g_autofree KvKey **keys = keys_of (req->chunks + j, n - j);
-      g_autoptr(KvPrepareStoreResult) result = NULL;
+      g_autofree guint32 *blocks = chunk_blocks (b, req->chunks + j, n - j);
+      guint64 job = kv_connector_store (b->connector, req->request, keys + j, n - j,
+                                        blocks, (n - j) * b->bpc, &error);
 
-      result = MGR (b, kv_tiering_manager_prepare_store (b->manager, keys, n - j,
-                                                         req->request, &error));
-      if (result == NULL)
+      if (job == 0 && g_error_matches (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE))
         b->store_refused += n - j;
-      else
+      else if (job == 0 && error != NULL)
         {
-          guint n_store = 0, n_ids = 0;
-          KvKey * const *to_store = kv_prepare_store_result_get_keys_to_store (result, &n_store);
-          const guint32 *chunk_ids = kv_prepare_store_result_get_chunk_ids (result, &n_ids);
+          g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error), "store of %s: ", req->id);
+          return FAILED;
+        }
+      else if (job != 0)
+        {
+          StoreJob *sj = g_new0 (StoreJob, 1);
 
-          if (n_store > 0)
-            {
-              StoreJob *sj = g_new0 (StoreJob, 1);
-              g_autofree guint32 *blocks = NULL;
-              guint64 job;
-
-              sj->n = n_store;
-              sj->request = g_object_ref (req->request);
-              sj->chunks = g_new (Chunk *, n_store);
-              sj->keys = g_new (KvKey *, n_store + 1);
-              for (guint k = 0; k < n_store; k++)
-                {
-                  sj->chunks[k] = g_hash_table_lookup (b->by_key, to_store[k]);
-                  g_assert (sj->chunks[k] != NULL);
-                  sj->keys[k] = sj->chunks[k]->key;
-                  pin (b, sj->chunks[k]);
-                }
-              sj->keys[n_store] = NULL;
-              blocks = chunk_blocks (b, sj->chunks, n_store);
-              job = kv_device_submit_store (b->device, blocks, n_store * b->bpc,
-                                            chunk_ids, n_ids, &error);
-              if (job == 0)
-                {
-                  g_propagate_prefixed_error (&b->failure, g_steal_pointer (&error),
-                                              "device store of %s: ", req->id);
-                  store_job_free (sj);
-                  return FAILED;
-                }
-              g_hash_table_insert (b->store_jobs, g_memdup2 (&job, sizeof job), sj);
-            }
+          /* The device reads these blocks until the store is reported. */
+          sj->n = n - j;
+          sj->chunks = g_memdup2 (req->chunks + j, sizeof (Chunk *) * sj->n);
+          for (guint k = 0; k < sj->n; k++)
+            pin (b, sj->chunks[k]);
+          g_hash_table_insert (b->store_jobs, g_memdup2 (&job, sizeof job), sj);
         }
     }
 
@@ -701,7 +623,7 @@ try_schedule (Bench *b,
         }
       else if (c < j)
         {
-          b->hits[req->source[c]]++;
+          b->hits[kv_prefix_lookup_get_source (lookup, c)]++;
           b->tokens_offload += tokens;
         }
       else
@@ -723,80 +645,44 @@ try_schedule (Bench *b,
 /* ------------------------------------------------------------------------ */
 /* Steps */
 
-static int
-compare_results (gconstpointer a,
-                 gconstpointer b)
-{
-  guint64 x = kv_job_result_get_job_id (*(KvJobResult * const *) a);
-  guint64 y = kv_job_result_get_job_id (*(KvJobResult * const *) b);
-
-  return x < y ? -1 : x > y;
-}
-
-/* Consumes device completions: finished loads release their requests,
- * finished stores complete in the manager (which cascades them). Loads
- * first, each kind in job order, so a --sync run is deterministic. */
+/* Takes the connector's finished transfers (loads first, each kind in job
+ * order, so a --sync run is deterministic): the connector has released the
+ * loads' primary slots and completed the stores in the manager (which
+ * cascades them); here finished loads release their requests and finished
+ * stores their device blocks. */
 static guint
 drain_device (Bench *b)
 {
-  KvJobResult **results = kv_device_get_finished (b->device);
-  g_autoptr(GPtrArray) loads = g_ptr_array_new ();
-  g_autoptr(GPtrArray) stores = g_ptr_array_new ();
+  KvJobResult **results = kv_connector_take_finished (b->connector);
   guint n = 0;
 
   for (KvJobResult **r = results; *r != NULL; r++, n++)
     {
       guint64 id = kv_job_result_get_job_id (*r);
-
-      g_ptr_array_add (g_hash_table_contains (b->load_jobs, &id) ? loads : stores, *r);
-    }
-  g_ptr_array_sort (loads, compare_results);
-  g_ptr_array_sort (stores, compare_results);
-
-  for (guint k = 0; k < loads->len; k++)
-    {
-      KvJobResult *result = g_ptr_array_index (loads, k);
-      guint64 id = kv_job_result_get_job_id (result);
+      gboolean ok = kv_job_result_get_success (*r);
       Req *req = g_hash_table_lookup (b->load_jobs, &id);
 
-      /* A failed load still releases its primary slots; the chunks it
-       * should have brought are not checked, and the run fails. */
-      if (!kv_job_result_get_success (result))
-        {
-          b->transfer_failures++;
-          req->load_failed = TRUE;
-        }
-      b->dev_bytes[KV_DEVICE_DIRECTION_TO_DEVICE] += MAX (kv_job_result_get_transfer_bytes (result), 0);
-      b->dev_time[KV_DEVICE_DIRECTION_TO_DEVICE] += kv_job_result_get_transfer_time (result);
-      b->dev_jobs[KV_DEVICE_DIRECTION_TO_DEVICE]++;
-      finish_request (b, req);
-      g_hash_table_remove (b->load_jobs, &id);
-    }
-
-  for (guint k = 0; k < stores->len; k++)
-    {
-      KvJobResult *result = g_ptr_array_index (stores, k);
-      guint64 id = kv_job_result_get_job_id (result);
-      StoreJob *sj = g_hash_table_lookup (b->store_jobs, &id);
-      gboolean ok = kv_job_result_get_success (result);
-
-      g_assert (sj != NULL);
-      b->dev_bytes[KV_DEVICE_DIRECTION_TO_PRIMARY] += MAX (kv_job_result_get_transfer_bytes (result), 0);
-      b->dev_time[KV_DEVICE_DIRECTION_TO_PRIMARY] += kv_job_result_get_transfer_time (result);
-      b->dev_jobs[KV_DEVICE_DIRECTION_TO_PRIMARY]++;
-
+      /* A failed transfer still releases what it held; the chunks a failed
+       * load should have brought are not checked, and the run fails. */
       if (!ok)
         b->transfer_failures++;
-      /* The chunks are in the primary tier now: the cascade starts here. */
-      MGR_VOID (b, kv_tiering_manager_complete_store (b->manager, sj->keys, sj->n,
-                                                      sj->request, ok));
-      for (guint k = 0; k < sj->n; k++)
-        unpin (b, sj->chunks[k]);
-      g_hash_table_remove (b->store_jobs, &id);
-    }
+      if (req != NULL)
+        {
+          req->load_failed = !ok;
+          finish_request (b, req);
+          g_hash_table_remove (b->load_jobs, &id);
+        }
+      else
+        {
+          StoreJob *sj = g_hash_table_lookup (b->store_jobs, &id);
 
-  for (KvJobResult **r = results; *r != NULL; r++)
-    kv_job_result_unref (*r);
+          g_assert (sj != NULL);
+          for (guint k = 0; k < sj->n; k++)
+            unpin (b, sj->chunks[k]);
+          g_hash_table_remove (b->store_jobs, &id);
+        }
+      kv_job_result_unref (*r);
+    }
   g_free (results);
   return n;
 }
@@ -842,12 +728,29 @@ stat_value (Bench      *b,
 #define STAT_WRITE_TIME "vllm:kv_offload_tiering_write_time"
 #define STAT_STORES_DROPPED "vllm:kv_offload_tiering_backpressure_stores_dropped"
 #define STAT_BLOCKS_DROPPED "vllm:kv_offload_tiering_backpressure_blocks_dropped"
+#define STAT_DEVICE_BYTES "vllm:kv_offload_total_bytes"
+#define STAT_DEVICE_TIME "vllm:kv_offload_total_time"
 
-/* Folds the manager's return-and-reset metrics into the run's totals. */
+/* A device path's metric: GPU_to_CPU (stores) or CPU_to_GPU (loads). */
+static gdouble
+device_stat (Bench      *b,
+             const char *name,
+             const char *transfer_type)
+{
+  const char *labels[] = { transfer_type, NULL };
+  gdouble value = 0;
+
+  if (b->stats == NULL || !kv_stats_lookup (b->stats, name, labels, &value))
+    return 0;
+  return value;
+}
+
+/* Folds the connector's return-and-reset metrics (the manager's, the
+ * tiers' and the device paths) into the run's totals. */
 static void
 collect_stats (Bench *b)
 {
-  g_autoptr(KvStats) stats = kv_tiering_manager_get_stats (b->manager);
+  g_autoptr(KvStats) stats = kv_connector_get_stats (b->connector);
 
   if (stats == NULL)
     return;
@@ -875,8 +778,8 @@ static void
 path_bytes (Bench   *b,
             guint64 *out)
 {
-  out[0] = b->dev_bytes[KV_DEVICE_DIRECTION_TO_PRIMARY];
-  out[1] = b->dev_bytes[KV_DEVICE_DIRECTION_TO_DEVICE];
+  out[0] = (guint64) device_stat (b, STAT_DEVICE_BYTES, "GPU_to_CPU");
+  out[1] = (guint64) device_stat (b, STAT_DEVICE_BYTES, "CPU_to_GPU");
   for (guint t = 0; t < b->n_tiers; t++)
     {
       out[2 + 2 * t] = (guint64) stat_value (b, STAT_WRITE_BYTES, t);
@@ -889,9 +792,9 @@ path_time (Bench *b,
            guint  path)
 {
   if (path == 0)
-    return b->dev_time[KV_DEVICE_DIRECTION_TO_PRIMARY];
+    return device_stat (b, STAT_DEVICE_TIME, "GPU_to_CPU");
   if (path == 1)
-    return b->dev_time[KV_DEVICE_DIRECTION_TO_DEVICE];
+    return device_stat (b, STAT_DEVICE_TIME, "CPU_to_GPU");
   return stat_value (b, (path % 2 == 0) ? STAT_WRITE_TIME : STAT_READ_TIME, (path - 2) / 2);
 }
 
@@ -1022,30 +925,19 @@ refill_waiting (Bench *b)
 static gboolean
 work_left (Bench *b)
 {
-  gboolean pending;
-
   if (b->n_done + b->n_skipped < b->reqs->len || b->waiting.length > 0)
     return TRUE;
-  if (g_hash_table_size (b->load_jobs) > 0 || g_hash_table_size (b->store_jobs) > 0)
-    return TRUE;
-  pending = MGR (b, kv_tiering_manager_has_pending_work (b->manager));
-  return pending;
+  return kv_connector_has_pending_work (b->connector);
 }
 
+/* Sleeps until a device transfer or a tier job finished. */
 static void
 wait_for_wakeup (Bench *b,
                  int    timeout_ms)
 {
-  struct pollfd fds[2];
-  nfds_t n = 0;
+  struct pollfd pfd = { kv_connector_get_wakeup_fd (b->connector), POLLIN, 0 };
 
-  fds[n].fd = kv_device_get_wakeup_fd (b->device);
-  fds[n++].events = POLLIN;
-  fds[n].fd = kv_tiering_manager_get_wakeup_fd (b->manager);
-  fds[n].events = POLLIN;
-  if (fds[n].fd >= 0)
-    n++;
-  (void) poll (fds, n, timeout_ms);
+  (void) poll (&pfd, 1, timeout_ms);
 }
 
 static gboolean
@@ -1065,8 +957,9 @@ run (Bench   *b,
       guint completions;
       guint admitted = 0;
       gboolean stop_admitting = FALSE;
-      g_autoptr(KvScheduleEnd) schedule_end = NULL;
       gint64 now;
+      gdouble mgr_s = kv_connector_get_manager_time (b->connector);
+      guint64 looked_up = kv_connector_get_n_manager_lookups (b->connector);
 
       b->step_mgr_ns = 0;
       b->step_lookups = 0;
@@ -1081,6 +974,7 @@ run (Bench   *b,
           Req *req = l->data;
 
           next = l->next;
+          b->step_lookups = kv_connector_get_n_manager_lookups (b->connector) - looked_up;
           if (b->lookups_per_step > 0 ? b->step_lookups >= (guint64) b->lookups_per_step
                                       : admitted >= (guint) b->batch)
             break;
@@ -1113,15 +1007,17 @@ run (Bench   *b,
 
       if (b->sync)
         {
-          if (!kv_device_wait_all (b->device, error))
+          if (!kv_connector_wait (b->connector, error))
             return FALSE;
           completions += drain_device (b);
         }
 
       g_ptr_array_add (b->new_ids, NULL);
-      schedule_end = kv_schedule_end_new ((const char * const *) b->new_ids->pdata, NULL);
+      kv_connector_end_step (b->connector, (const char * const *) b->new_ids->pdata, NULL);
       g_ptr_array_set_size (b->new_ids, b->new_ids->len - 1);
-      MGR_VOID (b, kv_tiering_manager_on_schedule_end (b->manager, schedule_end));
+      /* The step's manager time, from the connector's clock. */
+      b->step_mgr_ns = (gint64) ((kv_connector_get_manager_time (b->connector) - mgr_s) * 1e9);
+      b->step_lookups = kv_connector_get_n_manager_lookups (b->connector) - looked_up;
 
       if (b->sync)
         for (guint t = 0; t < b->n_tiers; t++)
@@ -1171,6 +1067,8 @@ run (Bench   *b,
     }
 
   b->end_ns = now_ns ();
+  b->manager_lookups = kv_connector_get_n_manager_lookups (b->connector);
+  b->lookup_ns_total = (gint64) (kv_connector_get_lookup_time (b->connector) * 1e9);
   take_sample (b, b->end_ns);
   if (progress)
     show_progress (b, b->end_ns, TRUE);
@@ -1389,6 +1287,9 @@ setup (Bench   *b,
     return FALSE;
   if (KV_IS_HOST_DEVICE (b->device))
     b->host = KV_HOST_DEVICE (b->device);
+  b->connector = kv_connector_new (b->manager, b->device, error);
+  if (b->connector == NULL)
+    return FALSE;
 
   b->bpc = kv_device_get_blocks_per_chunk (b->device);
   b->n_layers = kv_device_get_n_layers (b->device);
@@ -1447,18 +1348,28 @@ teardown (Bench *b)
   g_autoptr(GError) error = NULL;
   gint64 t0 = now_ns ();
 
-  if (b->device != NULL && !kv_device_shutdown (b->device, &error))
+  if (b->connector != NULL)
     {
-      g_printerr ("kvtier: device shutdown: %s\n", error->message);
-      g_clear_error (&error);
+      if (!kv_connector_shutdown (b->connector, &error))
+        g_printerr ("kvtier: shutdown: %s\n", error->message);
     }
-  if (b->manager != NULL && !kv_tiering_manager_shutdown (b->manager, &error))
-    g_printerr ("kvtier: manager shutdown: %s\n", error->message);
+  else
+    {
+      /* Setup failed before the connector: shut down what was made. */
+      if (b->device != NULL && !kv_device_shutdown (b->device, &error))
+        {
+          g_printerr ("kvtier: device shutdown: %s\n", error->message);
+          g_clear_error (&error);
+        }
+      if (b->manager != NULL && !kv_tiering_manager_shutdown (b->manager, &error))
+        g_printerr ("kvtier: manager shutdown: %s\n", error->message);
+    }
   g_debug ("shutdown took %.2f s", (now_ns () - t0) / 1e9);
 
   g_clear_pointer (&b->reqs, g_ptr_array_unref);
   g_clear_pointer (&b->load_jobs, g_hash_table_unref);
   g_clear_pointer (&b->store_jobs, g_hash_table_unref);
+  g_clear_object (&b->connector);
   g_clear_object (&b->device);
   g_clear_object (&b->primary);
   g_clear_object (&b->manager);

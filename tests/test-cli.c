@@ -206,6 +206,48 @@ test_bench_bad_input (void)
   assert_contains (r.err, "a chunk of 12288 bytes does not split into 5 layers");
 }
 
+/* Issue 13 item 4: a prompt may name a chunk twice. [7, 7] is stored once
+ * (one device slot, one primary slot) and, after [5, 6] pushed it off the
+ * two-chunk device, loaded back from the primary tier into both places. */
+static void
+test_bench_repeated_ids (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autofree char *trace = write_temp ("repeated-trace.jsonl",
+                                       "{\"timestamp\": 0, \"input_length\": 1024, \"hash_ids\": [7, 7]}\n"
+                                       "{\"timestamp\": 1, \"input_length\": 1024, \"hash_ids\": [5, 6]}\n"
+                                       "{\"timestamp\": 2, \"input_length\": 1024, \"hash_ids\": [7, 7]}\n");
+  g_autofree char *json = g_build_filename (g_get_tmp_dir (), "repeated.json", NULL);
+  JsonObject *root, *hits, *paths;
+
+  run_kvtier (&r, NULL, "bench", "--trace", trace, "--chunk-size", "16KiB", "--layers", "2",
+              "--gpu-size", "32KiB", "--prefill-rate", "0", "--sync", "--batch", "1",
+              "--no-progress", "--quiet", "--json", json, NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_cmpstr (r.err, ==, "");
+  g_assert_true (json_parser_load_from_file (parser, json, &error));
+  g_assert_no_error (error);
+  root = json_node_get_object (json_parser_get_root (parser));
+  hits = json_object_get_object_member (root, "hits");
+  g_assert_cmpint (json_object_get_int_member (root, "requests"), ==, 3);
+  g_assert_cmpint (json_object_get_int_member (root, "lookups"), ==, 6);
+  g_assert_cmpint (json_object_get_int_member (hits, "device"), ==, 0);
+  g_assert_cmpint (json_object_get_int_member (hits, "primary"), ==, 2);
+  g_assert_cmpint (json_object_get_int_member (root, "misses"), ==, 4);
+  g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (root, "verify"),
+                                               "mismatches"), ==, 0);
+  g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (root, "verify"),
+                                               "chunks"), ==, 2);
+  paths = json_object_get_object_member (root, "paths");
+  /* three distinct chunks stored, one of them loaded twice */
+  g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (paths, "device_to_primary"),
+                                               "bytes"), ==, 3 * 16384);
+  g_assert_cmpint (json_object_get_int_member (json_object_get_object_member (paths, "primary_to_device"),
+                                               "bytes"), ==, 2 * 16384);
+}
+
 static void
 test_bench_synthetic (void)
 {
@@ -546,6 +588,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/bench/usage-errors", test_bench_usage_errors);
   g_test_add_func ("/kvtier/cli/bench/bad-input", test_bench_bad_input);
   g_test_add_func ("/kvtier/cli/bench/synthetic", test_bench_synthetic);
+  g_test_add_func ("/kvtier/cli/bench/repeated-ids", test_bench_repeated_ids);
   g_test_add_func ("/kvtier/cli/plugins", test_plugins);
   g_test_add_func ("/kvtier/cli/config-check", test_config_check);
   g_test_add_func ("/kvtier/cli/inspect-fs", test_inspect_fs);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
+#include <string.h>
+
 #include <kvtier.h>
 
 #include "kv-fault-tier.h"
@@ -14,6 +16,11 @@
  * the field report's situation (GPU→CPU 10 GB/s, CPU→fs 79 MB/s). Each step
  * one returning request also asks for 8 chunks it stored long ago and the
  * tier holds; those are promoted and loaded.
+ *
+ * The "GPU" is a host device driven through a KvConnector, as an engine
+ * would: computed chunks are copied from device blocks into primary slots
+ * (and cascade when the copy is reported), loads copy slots into device
+ * blocks.
  *
  * The same run drives two managers for DURATION seconds each: one whose
  * tier has no detector, one whose tier has an EMA detector (LOCAL presets,
@@ -31,14 +38,24 @@
 #define STORE_DELAY_US  50000
 #define RETURN_AGE      64            /* returning requests re-read chunks this many steps old, at least */
 #define GIVE_UP_STEPS   200
+#define N_DEVICE_BLOCKS 512           /* 128 MiB of simulated device memory */
 
 typedef struct
 {
   KvRequest *request;
   GPtrArray *keys;          /* KvKey still wanted */
-  GPtrArray *promoted;      /* KvKey that answered HIT_PENDING (compared by address) */
+  GPtrArray *promoted;      /* KvKey whose promotion this request started (compared by address) */
   guint      age;
 } Returning;
+
+/* The engine's side of the device: free blocks, and the blocks each
+ * transfer in flight holds until the connector reports it. */
+typedef struct
+{
+  KvConnector *connector;
+  GArray      *free_blocks;   /* guint32 */
+  GHashTable  *held;          /* job id (guint64 *) → GArray of guint32 */
+} Device;
 
 typedef struct
 {
@@ -88,70 +105,115 @@ pinned_fraction (KvPrimaryTier *primary)
   return (gdouble) pinned / kv_primary_tier_get_n_slots (primary);
 }
 
-/* Looks up the wanted keys of @ret; loads the ones that are HIT. Returns
- * TRUE when the request is done. */
 static gboolean
-step_returning (KvTieringManager *manager,
-                Returning        *ret,
-                Totals           *totals)
+take_blocks (Device  *dev,
+             guint    n,
+             guint32 *out)
 {
-  g_autoptr(GPtrArray) hits = g_ptr_array_new ();
-  guint i = 0;
+  if (dev->free_blocks->len < n)
+    return FALSE;
+  for (guint i = 0; i < n; i++)
+    out[i] = g_array_index (dev->free_blocks, guint32, dev->free_blocks->len - 1 - i);
+  g_array_set_size (dev->free_blocks, dev->free_blocks->len - n);
+  return TRUE;
+}
+
+static void
+hold_blocks (Device        *dev,
+             guint64        job,
+             const guint32 *blocks,
+             guint          n)
+{
+  GArray *held = g_array_sized_new (FALSE, FALSE, sizeof (guint32), n);
+
+  g_array_append_vals (held, blocks, n);
+  g_hash_table_insert (dev->held, g_memdup2 (&job, sizeof job), held);
+}
+
+/* Applies the finished transfers (the connector completes them in the
+ * manager) and frees their device blocks. */
+static void
+take_finished (Device *dev)
+{
+  KvJobResult **results = kv_connector_take_finished (dev->connector);
+
+  for (KvJobResult **r = results; *r != NULL; r++)
+    {
+      guint64 id = kv_job_result_get_job_id (*r);
+      GArray *held = g_hash_table_lookup (dev->held, &id);
+
+      if (!kv_job_result_get_success (*r))
+        g_error ("device job %" G_GUINT64_FORMAT " failed", id);
+      g_array_append_vals (dev->free_blocks, held->data, held->len);
+      g_hash_table_remove (dev->held, &id);
+      kv_job_result_unref (*r);
+    }
+  g_free (results);
+}
+
+/* Looks up the wanted keys of @ret and loads the ready ones into device
+ * blocks. Returns TRUE when the request is done. */
+static gboolean
+step_returning (Device    *dev,
+                Returning *ret,
+                Totals    *totals)
+{
+  g_autoptr(KvPrefixLookup) lookup = NULL;
+  g_autoptr(GError) error = NULL;
+  guint n_hits, n_ready;
 
   ret->age += 1;
-  while (i < ret->keys->len)
+  lookup = kv_connector_lookup (dev->connector, ret->request, (KvKey * const *) ret->keys->pdata,
+                                ret->keys->len, 0, &error);
+  if (lookup == NULL)
+    g_error ("lookup: %s", error->message);
+  n_hits = kv_prefix_lookup_get_n_hits (lookup);
+  n_ready = kv_prefix_lookup_get_n_ready (lookup);
+
+  for (guint i = 0; i < n_hits; i++)
     {
       KvKey *key = g_ptr_array_index (ret->keys, i);
-      gboolean was_promoted = FALSE;
+      gboolean known = FALSE;
 
       for (guint p = 0; p < ret->promoted->len; p++)
-        was_promoted |= ret->promoted->pdata[p] == key;
-
-      switch (kv_tiering_manager_lookup (manager, key, ret->request))
+        known |= ret->promoted->pdata[p] == key;
+      if (!known && kv_prefix_lookup_get_source (lookup, i) >= KV_CHUNK_SOURCE_TIER)
         {
-        case KV_LOOKUP_RESULT_HIT:
-          g_ptr_array_add (hits, key);
-          if (was_promoted)
-            totals->loads_promoted += 1;
-          else
-            totals->primary_hits += 1;
-          i++;
-          break;
-        case KV_LOOKUP_RESULT_HIT_PENDING:
-          if (!was_promoted)
-            {
-              totals->promotions += 1;
-              g_ptr_array_add (ret->promoted, kv_key_ref (key));
-            }
-          i++;
-          break;
-        case KV_LOOKUP_RESULT_RETRY:
-          i++;
-          break;
-        case KV_LOOKUP_RESULT_MISS:
-        default:
-          totals->misses += 1;
-          g_ptr_array_remove_index (ret->keys, i);
-          break;
+          totals->promotions += 1;
+          g_ptr_array_add (ret->promoted, kv_key_ref (key));
         }
     }
 
-  if (hits->len > 0)
+  if (n_ready > 0)
     {
-      g_autofree guint32 *chunk_ids = NULL;
-      g_autoptr(GError) error = NULL;
+      guint32 blocks[CHUNKS_PER_STEP];
+      guint64 job;
 
-      /* The "GPU" reads them at once. */
-      chunk_ids = kv_tiering_manager_prepare_load (manager, (KvKey * const *) hits->pdata, hits->len,
-                                                   ret->request, NULL, &error);
-      if (chunk_ids != NULL)
-        kv_tiering_manager_complete_load (manager, (KvKey * const *) hits->pdata, hits->len,
-                                          ret->request);
-      else
-        g_error ("prepare_load: %s", error->message);
+      /* The "GPU" reads them at once, if it has the blocks. */
+      if (!take_blocks (dev, n_ready, blocks))
+        return FALSE;
+      job = kv_connector_load (dev->connector, lookup, blocks, n_ready, &error);
+      if (job == 0)
+        g_error ("load: %s", error->message);
+      hold_blocks (dev, job, blocks, n_ready);
+      for (guint i = 0; i < n_ready; i++)
+        {
+          gboolean promoted = FALSE;
 
-      for (guint h = 0; h < hits->len; h++)
-        g_ptr_array_remove_fast (ret->keys, hits->pdata[h]);
+          for (guint p = 0; p < ret->promoted->len; p++)
+            promoted |= ret->promoted->pdata[p] == ret->keys->pdata[i];
+          if (promoted)
+            totals->loads_promoted += 1;
+          else
+            totals->primary_hits += 1;
+        }
+      g_ptr_array_remove_range (ret->keys, 0, n_ready);
+    }
+  else if (n_hits == 0 && !kv_prefix_lookup_get_retry (lookup) && ret->keys->len > 0)
+    {
+      /* the first wanted chunk is gone: a miss; the rest is asked next step */
+      totals->misses += 1;
+      g_ptr_array_remove_index (ret->keys, 0);
     }
 
   return ret->keys->len == 0 || ret->age > GIVE_UP_STEPS;
@@ -167,8 +229,10 @@ run (gboolean  with_backpressure,
   g_autoptr(KvTieringManager) manager = NULL;
   g_autoptr(KvFaultTier) tier = NULL;
   g_autoptr(KvEmaBackpressureDetector) detector = NULL;
-  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+  g_autoptr(KvHostDevice) host = NULL;
+  g_autoptr(KvConnector) connector = NULL;
   g_autoptr(GPtrArray) returning = g_ptr_array_new_with_free_func (returning_free);
+  Device dev;
   Totals totals = { 0, };
   gint64 start, next_report;
   guint64 step;
@@ -192,6 +256,21 @@ run (gboolean  with_backpressure,
   kv_fault_tier_set_store_delay_us (tier, STORE_DELAY_US);
   if (!kv_tiering_manager_add_tier (manager, KV_SECONDARY_TIER (tier), &error))
     g_error ("%s", error->message);
+  host = kv_host_device_new (buffer, N_DEVICE_BLOCKS, SLOT_SIZE, 1, 1, &error);
+  if (host == NULL)
+    g_error ("%s", error->message);
+  connector = kv_connector_new (manager, KV_DEVICE (host), &error);
+  if (connector == NULL)
+    g_error ("%s", error->message);
+  dev.connector = connector;
+  dev.free_blocks = g_array_new (FALSE, FALSE, sizeof (guint32));
+  for (guint32 b = 0; b < N_DEVICE_BLOCKS; b++)
+    g_array_append_val (dev.free_blocks, b);
+  dev.held = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free, (GDestroyNotify) g_array_unref);
+  /* first touch outside the measurement: page faults would otherwise
+   * dominate the device copies */
+  memset (kv_host_device_peek_block (host, 0, 0), 0x5a, (gsize) N_DEVICE_BLOCKS * SLOT_SIZE);
+  memset (kv_host_buffer_get_data (buffer), 0, kv_host_buffer_get_size (buffer));
 
   if (with_backpressure)
     g_print ("\nWITH backpressure (EMA detector, high %.3f / low %.3f s/MiB, throttled drop policy)\n",
@@ -209,31 +288,41 @@ run (gboolean  with_backpressure,
       g_autofree char *id = g_strdup_printf ("w%" G_GUINT64_FORMAT, step);
       g_autoptr(KvRequest) writer = kv_request_new (id, NULL);
       KvKey *keys[CHUNKS_PER_STEP];
-      g_autoptr(KvPrepareStoreResult) prepared = NULL;
+      guint32 blocks[CHUNKS_PER_STEP];
+      guint64 job;
       gint64 now = g_get_monotonic_time ();
 
       if (now - start >= duration_s * G_USEC_PER_SEC)
         break;
 
-      /* A new request computes CHUNKS_PER_STEP chunks and offloads them. */
+      take_finished (&dev);
+
+      /* A new request computes CHUNKS_PER_STEP chunks into device blocks
+       * and offloads them. */
       for (guint i = 0; i < CHUNKS_PER_STEP; i++)
         keys[i] = make_key (step, i);
-      kv_tiering_manager_on_new_request (manager, writer);
+      kv_connector_add_request (connector, writer);
       totals.stores_offered += 1;
-      prepared = kv_tiering_manager_prepare_store (manager, keys, CHUNKS_PER_STEP, writer, &error);
-      if (prepared == NULL)
+      while (!take_blocks (&dev, CHUNKS_PER_STEP, blocks))
         {
-          totals.stores_refused += 1;
+          if (!kv_connector_wait (connector, &error))
+            g_error ("%s", error->message);
+          take_finished (&dev);
+        }
+      job = kv_connector_store (connector, writer, keys, CHUNKS_PER_STEP, blocks, CHUNKS_PER_STEP,
+                                &error);
+      if (job == 0)
+        {
+          if (error != NULL && !g_error_matches (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE))
+            g_error ("store: %s", error->message);
+          if (error != NULL)
+            totals.stores_refused += 1;
           g_clear_error (&error);
+          g_array_append_vals (dev.free_blocks, blocks, CHUNKS_PER_STEP);
         }
       else
-        {
-          guint n;
-          KvKey * const *to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n);
-
-          kv_tiering_manager_complete_store (manager, to_store, n, writer, TRUE);
-        }
-      kv_tiering_manager_on_request_finished (manager, writer);
+        hold_blocks (&dev, job, blocks, CHUNKS_PER_STEP);
+      kv_connector_finish_request (connector, writer);
       for (guint i = 0; i < CHUNKS_PER_STEP; i++)
         kv_key_unref (keys[i]);
 
@@ -254,7 +343,7 @@ run (gboolean  with_backpressure,
               ret->promoted = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
               for (guint i = 0; i < CHUNKS_PER_STEP; i++)
                 g_ptr_array_add (ret->keys, make_key (old, i));
-              kv_tiering_manager_on_new_request (manager, ret->request);
+              kv_connector_add_request (connector, ret->request);
               g_ptr_array_add (returning, ret);
             }
         }
@@ -263,16 +352,16 @@ run (gboolean  with_backpressure,
         {
           Returning *ret = g_ptr_array_index (returning, r);
 
-          if (step_returning (manager, ret, &totals))
+          if (step_returning (&dev, ret, &totals))
             {
-              kv_tiering_manager_on_request_finished (manager, ret->request);
+              kv_connector_finish_request (connector, ret->request);
               g_ptr_array_remove_index_fast (returning, r);
             }
           else
             r++;
         }
 
-      kv_tiering_manager_on_schedule_end (manager, end);
+      kv_connector_end_step (connector, NULL, NULL);
 
       if (detector != NULL)
         {
@@ -315,9 +404,12 @@ run (gboolean  with_backpressure,
   /* The backlog of a slow tier would take minutes at 50 ms a job. */
   kv_fault_tier_set_store_delay_us (tier, 0);
   for (guint r = 0; r < returning->len; r++)
-    kv_tiering_manager_on_request_finished (manager, ((Returning *) returning->pdata[r])->request);
-  if (!kv_tiering_manager_shutdown (manager, &error))
+    kv_connector_finish_request (connector, ((Returning *) returning->pdata[r])->request);
+  if (!kv_connector_shutdown (connector, &error))
     g_error ("shutdown: %s", error->message);
+  take_finished (&dev);
+  g_hash_table_unref (dev.held);
+  g_array_unref (dev.free_blocks);
 }
 
 int

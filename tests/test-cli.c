@@ -248,6 +248,42 @@ test_bench_repeated_ids (void)
                                                "bytes"), ==, 2 * 16384);
 }
 
+/* Issue 13 item 10: a usage error frees every option string it parsed
+ * (checked with valgrind when it is installed). */
+static void
+test_bench_usage_error_frees (void)
+{
+  g_autofree char *valgrind = g_find_program_in_path ("valgrind");
+  g_autofree char *kvtier = g_test_build_filename (G_TEST_BUILT, "..", "tools", "kvtier", NULL);
+  g_auto(GStrv) envp = g_get_environ ();
+  g_autoptr(GError) error = NULL;
+  g_autofree char *out = NULL, *err = NULL;
+  int wait_status = 0;
+  const char *argv[] = {
+    NULL, "--leak-check=full", "--errors-for-leak-kinds=definite", "--error-exitcode=99", "-q",
+    NULL, "bench", "--config", "/nonexistent/kvtier.conf", "--json", "out.json",
+    "--plot", "out.svg", "--trace", "trace.jsonl", "--backpressure", "bogus", NULL
+  };
+
+  if (valgrind == NULL)
+    {
+      g_test_skip ("valgrind is not installed");
+      return;
+    }
+  argv[0] = valgrind;
+  argv[5] = kvtier;
+  envp = g_environ_setenv (envp, "G_SLICE", "always-malloc", TRUE);
+  envp = g_environ_unsetenv (envp, "G_DEBUG");
+  g_assert_true (g_spawn_sync (NULL, (char **) argv, envp, G_SPAWN_DEFAULT, NULL, NULL,
+                               &out, &err, &wait_status, &error));
+  g_assert_no_error (error);
+  g_test_message ("%s", err);
+  g_assert_true (WIFEXITED (wait_status));
+  /* 2 (usage), not valgrind's 99 */
+  g_assert_cmpint (WEXITSTATUS (wait_status), ==, 2);
+  assert_contains (err, "--backpressure must be ema or none, not 'bogus'");
+}
+
 static void
 test_bench_synthetic (void)
 {
@@ -589,6 +625,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/bench/bad-input", test_bench_bad_input);
   g_test_add_func ("/kvtier/cli/bench/synthetic", test_bench_synthetic);
   g_test_add_func ("/kvtier/cli/bench/repeated-ids", test_bench_repeated_ids);
+  g_test_add_func ("/kvtier/cli/bench/usage-error-frees", test_bench_usage_error_frees);
   g_test_add_func ("/kvtier/cli/plugins", test_plugins);
   g_test_add_func ("/kvtier/cli/config-check", test_config_check);
   g_test_add_func ("/kvtier/cli/inspect-fs", test_inspect_fs);

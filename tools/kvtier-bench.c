@@ -1776,6 +1776,13 @@ write_plot (Bench       *b,
 
 /* ------------------------------------------------------------------------ */
 
+/* A usage error: every option string parsed so far is freed by teardown(). */
+#define USAGE_ERROR(context, ...)                             \
+  G_STMT_START {                                              \
+    status = tool_usage_error (context, __VA_ARGS__);         \
+    goto out;                                                 \
+  } G_STMT_END
+
 int
 tool_bench (int    argc,
             char **argv)
@@ -1854,31 +1861,31 @@ tool_bench (int    argc,
     "fresh temporary directory that is removed at exit.");
   g_option_context_add_main_entries (context, entries, NULL);
   if (!g_option_context_parse (context, &argc, &argv, &error))
-    return tool_usage_error (context, "%s", error->message);
+    USAGE_ERROR (context, "%s", error->message);
   if (argc > 1)
-    return tool_usage_error (context, "unexpected argument '%s'", argv[1]);
+    USAGE_ERROR (context, "unexpected argument '%s'", argv[1]);
   if (b->trace_path != NULL && b->synthetic)
-    return tool_usage_error (context, "--trace and --synthetic exclude each other");
+    USAGE_ERROR (context, "--trace and --synthetic exclude each other");
   if (b->batch < 1)
-    return tool_usage_error (context, "--batch must be at least 1");
+    USAGE_ERROR (context, "--batch must be at least 1");
   if (b->prefill_rate < 0)
-    return tool_usage_error (context, "--prefill-rate must not be negative");
+    USAGE_ERROR (context, "--prefill-rate must not be negative");
   if (b->layers < 0 || b->max_requests < 0 || b->lookups_per_step < 0)
-    return tool_usage_error (context, "--layers, --requests and --lookups-per-step must not be negative");
+    USAGE_ERROR (context, "--layers, --requests and --lookups-per-step must not be negative");
   if (b->conversations < 1 || b->turns < 1)
-    return tool_usage_error (context, "--conversations and --turns must be at least 1");
+    USAGE_ERROR (context, "--conversations and --turns must be at least 1");
   if (b->backpressure != NULL && !g_str_equal (b->backpressure, "ema") &&
       !g_str_equal (b->backpressure, "none"))
-    return tool_usage_error (context, "--backpressure must be ema or none, not '%s'",
+    USAGE_ERROR (context, "--backpressure must be ema or none, not '%s'",
                              b->backpressure);
   if (b->backpressure != NULL && b->config_path != NULL)
-    return tool_usage_error (context, "--backpressure sets the default tier's; with --config,"
+    USAGE_ERROR (context, "--backpressure sets the default tier's; with --config,"
                              " set it in the file");
   if (b->lookups_per_step > 0)
     b->no_device_cache = TRUE;
   if (b->plot_path != NULL && !g_str_has_suffix (b->plot_path, ".svg") &&
       !g_str_has_suffix (b->plot_path, ".png"))
-    return tool_usage_error (context, "--plot FILE must end in .svg or .png");
+    USAGE_ERROR (context, "--plot FILE must end in .svg or .png");
   /* The chunk geometry: 256 KiB of 8 layers, or 4 KiB of 1 layer for the
    * manager-overhead mode (many chunks per step). */
   b->layers_given = b->layers != 0;
@@ -1890,13 +1897,13 @@ tool_bench (int    argc,
       g_autoptr(GError) size_error = NULL;
 
       if (!tool_parse_size (b->chunk_size_text, &b->chunk_size, &size_error))
-        return tool_usage_error (context, "--chunk-size: %s", size_error->message);
+        USAGE_ERROR (context, "--chunk-size: %s", size_error->message);
       if (b->chunk_size == 0 || b->chunk_size % 4096 != 0)
-        return tool_usage_error (context, "--chunk-size %s is not a multiple of 4096",
+        USAGE_ERROR (context, "--chunk-size %s is not a multiple of 4096",
                                  b->chunk_size_text);
     }
   if (b->chunk_size % ((guint64) b->layers * 8) != 0)
-    return tool_usage_error (context, "a chunk of %" G_GUINT64_FORMAT " bytes does not split"
+    USAGE_ERROR (context, "a chunk of %" G_GUINT64_FORMAT " bytes does not split"
                              " into %d layers of whole 8-byte words", b->chunk_size, b->layers);
   {
     const char *sizes[] = { b->chunk_size_text, b->gpu_size_text, b->primary_size_text,
@@ -1909,7 +1916,7 @@ tool_bench (int    argc,
         g_autoptr(GError) size_error = NULL;
 
         if (sizes[k] != NULL && !tool_parse_size (sizes[k], &ignored, &size_error))
-          return tool_usage_error (context, "%s: %s", names[k], size_error->message);
+          USAGE_ERROR (context, "%s: %s", names[k], size_error->message);
       }
   }
 
@@ -1927,7 +1934,8 @@ tool_bench (int    argc,
   if (b->workload == NULL)
     {
       g_printerr ("kvtier: %s\n", error->message);
-      return TOOL_EXIT_FAILURE;
+      status = TOOL_EXIT_FAILURE;
+      goto out;
     }
 
   b->registry = tool_load_registry (TRUE, &plugin_errors);
@@ -1986,6 +1994,7 @@ tool_bench (int    argc,
         }
     }
 
+out:
   teardown (b);
   return status;
 }

@@ -284,6 +284,46 @@ test_bench_usage_error_frees (void)
   assert_contains (err, "--backpressure must be ema or none, not 'bogus'");
 }
 
+/* Issue 13 item 8: the table and the JSON show each tier's failure
+ * counters; an fs tier of 1 MiB evicts. */
+static void
+test_bench_failures (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autofree char *json = g_build_filename (g_get_tmp_dir (), "failures.json", NULL);
+  const char *keys[] = { "failed_stores", "failed_loads", "no_space", "io_errors", "evictions",
+                         "corrupt_chunks", "breaker_openings", "timeouts", "late_completions" };
+  JsonObject *root, *failures, *fs;
+
+  run_kvtier (&r, NULL, "bench", "--synthetic", "--conversations", "30", "--turns", "3",
+              "--chunk-size", "16KiB", "--layers", "2", "--gpu-size", "256KiB",
+              "--primary-size", "1MiB", "--tier-size", "1MiB", "--prefill-rate", "0",
+              "--no-progress", "--json", json, NULL);
+  if (strstr (r.out, "  tiers    fs (fs)") == NULL)
+    {
+      g_test_skip ("the fs tier plugin is not built");
+      return;
+    }
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "  failures                     fs: ");
+  assert_contains (r.out, " ENOSPC, ");
+  assert_contains (r.out, " breaker openings");
+  g_assert_true (json_parser_load_from_file (parser, json, &error));
+  g_assert_no_error (error);
+  root = json_node_get_object (json_parser_get_root (parser));
+  failures = json_object_get_object_member (root, "failures");
+  g_assert_nonnull (failures);
+  fs = json_object_get_object_member (failures, "fs");
+  g_assert_nonnull (fs);
+  for (guint k = 0; k < G_N_ELEMENTS (keys); k++)
+    g_assert_true (json_object_has_member (fs, keys[k]));
+  g_assert_cmpint (json_object_get_int_member (fs, "evictions"), >, 0);
+  g_assert_cmpint (json_object_get_int_member (fs, "corrupt_chunks"), ==, 0);
+  g_assert_cmpint (json_object_get_int_member (fs, "io_errors"), ==, 0);
+}
+
 static void
 test_bench_synthetic (void)
 {
@@ -625,6 +665,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/bench/bad-input", test_bench_bad_input);
   g_test_add_func ("/kvtier/cli/bench/synthetic", test_bench_synthetic);
   g_test_add_func ("/kvtier/cli/bench/repeated-ids", test_bench_repeated_ids);
+  g_test_add_func ("/kvtier/cli/bench/failures", test_bench_failures);
   g_test_add_func ("/kvtier/cli/bench/usage-error-frees", test_bench_usage_error_frees);
   g_test_add_func ("/kvtier/cli/plugins", test_plugins);
   g_test_add_func ("/kvtier/cli/config-check", test_config_check);

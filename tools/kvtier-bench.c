@@ -760,6 +760,82 @@ collect_stats (Bench *b)
     kv_stats_aggregate (b->stats, stats);
 }
 
+/* The failure counters of a tier, found by the last part of their metric
+ * name in whatever its stats hold: vLLM's job failures (labelled
+ * "<i>:<type>") and the tier's own counters (the fs tier's
+ * kvtier:fs_no_space … labelled with its type), wherever a counter moves
+ * (a base class, another tier), as long as its name ends the same way. */
+typedef struct
+{
+  const char *key;        /* JSON member */
+  const char *label;      /* in the table */
+  const char *suffixes[4];
+} FailureKind;
+
+static const FailureKind failure_kinds[] = {
+  { "failed_stores", "failed stores", { "cascade_job_failures", NULL } },
+  { "failed_loads", "failed loads", { "promotion_job_failures", NULL } },
+  { "no_space", "ENOSPC", { "no_space", NULL } },
+  { "io_errors", "I/O errors", { "io_errors", NULL } },
+  { "evictions", "evictions", { "evicted_chunks", "evictions", NULL } },
+  { "corrupt_chunks", "corrupt chunks", { "corrupt_chunks", NULL } },
+  { "breaker_openings", "breaker openings", { "breaker_trips", "breaker_openings", "breaker_opened", NULL } },
+  { "timeouts", "timeouts", { "timeouts", "job_timeouts", NULL } },
+  { "late_completions", "late completions", { "late_completions", NULL } },
+};
+
+#define N_FAILURE_KINDS G_N_ELEMENTS (failure_kinds)
+
+static gboolean
+name_ends_with_part (const char *name,
+                     const char *suffix)
+{
+  gsize len = strlen (name), slen = strlen (suffix);
+
+  /* the whole last part: "kvtier:fs_no_space" ends with "no_space" after
+   * a '_' or ':' */
+  return len > slen && g_str_has_suffix (name, suffix) &&
+         (name[len - slen - 1] == '_' || name[len - slen - 1] == ':');
+}
+
+/* Sums each failure kind of tier @t over every counter of the run's stats. */
+static void
+tier_failures (Bench   *b,
+               guint    t,
+               guint64 *out)
+{
+  g_autoptr(GVariant) flat = NULL;
+  g_autofree char *indexed = NULL;
+  const char *type = kv_secondary_tier_get_tier_type (b->tiers[t]);
+  GVariantIter iter;
+  const char *flat_key;
+  gdouble value;
+
+  memset (out, 0, sizeof (guint64) * N_FAILURE_KINDS);
+  if (b->stats == NULL)
+    return;
+  indexed = g_strdup_printf ("('%u:%s',)", t + 1, type);
+  flat = kv_stats_reduce (b->stats);
+  g_variant_iter_init (&iter, flat);
+  while (g_variant_iter_next (&iter, "{&sd}", &flat_key, &value))
+    {
+      const char *labels = g_strrstr (flat_key, ":(");
+      g_autofree char *name = NULL;
+      g_autofree char *by_type = NULL;
+
+      if (labels == NULL)
+        continue;
+      by_type = g_strdup_printf ("('%s',)", type);
+      if (!g_str_equal (labels + 1, indexed) && !g_str_equal (labels + 1, by_type))
+        continue;
+      name = g_strndup (flat_key, labels - flat_key);
+      for (guint k = 0; k < N_FAILURE_KINDS; k++)
+        for (guint s = 0; failure_kinds[k].suffixes[s] != NULL; s++)
+          if (name_ends_with_part (name, failure_kinds[k].suffixes[s]))
+            out[k] += (guint64) value;
+    }
+}
+
 static guint
 n_sources (Bench *b)
 {
@@ -1590,6 +1666,18 @@ print_report (Bench         *b,
     printf ("  %-28s %s: %.0f stores (%.0f chunks)\n", t == 0 ? "backpressure drops" : "",
             b->tier_names[t], stat_value (b, STAT_STORES_DROPPED, t),
             stat_value (b, STAT_BLOCKS_DROPPED, t));
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      guint64 failures[N_FAILURE_KINDS];
+      GString *line = g_string_new (NULL);
+
+      tier_failures (b, t, failures);
+      for (guint k = 0; k < N_FAILURE_KINDS; k++)
+        g_string_append_printf (line, "%s%" G_GUINT64_FORMAT " %s", k > 0 ? ", " : "",
+                                failures[k], failure_kinds[k].label);
+      printf ("  %-28s %s: %s\n", t == 0 ? "failures" : "", b->tier_names[t], line->str);
+      g_string_free (line, TRUE);
+    }
   if (b->store_refused > 0)
     printf ("  %-28s %" G_GUINT64_FORMAT " chunks (primary tier full of pinned chunks)\n",
             "stores refused", b->store_refused);
@@ -1715,6 +1803,21 @@ write_json (Bench          *b,
       json_builder_begin_object (builder);
       tool_json_add_int (builder, "stores", (gint64) stat_value (b, STAT_STORES_DROPPED, t));
       tool_json_add_int (builder, "chunks", (gint64) stat_value (b, STAT_BLOCKS_DROPPED, t));
+      json_builder_end_object (builder);
+    }
+  json_builder_end_object (builder);
+
+  json_builder_set_member_name (builder, "failures");
+  json_builder_begin_object (builder);
+  for (guint t = 0; t < b->n_tiers; t++)
+    {
+      guint64 failures[N_FAILURE_KINDS];
+
+      tier_failures (b, t, failures);
+      json_builder_set_member_name (builder, b->tier_names[t]);
+      json_builder_begin_object (builder);
+      for (guint k = 0; k < N_FAILURE_KINDS; k++)
+        tool_json_add_int (builder, failure_kinds[k].key, (gint64) failures[k]);
       json_builder_end_object (builder);
     }
   json_builder_end_object (builder);

@@ -463,6 +463,13 @@ kv_connector_finish_request (KvConnector *self,
       return FALSE;
     }
 
+  if (state->finished)
+    {
+      g_critical ("kv_connector_finish_request: request %s was finished already",
+                  kv_request_get_id (request));
+      return state->n_transfers > 0;
+    }
+
   TIMED (self, kv_tiering_manager_on_request_finished (self->manager, request));
   state->finished = TRUE;
   busy = state->n_transfers > 0;

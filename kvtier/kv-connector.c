@@ -70,6 +70,7 @@ struct _KvConnector
 
   GHashTable       *requests;   /* request id → RequestState */
   GHashTable       *jobs;       /* device job id (guint64 *) → Job */
+  GPtrArray        *ready;      /* KvRequest: no transfer left since the last take_finished */
   int               epoll_fd;
   gboolean          shut_down;
 
@@ -143,6 +144,7 @@ kv_connector_dispose (GObject *object)
   /* Jobs still listed were never reported: their requests go with them. */
   g_clear_pointer (&self->jobs, g_hash_table_unref);
   g_clear_pointer (&self->requests, g_hash_table_unref);
+  g_clear_pointer (&self->ready, g_ptr_array_unref);
   g_clear_object (&self->device);
   g_clear_object (&self->primary);
   g_clear_object (&self->manager);
@@ -220,6 +222,7 @@ kv_connector_init (KvConnector *self)
   self->epoll_fd = -1;
   self->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
   self->jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free, job_free);
+  self->ready = g_ptr_array_new_null_terminated (8, g_object_unref, TRUE);
 }
 
 /**
@@ -951,6 +954,10 @@ apply_result (KvConnector *self,
 
   state = job->state;
   state->n_transfers--;
+  if (state->n_transfers == 0)
+    {
+      g_ptr_array_add (self->ready, g_object_ref (state->request));
+    }
   g_hash_table_remove (self->jobs, &id);
   maybe_forget_request (self, state);
 }
@@ -981,6 +988,7 @@ kv_connector_take_finished (KvConnector *self)
   g_return_val_if_fail (KV_IS_CONNECTOR (self), NULL);
 
   results = kv_device_get_finished (self->device);
+  g_ptr_array_set_size (self->ready, 0);
   loads = g_ptr_array_new ();
   stores = g_ptr_array_new ();
   for (KvJobResult **r = results; *r != NULL; r++)
@@ -1008,6 +1016,26 @@ kv_connector_take_finished (KvConnector *self)
     }
   g_ptr_array_add (out, NULL);
   return (KvJobResult **) g_ptr_array_free (out, FALSE);
+}
+
+/**
+ * kv_connector_get_ready_requests:
+ * @self: a connector
+ *
+ * Says which requests are ready now: those whose last transfer in flight
+ * was reported by the latest [method@Kv.Connector.take_finished]. Their
+ * loaded chunks are in their device blocks (the request can run) and no
+ * store reads their blocks any more (a finished request's blocks may be
+ * freed): vLLM's "finished receiving" and "finished sending" in one answer.
+ *
+ * Returns: (transfer none) (array zero-terminated=1): the requests, valid
+ *   until the next [method@Kv.Connector.take_finished]
+ */
+KvRequest **
+kv_connector_get_ready_requests (KvConnector *self)
+{
+  g_return_val_if_fail (KV_IS_CONNECTOR (self), NULL);
+  return (KvRequest **) self->ready->pdata;
 }
 
 /**

@@ -74,6 +74,8 @@ void              kv_connector_end_step            (KvConnector        *self,
 KVTIER_AVAILABLE_IN_ALL
 KvJobResult     **kv_connector_take_finished       (KvConnector        *self);
 KVTIER_AVAILABLE_IN_ALL
+KvRequest       **kv_connector_get_ready_requests  (KvConnector        *self);
+KVTIER_AVAILABLE_IN_ALL
 gboolean          kv_connector_has_pending_work    (KvConnector        *self);
 KVTIER_AVAILABLE_IN_ALL
 gboolean          kv_connector_wait                (KvConnector        *self,

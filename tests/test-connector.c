@@ -302,7 +302,9 @@ test_round_trip (Fixture       *f,
   g_assert_true (kv_primary_tier_get_ref_count (f->primary, f->keys[0], &ref));
   g_assert_cmpint (ref, ==, 1);
   kv_connector_touch (f->connector, reader, f->keys, 4);
+  g_assert_null (kv_connector_get_ready_requests (f->connector)[0]);
   take_expecting (f, &load, 1);
+  g_assert_true (kv_connector_get_ready_requests (f->connector)[0] == reader);
   g_assert_true (kv_primary_tier_get_ref_count (f->primary, f->keys[0], &ref));
   g_assert_cmpint (ref, ==, 0);
   for (guint i = 0; i < 4; i++)
@@ -624,6 +626,9 @@ test_finish_in_flight (Fixture       *f,
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier, "on_request_finished"), ==, 0);
   take_expecting (f, &job, 1);
   g_assert_cmpuint (kv_connector_get_n_transfers (f->connector, request), ==, 0);
+  /* its blocks may be freed now */
+  g_assert_true (kv_connector_get_ready_requests (f->connector)[0] == request);
+  g_assert_null (kv_connector_get_ready_requests (f->connector)[1]);
   calls = kv_delayed_tier_dup_calls (f->tier, NULL);
   g_assert_nonnull (strstr (calls, "submit_store"));
   g_assert_nonnull (strstr (calls, "on_request_finished"));

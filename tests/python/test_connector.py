@@ -217,6 +217,7 @@ def test_wakeup_fd_readable_only_when_something_finished():
         assert select.select([fd], [], [], 30)[0] == [fd]
         results = connector.take_finished()
         assert [r.get_job_id() for r in results] == [job]
+        assert [r.get_id() for r in connector.get_ready_requests()] == ['r']
         assert select.select([fd], [], [], 0)[0] == []
         assert connector.get_n_transfers(request) == 0
         assert not connector.finish_request(request)

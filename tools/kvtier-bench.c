@@ -763,8 +763,9 @@ collect_stats (Bench *b)
 /* The failure counters of a tier, found by the last part of their metric
  * name in whatever its stats hold: vLLM's job failures (labelled
  * "<i>:<type>") and the tier's own counters (the fs tier's
- * kvtier:fs_no_space … labelled with its type), wherever a counter moves
- * (a base class, another tier), as long as its name ends the same way. */
+ * kvtier:fs_no_space … labelled with its type) and the base class's
+ * (kvtier:tier_deadline_failures, kvtier:tier_late_completions), wherever
+ * a counter moves, as long as its name ends the same way. */
 typedef struct
 {
   const char *key;        /* JSON member */
@@ -780,7 +781,7 @@ static const FailureKind failure_kinds[] = {
   { "evictions", "evictions", { "evicted_chunks", "evictions", NULL } },
   { "corrupt_chunks", "corrupt chunks", { "corrupt_chunks", NULL } },
   { "breaker_openings", "breaker openings", { "breaker_trips", "breaker_openings", "breaker_opened", NULL } },
-  { "timeouts", "timeouts", { "timeouts", "job_timeouts", NULL } },
+  { "timeouts", "timeouts", { "timeouts", "deadline_failures", NULL } },
   { "late_completions", "late completions", { "late_completions", NULL } },
 };
 
@@ -798,7 +799,9 @@ name_ends_with_part (const char *name,
          (name[len - slen - 1] == '_' || name[len - slen - 1] == ':');
 }
 
-/* Sums each failure kind of tier @t over every counter of the run's stats. */
+/* Each failure kind of tier @t: the largest of the counters that name it
+ * (the fs tier's kvtier:fs_timeouts mirrors the base class's
+ * kvtier:tier_deadline_failures; summing would count each job twice). */
 static void
 tier_failures (Bench   *b,
                guint    t,
@@ -832,7 +835,7 @@ tier_failures (Bench   *b,
       for (guint k = 0; k < N_FAILURE_KINDS; k++)
         for (guint s = 0; failure_kinds[k].suffixes[s] != NULL; s++)
           if (name_ends_with_part (name, failure_kinds[k].suffixes[s]))
-            out[k] += (guint64) value;
+            out[k] = MAX (out[k], (guint64) value);
     }
 }
 

@@ -55,6 +55,15 @@ fs_engine_name (KvFsIoEngine engine)
     }
 }
 
+/* Creates the directories above @path (0700), as a tier would. */
+G_GNUC_UNUSED static void
+fs_test_make_parent (const char *path)
+{
+  g_autofree char *dir = g_path_get_dirname (path);
+
+  g_assert_cmpint (g_mkdir_with_parents (dir, 0700), ==, 0);
+}
+
 /* The identity vLLM's FileMapper would digest, for layout=vllm tests. */
 #define FS_TEST_VLLM_IDENTITY \
   "{\"model_name\": \"meta-llama/Llama-3.1-8B\", \"tokens_per_hash\": 16, " \

@@ -26,7 +26,9 @@ typedef struct
 {
   KvFsEngine *engine;
   guint8     *buffer;
-  char       *dir;
+  char       *root;
+  KvFsLayout *layout;
+  const char *dir;     /* the layout's chunk directory: ops' files go below */
   guint8      ns[KV_FS_NAMESPACE_DIGEST_LEN];
   KvFsOpFlags flags;
   KvKey      *keys[N_SLOTS];
@@ -75,6 +77,7 @@ make_engine (Fixture       *f,
   config.buffer = f->buffer;
   config.buffer_size = N_SLOTS * FS_TEST_SLOT;
   config.slot_size = FS_TEST_SLOT;
+  config.layout = f->layout;
   return kv_fs_engine_new (v->engine, &config, error);
 }
 
@@ -87,7 +90,15 @@ setup (Fixture       *f,
 
   g_assert_cmpint (posix_memalign ((void **) &f->buffer, 4096, N_SLOTS * FS_TEST_SLOT), ==, 0);
   memset (f->buffer, 0, N_SLOTS * FS_TEST_SLOT);
-  f->dir = fs_test_make_dir ();
+  f->root = fs_test_make_dir ();
+  /* vLLM's layout: its chunk directory holds nothing but chunks, and
+   * directories below it are made on first use */
+  f->layout = kv_fs_layout_new (KV_FS_LAYOUT_KIND_VLLM, f->root, NULL, FS_TEST_SLOT,
+                                FS_TEST_VLLM_IDENTITY, 0, &error);
+  g_assert_no_error (error);
+  g_assert_true (kv_fs_layout_create_dirs (f->layout, &error));
+  g_assert_no_error (error);
+  f->dir = kv_fs_layout_get_chunk_dir (f->layout, 0);
   kv_fs_namespace_digest ("engine-test", FS_TEST_SLOT, f->ns);
   f->flags = KV_FS_OP_FLAG_HEADER | (v->o_direct ? KV_FS_OP_FLAG_O_DIRECT : 0);
   for (guint i = 0; i < N_SLOTS; i++)
@@ -110,8 +121,9 @@ teardown (Fixture       *f,
   g_assert_null (f->engine);
   for (guint i = 0; i < N_SLOTS; i++)
     kv_key_unref (f->keys[i]);
-  fs_test_rm_rf (f->dir);
-  g_free (f->dir);
+  kv_fs_layout_free (f->layout);
+  fs_test_rm_rf (f->root);
+  g_free (f->root);
   free (f->buffer);
   g_ptr_array_unref (f->order);
   g_mutex_clear (&f->lock);

@@ -425,7 +425,8 @@ typedef struct
 } ScanResult;
 
 static void
-on_chunk (KvKey *key, guint root, const char *path, guint64 size, gint64 mtime, gpointer data)
+on_chunk (KvKey *key, guint root, int dir_fd, const char *name, const char *path, guint64 size,
+          gint64 mtime, gpointer data)
 {
   ScanResult *r = data;
 
@@ -433,7 +434,7 @@ on_chunk (KvKey *key, guint root, const char *path, guint64 size, gint64 mtime, 
 }
 
 static void
-on_temp (const char *path, gint64 mtime, gpointer data)
+on_temp (int dir_fd, const char *name, const char *path, gint64 mtime, gpointer data)
 {
   ScanResult *r = data;
 
@@ -449,6 +450,7 @@ scan_layout (KvFsLayoutKind kind)
   ScanResult r = { g_ptr_array_new_with_free_func (g_free), g_ptr_array_new_with_free_func (g_free) };
   g_autofree char *temp = NULL;
   g_autofree char *stray = NULL;
+  const KvFsScanFuncs funcs = { on_chunk, on_temp, NULL };
   gint cancel = 0;
 
   if (kind == KV_FS_LAYOUT_KIND_KVTIER)
@@ -463,17 +465,25 @@ scan_layout (KvFsLayoutKind kind)
       g_autoptr(KvKey) key = fs_test_key (i);
       g_autofree char *path = kv_fs_layout_chunk_path (layout, key, NULL);
 
-      g_assert_cmpint (kv_fs_op_ensure_parent (path), ==, 0);
+      fs_test_make_parent (path);
       g_assert_true (g_file_set_contents (path, "x", 1, NULL));
       if (i == 0)
         {
+          g_autofree char *dir = g_path_get_dirname (path);
+          g_autofree char *other = g_build_filename (dir, "somebody-else.tmp", NULL);
+          g_autofree char *suffixed = g_strdup_printf ("%s.tmp", path);
+
           temp = kv_fs_temp_path (path, 42);
           g_assert_true (g_file_set_contents (temp, "t", 1, NULL));
           stray = g_strdup_printf ("%s.unrelated", path);
           g_assert_true (g_file_set_contents (stray, "s", 1, NULL));
+          /* *.tmp names the tier's format does not define: not its
+           * temporary files, never reported for deletion */
+          g_assert_true (g_file_set_contents (other, "o", 1, NULL));
+          g_assert_true (g_file_set_contents (suffixed, "o", 1, NULL));
         }
     }
-  kv_fs_layout_scan (layout, 0, on_chunk, on_temp, &r, &cancel);
+  kv_fs_layout_scan (layout, 0, &funcs, &r, &cancel);
   g_assert_cmpuint (r.keys->len, ==, 5);
   for (guint i = 0; i < 5; i++)
     {

@@ -969,8 +969,9 @@ test_warm_restart (Fixture       *f,
   path = chunk_path (f, 0);
   fs_test_shutdown (f->tier);
   g_clear_object (&f->tier);
-  /* a crash left a temporary file */
-  stale = g_strdup_printf ("%s_12345.tmp", path);
+  /* a crash of another instance left a temporary file (its name: the
+   * final name, the instance's tag, a random number) */
+  stale = g_strdup_printf ("%s_%016x-%08x.tmp", path, 0x1234u, 0x5678u);
   g_assert_true (g_file_set_contents (stale, "partial", 7, NULL));
 
   kv_fs_tier_hold_scans (TRUE);

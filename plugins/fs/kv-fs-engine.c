@@ -129,6 +129,7 @@ try_engine (KvFsIoEngine             kind,
   KvFsEnginePrivate *priv;
   GType type = engine_type (kind);
 
+  g_return_val_if_fail (config->layout != NULL, NULL);
   if (type == G_TYPE_INVALID)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
@@ -407,6 +408,7 @@ _kv_fs_engine_finish (KvFsEngine *self,
   RootQueue *rq = &priv->roots[MIN (op->root, priv->config.n_roots - 1)];
 
   op->end_us = g_get_monotonic_time ();
+  kv_fs_op_close_dirs (op);
   g_mutex_lock (&priv->lock);
   rq->inflight -= op->cost;
   priv->n_running--;

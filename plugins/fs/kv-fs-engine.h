@@ -3,6 +3,7 @@
 
 #include <kvtier.h>
 
+#include "kv-fs-layout.h"
 #include "kv-fs-op.h"
 #include "kv-fs-types.h"
 
@@ -51,6 +52,9 @@ typedef struct
   gpointer buffer;            /* primary slot memory, registered by uring */
   gsize    buffer_size;
   gsize    slot_size;
+  /* the roots: every file operation is made relative to the directories
+   * it holds open (borrowed; outlives the engine) */
+  const KvFsLayout *layout;
 } KvFsEngineConfig;
 
 KvFsEngine   *kv_fs_engine_new           (KvFsIoEngine            kind,

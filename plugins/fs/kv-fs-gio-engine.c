@@ -6,7 +6,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gio/gunixinputstream.h>
@@ -17,12 +19,16 @@
  * from the engine's own thread, which runs its own GMainContext; the
  * callbacks come back there. Payloads are written from and read into the
  * primary slots by g_output_stream_write_all_async() and
- * g_input_stream_read_all_async() on the file descriptor (GIO has no
- * O_DIRECT open, so the descriptor is opened, with the tier's flags, in a
- * GTask worker and wrapped in a GUnix stream); files are published and
- * removed with g_file_move_async() and g_file_delete_async(). The CPU
- * work (checksums) runs in GTask workers too, so the engine thread only
- * sequences requests.
+ * g_input_stream_read_all_async() on the file descriptor. GIO opens,
+ * renames and deletes only by path (GFile): each call walks the whole
+ * path again from `/`, following any symbolic link on the way, so a
+ * directory renamed or replaced after the tier checked it would redirect
+ * it; and it has no O_DIRECT open. The descriptor is therefore opened with
+ * openat() relative to the directories the tier holds open (see
+ * kv_fs_op_open_dirs()), in a GTask worker, and wrapped in a GUnix
+ * stream; files are published and removed with renameat() and
+ * unlinkat() in GTask workers too. The CPU work (checksums) runs in GTask
+ * workers as well, so the engine thread only sequences requests.
  */
 
 struct _KvFsGioEngine
@@ -119,14 +125,28 @@ gio_op_fail (GioOp *gop,
 
 /* ---- worker-thread pieces ----------------------------------------------- */
 
-static int
-open_fd (const char *path,
-         int         flags,
-         gboolean    create_parent)
+static const KvFsLayout *
+layout_of (GioOp *gop)
 {
+  return _kv_fs_engine_get_config (KV_FS_ENGINE (gop->engine))->layout;
+}
+
+/* Opens the op's file (@write: its temporary file) in its directory; a
+ * store that finds the directory gone (the root deleted under the tier)
+ * has the root's directories made again, once. Returns the descriptor
+ * or -errno. */
+static int
+open_fd (GioOp    *gop,
+         gboolean  write)
+{
+  KvFsOp *op = gop->op;
+  int flags = kv_fs_op_open_flags (op, write);
+  gboolean reopened = FALSE;
+
   for (;;)
     {
-      int fd = open (path, flags, 0600);
+      int fd = write ? openat (op->tmp_dir_fd, op->tmp_name, flags, 0600)
+                     : openat (op->dir_fd, op->name, flags);
 
       if (fd >= 0)
         return fd;
@@ -137,13 +157,14 @@ open_fd (const char *path,
           flags &= ~O_DIRECT;
           continue;
         }
-      if (errno == ENOENT && create_parent)
+      if (errno == ENOENT && write && !reopened)
         {
-          int err = kv_fs_op_ensure_parent (path);
+          int err = kv_fs_op_reopen_dirs (op, layout_of (gop));
 
-          create_parent = FALSE;
+          reopened = TRUE;
           if (err != 0)
             return -err;
+          kv_fs_op_make_temp (op);
           continue;
         }
       return -errno;
@@ -159,10 +180,17 @@ open_for_write_thread (GTask        *task,
 {
   GioOp *gop = task_data;
   KvFsOp *op = gop->op;
+  struct stat st;
   int fd;
 
+  fd = kv_fs_op_open_dirs (op, layout_of (gop));
+  if (fd != 0)
+    {
+      return_errno (task, fd);
+      return;
+    }
   if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_SKIP_EXISTING) &&
-      access (op->path, F_OK) == 0)
+      fstatat (op->dir_fd, op->name, &st, AT_SYMLINK_NOFOLLOW) == 0)
     {
       g_task_return_int (task, -1);
       return;
@@ -170,7 +198,7 @@ open_for_write_thread (GTask        *task,
   kv_fs_op_prepare_header (op);
   fd = kv_fs_op_take_over (op);
   if (fd < 0)
-    fd = open_fd (op->tmp_path, kv_fs_op_open_flags (op, TRUE), TRUE);
+    fd = open_fd (gop, TRUE);
   if (fd < 0)
     return_errno (task, -fd);
   else
@@ -184,10 +212,17 @@ open_for_read_thread (GTask        *task,
                       GCancellable *cancellable)
 {
   GioOp *gop = task_data;
-  int fd = open_fd (gop->op->path, kv_fs_op_open_flags (gop->op, FALSE), FALSE);
+  int err = kv_fs_op_open_dirs (gop->op, layout_of (gop));
+  int fd = err != 0 ? -err : open_fd (gop, FALSE);
 
   if (fd < 0)
     return_errno (task, -fd);
+  else if (!kv_fs_op_trusts_file (gop->op, layout_of (gop), fd))
+    {
+      /* another user's file under a chunk's name: not read */
+      close (fd);
+      g_task_return_int (task, -1);
+    }
   else
     g_task_return_int (task, fd);
 }
@@ -211,27 +246,53 @@ sync_thread (GTask        *task,
           return;
         }
     }
-  else
+  else if (fsync (op->dir_fd) != 0)
     {
-      g_autofree char *dir = g_path_get_dirname (op->path);
-      int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      int err = 0;
-
-      if (fd < 0)
-        err = errno;
-      else
-        {
-          if (fsync (fd) != 0)
-            err = errno;
-          close (fd);
-        }
-      if (err != 0)
-        {
-          return_errno (task, err);
-          return;
-        }
+      return_errno (task, errno);
+      return;
     }
   g_task_return_boolean (task, TRUE);
+}
+
+/* op->state: what to remove. */
+enum { UNLINK_FILE, UNLINK_TMP };
+
+static void
+unlink_thread (GTask        *task,
+               gpointer      source,
+               gpointer      task_data,
+               GCancellable *cancellable)
+{
+  GioOp *gop = task_data;
+  KvFsOp *op = gop->op;
+  int err = 0;
+
+  if (op->dir_fd < 0)
+    err = kv_fs_op_open_dirs (op, layout_of (gop));
+  if (err == 0 && op->state == UNLINK_TMP)
+    err = unlinkat (op->tmp_dir_fd, op->tmp_name, 0) == 0 ? 0 : errno;
+  else if (err == 0)
+    err = unlinkat (op->dir_fd, op->name, 0) == 0 ? 0 : errno;
+  if (err != 0 && err != ENOENT)
+    return_errno (task, err);
+  else
+    g_task_return_boolean (task, TRUE);
+}
+
+/* rename(2): atomically replaces an equal chunk another writer put there
+ * meanwhile. */
+static void
+rename_thread (GTask        *task,
+               gpointer      source,
+               gpointer      task_data,
+               GCancellable *cancellable)
+{
+  KvFsOp *op = ((GioOp *) task_data)->op;
+
+  if (renameat (op->tmp_dir_fd, op->tmp_name, op->dir_fd, op->name) != 0)
+    return_errno (task, errno);
+  else
+    g_task_return_boolean (task, TRUE);
 }
 
 static void
@@ -267,7 +328,7 @@ store_cleanup_deleted (GObject      *source,
 {
   GioOp *gop = user_data;
 
-  g_file_delete_finish (G_FILE (source), result, NULL);
+  g_task_propagate_boolean (G_TASK (result), NULL);
   if (gop->err != 0)
     gio_op_fail (gop, gop->err);
   else
@@ -277,12 +338,15 @@ store_cleanup_deleted (GObject      *source,
     }
 }
 
+static void run_in_thread (GioOp               *gop,
+                           GTaskThreadFunc      func,
+                           GAsyncReadyCallback  callback);
+
 static void
 store_delete_tmp (GioOp *gop)
 {
-  g_autoptr(GFile) tmp = g_file_new_for_path (gop->op->tmp_path);
-
-  g_file_delete_async (tmp, G_PRIORITY_DEFAULT, NULL, store_cleanup_deleted, gop);
+  gop->op->state = UNLINK_TMP;
+  run_in_thread (gop, unlink_thread, store_cleanup_deleted);
 }
 
 static void
@@ -333,7 +397,7 @@ store_moved (GObject      *source,
   GioOp *gop = user_data;
   g_autoptr(GError) error = NULL;
 
-  if (!g_file_move_finish (G_FILE (source), result, &error))
+  if (!g_task_propagate_boolean (G_TASK (result), &error))
     {
       store_fail (gop, error);
       return;
@@ -356,8 +420,6 @@ store_closed (GObject      *source,
 {
   GioOp *gop = user_data;
   g_autoptr(GError) error = NULL;
-  g_autoptr(GFile) tmp = NULL;
-  g_autoptr(GFile) dest = NULL;
 
   if (!g_output_stream_close_finish (G_OUTPUT_STREAM (source), result, &error))
     {
@@ -376,12 +438,7 @@ store_closed (GObject      *source,
       store_delete_tmp (gop);
       return;
     }
-  tmp = g_file_new_for_path (gop->op->tmp_path);
-  dest = g_file_new_for_path (gop->op->path);
-  /* rename(2): atomically replaces an equal chunk another writer put
-   * there meanwhile. */
-  g_file_move_async (tmp, dest, G_FILE_COPY_OVERWRITE | G_FILE_COPY_NO_FALLBACK_FOR_MOVE,
-                     G_PRIORITY_DEFAULT, NULL, NULL, NULL, store_moved, gop);
+  run_in_thread (gop, rename_thread, store_moved);
 }
 
 static void
@@ -504,7 +561,7 @@ load_deleted (GObject      *source,
 {
   GioOp *gop = user_data;
 
-  g_file_delete_finish (G_FILE (source), result, NULL);
+  g_task_propagate_boolean (G_TASK (result), NULL);
   gio_op_finish (gop);
 }
 
@@ -518,10 +575,9 @@ load_checked (GObject      *source,
   g_task_propagate_boolean (G_TASK (result), NULL);
   if (gop->op->status == KV_FS_OP_STATUS_CORRUPT)
     {
-      g_autoptr(GFile) file = g_file_new_for_path (gop->op->path);
-
       /* Stores are atomic: a bad file is corrupt, not half-written. */
-      g_file_delete_async (file, G_PRIORITY_DEFAULT, NULL, load_deleted, gop);
+      gop->op->state = UNLINK_FILE;
+      run_in_thread (gop, unlink_thread, load_deleted);
       return;
     }
   gio_op_finish (gop);
@@ -606,6 +662,12 @@ load_opened (GObject      *source,
       gio_op_fail (gop, errno_from_error (error));
       return;
     }
+  if (fd < 0)
+    {
+      gop->op->status = KV_FS_OP_STATUS_FOREIGN;
+      gio_op_finish (gop);
+      return;
+    }
   gop->in = g_unix_input_stream_new ((int) fd, TRUE);
   if (gop->op->flags & KV_FS_OP_FLAG_HEADER)
     g_input_stream_read_all_async (gop->in, gop->op->header, KV_FS_HEADER_SIZE,
@@ -624,8 +686,7 @@ delete_done (GObject      *source,
   GioOp *gop = user_data;
   g_autoptr(GError) error = NULL;
 
-  if (!g_file_delete_finish (G_FILE (source), result, &error) &&
-      !g_error_matches (error, G_IO_ERROR, G_IO_ERROR_NOT_FOUND))
+  if (!g_task_propagate_boolean (G_TASK (result), &error))
     {
       gio_op_fail (gop, errno_from_error (error));
       return;
@@ -669,12 +730,9 @@ start_op (KvFsGioEngine *self,
       break;
 
     case KV_FS_OP_DELETE:
-      {
-        g_autoptr(GFile) file = g_file_new_for_path (op->path);
-
-        g_file_delete_async (file, G_PRIORITY_DEFAULT, NULL, delete_done, gop);
-        break;
-      }
+      op->state = UNLINK_FILE;
+      run_in_thread (gop, unlink_thread, delete_done);
+      break;
     }
 }
 

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -25,6 +26,11 @@ struct _KvFsLayout
   char          *meta_name;    /* namespace.json or config.json */
   char          *meta_contents;
   guint8         ns_digest[KV_FS_NAMESPACE_DIGEST_LEN];
+
+  uid_t          uid;          /* the tier's user: owns every directory and file */
+  gint64         trusted_gid;  /* a group trusted to write them too, or -1 */
+  GMutex         dirs_lock;
+  KvFsRootDirs **dirs;         /* per root, held open (dirs_lock) */
 };
 
 void
@@ -32,6 +38,10 @@ kv_fs_layout_free (KvFsLayout *self)
 {
   if (self == NULL)
     return;
+  for (guint i = 0; self->dirs != NULL && i < self->n_roots; i++)
+    kv_fs_root_dirs_unref (self->dirs[i]);
+  g_free (self->dirs);
+  g_mutex_clear (&self->dirs_lock);
   g_strfreev (self->roots);
   g_strfreev (self->chunk_dirs);
   g_strfreev (self->meta_dirs);
@@ -387,6 +397,9 @@ kv_fs_layout_new (KvFsLayoutKind   kind,
   self->block_size = block_size;
   self->roots = root_list;
   self->n_roots = g_strv_length (root_list);
+  self->uid = geteuid ();
+  self->trusted_gid = -1;
+  g_mutex_init (&self->dirs_lock);
 
   if (kind == KV_FS_LAYOUT_KIND_VLLM)
     {
@@ -504,45 +517,242 @@ kv_fs_layout_get_file_size (const KvFsLayout *self)
   return self->block_size + (kv_fs_layout_has_header (self) ? KV_FS_HEADER_SIZE : 0);
 }
 
-static gboolean
-make_dir (const char  *path,
-          const char  *what,
-          GError     **error)
-{
-  if (g_mkdir_with_parents (path, 0700) != 0)
-    {
-      int errsv = errno;
+/* ---- directories -------------------------------------------------------- */
 
-      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
-                   "Cannot create the fs tier %s ‘%s’: %s", what, path, g_strerror (errsv));
-      return FALSE;
-    }
-  return TRUE;
+/*
+ * Every directory the tier uses is opened once, by walking from the root
+ * with openat (O_DIRECTORY | O_NOFOLLOW), and checked: owned by the
+ * tier's user and writable by nobody else (see kv_fs_layout_trusts()).
+ * Every file operation is then made relative to those descriptors, so
+ * that nobody but the tier's user can redirect it, even by renaming a
+ * directory above the root after the tier started.
+ */
+struct _KvFsRootDirs
+{
+  gint  ref_count;                      /* atomic */
+  int   chunk_fd;                       /* the top of the chunk tree */
+  int   shard_fds[KV_FS_N_SHARDS];      /* kvtier layout; -1 otherwise */
+};
+
+static void
+root_dirs_close (KvFsRootDirs *dirs)
+{
+  if (dirs->chunk_fd >= 0)
+    close (dirs->chunk_fd);
+  for (guint i = 0; i < KV_FS_N_SHARDS; i++)
+    if (dirs->shard_fds[i] >= 0)
+      close (dirs->shard_fds[i]);
+  g_free (dirs);
 }
 
-/* Writes @contents to @path unless it exists, through a private temporary
- * file and a rename, so that readers never see half a file. */
-static gboolean
-write_once (const char  *path,
-            const char  *contents,
-            GError     **error)
+KvFsRootDirs *
+kv_fs_root_dirs_ref (KvFsRootDirs *dirs)
 {
-  g_autofree char *tmp = NULL;
-  gsize len = strlen (contents);
-  gsize done = 0;
+  g_atomic_int_inc (&dirs->ref_count);
+  return dirs;
+}
+
+void
+kv_fs_root_dirs_unref (KvFsRootDirs *dirs)
+{
+  if (dirs != NULL && g_atomic_int_dec_and_test (&dirs->ref_count))
+    root_dirs_close (dirs);
+}
+
+int
+kv_fs_root_dirs_get_chunk_fd (const KvFsRootDirs *dirs)
+{
+  return dirs->chunk_fd;
+}
+
+void
+kv_fs_layout_set_trusted_gid (KvFsLayout *self,
+                              gint64      gid)
+{
+  self->trusted_gid = gid;
+}
+
+gint64
+kv_fs_layout_get_trusted_gid (const KvFsLayout *self)
+{
+  return self->trusted_gid;
+}
+
+/* Whether the tier may use what @st describes, a directory or (with
+ * @is_file) a chunk file: owned by the tier's user (the effective uid)
+ * and writable by no other user, except by the group the tier was told
+ * to trust. A directory another user can write lets that user rename
+ * files in and out of it; a file of another user holds bytes the tier
+ * never wrote (a checksum detects damage, not forgery). */
+gboolean
+kv_fs_layout_trusts (const KvFsLayout  *self,
+                     const struct stat *st,
+                     gboolean           is_file)
+{
+  if (is_file ? !S_ISREG (st->st_mode) : !S_ISDIR (st->st_mode))
+    return FALSE;
+  if (st->st_uid != self->uid || (st->st_mode & S_IWOTH) != 0)
+    return FALSE;
+  return (st->st_mode & S_IWGRP) == 0 ||
+         (self->trusted_gid >= 0 && (gint64) st->st_gid == self->trusted_gid);
+}
+
+static void
+set_untrusted_error (const KvFsLayout  *self,
+                     GError           **error,
+                     const char        *what,
+                     const char        *path,
+                     const struct stat *st)
+{
+  g_autofree char *trust = NULL;
+
+  if (self->trusted_gid >= 0)
+    trust = g_strdup_printf (", or owned by it and writable by the trusted group %" G_GINT64_FORMAT
+                             " only", self->trusted_gid);
+  g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+               "The fs tier %s ‘%s’ is %s owned by uid %u, group %u, mode %04o: it must be a "
+               "directory owned by uid %u (the tier's user) and writable by no other user%s "
+               "(another user could redirect or forge the tier's files)",
+               what, path, S_ISDIR (st->st_mode) ? "a directory" : "not a directory",
+               (guint) st->st_uid, (guint) st->st_gid, (guint) (st->st_mode & 07777),
+               (guint) self->uid, trust != NULL ? trust : "");
+}
+
+/* Opens the root @path (creating it and its parents, 0700, if missing)
+ * and checks it. The root's own name may be a symbolic link (a cache put
+ * on another disk) when the link belongs to the tier's user or to root:
+ * the directory it names is checked like any other. */
+static int
+open_root (const KvFsLayout  *self,
+           const char        *path,
+           GError           **error)
+{
+  struct stat st;
   int fd;
 
-  if (g_file_test (path, G_FILE_TEST_EXISTS))
-    return TRUE;
-
-  tmp = g_strdup_printf ("%s.%08x%08x.tmp", path, g_random_int (), g_random_int ());
-  fd = open (tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (lstat (path, &st) == 0 && S_ISLNK (st.st_mode) &&
+      st.st_uid != self->uid && st.st_uid != 0)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                   "The fs tier root ‘%s’ is a symbolic link owned by uid %u, mode %04o: "
+                   "only links of uid %u (the tier's user) or of root are followed",
+                   path, (guint) st.st_uid, (guint) (st.st_mode & 07777), (guint) self->uid);
+      return -1;
+    }
+  fd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && errno == ENOENT && g_mkdir_with_parents (path, 0700) == 0)
+    fd = open (path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     {
       int errsv = errno;
 
       g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
-                   "Cannot write in the fs tier directory of ‘%s’: %s", path, g_strerror (errsv));
+                   "Cannot open the fs tier root ‘%s’: %s", path, g_strerror (errsv));
+      return -1;
+    }
+  if (fstat (fd, &st) != 0 || !kv_fs_layout_trusts (self, &st, FALSE))
+    {
+      set_untrusted_error (self, error, "root", path, &st);
+      close (fd);
+      return -1;
+    }
+  return fd;
+}
+
+/* Opens the directory @name in @parent_fd without following a symbolic
+ * link, creating it (0700) if missing and @create, and checks it.
+ * Returns the descriptor, or -1 with errno set (EPERM: not trusted). */
+static int
+open_dir_at (const KvFsLayout *self,
+             int               parent_fd,
+             const char       *name,
+             gboolean          create,
+             struct stat      *out_st)
+{
+  const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  int fd = openat (parent_fd, name, flags);
+
+  if (fd < 0 && errno == ENOENT && create &&
+      (mkdirat (parent_fd, name, 0700) == 0 || errno == EEXIST))
+    fd = openat (parent_fd, name, flags);
+  if (fd < 0)
+    {
+      /* ELOOP (a symbolic link) or ENOTDIR: somebody else's doing */
+      if (errno == ELOOP || errno == ENOTDIR)
+        {
+          if (out_st != NULL && fstatat (parent_fd, name, out_st, AT_SYMLINK_NOFOLLOW) != 0)
+            memset (out_st, 0, sizeof *out_st);
+          errno = EPERM;
+        }
+      return -1;
+    }
+  if (fstat (fd, out_st) != 0 || !kv_fs_layout_trusts (self, out_st, FALSE))
+    {
+      close (fd);
+      errno = EPERM;
+      return -1;
+    }
+  return fd;
+}
+
+/* open_dir_at() with a GError naming the directory. */
+static int
+open_dir_at_or_error (const KvFsLayout  *self,
+                      int                parent_fd,
+                      const char        *parent_path,
+                      const char        *name,
+                      const char        *what,
+                      GError           **error)
+{
+  struct stat st = { 0 };
+  int fd = open_dir_at (self, parent_fd, name, TRUE, &st);
+
+  if (fd < 0)
+    {
+      int errsv = errno;
+      g_autofree char *path = g_build_filename (parent_path, name, NULL);
+
+      if (errsv == EPERM && S_ISLNK (st.st_mode))
+        g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                     "The fs tier %s ‘%s’ is a symbolic link (owned by uid %u): the tier "
+                     "follows no link inside its root", what, path, (guint) st.st_uid);
+      else if (errsv == EPERM)
+        set_untrusted_error (self, error, what, path, &st);
+      else
+        g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
+                     "Cannot create the fs tier %s ‘%s’: %s", what, path, g_strerror (errsv));
+    }
+  return fd;
+}
+
+/* Writes @contents to @name in @dir_fd unless it exists, through a
+ * private temporary file and a rename, so that readers never see half a
+ * file. */
+static gboolean
+write_once_at (int          dir_fd,
+               const char  *dir_path,
+               const char  *name,
+               const char  *contents,
+               GError     **error)
+{
+  g_autofree char *tmp = NULL;
+  struct stat st;
+  gsize len = strlen (contents);
+  gsize done = 0;
+  int fd;
+
+  if (fstatat (dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    return TRUE;
+
+  tmp = g_strdup_printf ("%s.%08x%08x.tmp", name, g_random_int (), g_random_int ());
+  fd = openat (dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0)
+    {
+      int errsv = errno;
+
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
+                   "Cannot write in the fs tier directory ‘%s’: %s", dir_path,
+                   g_strerror (errsv));
       return FALSE;
     }
   while (done < len)
@@ -556,62 +766,273 @@ write_once (const char  *path,
           int errsv = n < 0 ? errno : EIO;
 
           close (fd);
-          unlink (tmp);
+          unlinkat (dir_fd, tmp, 0);
           g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
-                       "Cannot write ‘%s’: %s", tmp, g_strerror (errsv));
+                       "Cannot write ‘%s/%s’: %s", dir_path, tmp, g_strerror (errsv));
           return FALSE;
         }
       done += n;
     }
   close (fd);
-  if (rename (tmp, path) != 0)
+  if (renameat (dir_fd, tmp, dir_fd, name) != 0)
     {
       int errsv = errno;
 
-      unlink (tmp);
+      unlinkat (dir_fd, tmp, 0);
       g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
-                   "Cannot rename ‘%s’ to ‘%s’: %s", tmp, path, g_strerror (errsv));
+                   "Cannot rename ‘%s/%s’ to ‘%s’: %s", dir_path, tmp, name, g_strerror (errsv));
       return FALSE;
     }
   return TRUE;
 }
 
+/* Opens (creating what is missing) root @i's directories and writes its
+ * identity file if missing. */
+static KvFsRootDirs *
+open_root_dirs (const KvFsLayout  *self,
+                guint              i,
+                GError           **error)
+{
+  g_autoptr(GError) local_error = NULL;
+  g_autofree char *meta_name = g_path_get_basename (self->meta_dirs[i]);
+  g_autofree char *chunk_name = g_path_get_basename (self->chunk_dirs[i]);
+  KvFsRootDirs *dirs = g_new0 (KvFsRootDirs, 1);
+  int root_fd;
+  int meta_fd;
+
+  dirs->ref_count = 1;
+  dirs->chunk_fd = -1;
+  for (guint s = 0; s < KV_FS_N_SHARDS; s++)
+    dirs->shard_fds[s] = -1;
+
+  root_fd = open_root (self, self->roots[i], error);
+  if (root_fd < 0)
+    goto fail;
+  meta_fd = open_dir_at_or_error (self, root_fd, self->roots[i], meta_name,
+                                  "namespace directory", error);
+  if (meta_fd < 0)
+    {
+      close (root_fd);
+      goto fail;
+    }
+  if (!write_once_at (meta_fd, self->meta_dirs[i], self->meta_name, self->meta_contents, error))
+    {
+      close (meta_fd);
+      close (root_fd);
+      goto fail;
+    }
+  if (g_strcmp0 (meta_name, chunk_name) == 0)
+    dirs->chunk_fd = meta_fd;
+  else
+    {
+      close (meta_fd);
+      dirs->chunk_fd = open_dir_at_or_error (self, root_fd, self->roots[i], chunk_name,
+                                             "chunk directory", error);
+    }
+  close (root_fd);
+  if (dirs->chunk_fd < 0)
+    goto fail;
+
+  /* The kvtier layout's 256 shard directories exist from the start, so
+   * no store ever waits for a mkdir, and stay open, so that no store
+   * pays a lookup of its directory either. */
+  for (guint s = 0; self->kind == KV_FS_LAYOUT_KIND_KVTIER && s < KV_FS_N_SHARDS; s++)
+    {
+      char name[3];
+
+      g_snprintf (name, sizeof name, "%02x", s);
+      dirs->shard_fds[s] = open_dir_at_or_error (self, dirs->chunk_fd, self->chunk_dirs[i],
+                                                 name, "shard directory", error);
+      if (dirs->shard_fds[s] < 0)
+        goto fail;
+    }
+  return dirs;
+
+fail:
+  root_dirs_close (dirs);
+  return NULL;
+}
+
 /* Creates every root, the namespace directories and their identity file
- * (namespace.json, or vLLM's config.json). Directories are 0700 and files
+ * (namespace.json, or vLLM's config.json), checking every directory that
+ * was already there, and holds them open. Directories are 0700 and files
  * 0600: KV bytes are derived from users' prompts. */
 gboolean
-kv_fs_layout_create_dirs (const KvFsLayout  *self,
-                          GError           **error)
+kv_fs_layout_create_dirs (KvFsLayout  *self,
+                          GError     **error)
 {
+  g_return_val_if_fail (self->dirs == NULL, FALSE);
+
+  self->dirs = g_new0 (KvFsRootDirs *, self->n_roots);
   for (guint i = 0; i < self->n_roots; i++)
     {
-      g_autofree char *meta_path = NULL;
-
-      if (!make_dir (self->roots[i], "root", error) ||
-          !make_dir (self->meta_dirs[i], "namespace directory", error) ||
-          !make_dir (self->chunk_dirs[i], "chunk directory", error))
+      self->dirs[i] = open_root_dirs (self, i, error);
+      if (self->dirs[i] == NULL)
         return FALSE;
-      meta_path = g_build_filename (self->meta_dirs[i], self->meta_name, NULL);
-      if (!write_once (meta_path, self->meta_contents, error))
-        return FALSE;
-      /* The kvtier layout's 256 shard directories exist from the start,
-       * so no store ever waits for a mkdir. */
-      for (guint shard = 0; self->kind == KV_FS_LAYOUT_KIND_KVTIER && shard < 256; shard++)
-        {
-          g_autofree char *name = g_strdup_printf ("%02x", shard);
-          g_autofree char *dir = g_build_filename (self->chunk_dirs[i], name, NULL);
-
-          if (g_mkdir (dir, 0700) != 0 && errno != EEXIST)
-            {
-              int errsv = errno;
-
-              g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
-                           "Cannot create the fs tier directory ‘%s’: %s", dir, g_strerror (errsv));
-              return FALSE;
-            }
-        }
     }
   return TRUE;
+}
+
+/* The directories of @root, held open; (transfer full). */
+KvFsRootDirs *
+kv_fs_layout_ref_dirs (const KvFsLayout *self,
+                       guint             root)
+{
+  KvFsRootDirs *dirs;
+
+  g_return_val_if_fail (root < self->n_roots && self->dirs != NULL, NULL);
+  g_mutex_lock (&((KvFsLayout *) self)->dirs_lock);
+  dirs = kv_fs_root_dirs_ref (self->dirs[root]);
+  g_mutex_unlock (&((KvFsLayout *) self)->dirs_lock);
+  return dirs;
+}
+
+/* A file could not be created in @stale, @root's directories: they were
+ * removed (the root deleted under a running tier). Opens them again from
+ * the root's path, creating them and the identity file as at the start
+ * and checking them the same way. Returns the directories now in use
+ * (transfer full; @stale itself when they cannot be made), never NULL.
+ * Any thread; concurrent callers make them once. */
+KvFsRootDirs *
+kv_fs_layout_reopen_dirs (const KvFsLayout *self,
+                          guint             root,
+                          KvFsRootDirs     *stale)
+{
+  KvFsLayout *mutable = (KvFsLayout *) self;
+  KvFsRootDirs *dirs;
+
+  g_mutex_lock (&mutable->dirs_lock);
+  if (self->dirs[root] == stale)
+    {
+      g_autoptr(GError) error = NULL;
+      KvFsRootDirs *fresh = open_root_dirs (self, root, &error);
+
+      if (fresh != NULL)
+        {
+          g_message ("fs tier: made the directories of root %s again", self->roots[root]);
+          kv_fs_root_dirs_unref (mutable->dirs[root]);
+          mutable->dirs[root] = fresh;
+        }
+      else
+        g_warning ("fs tier: cannot make the directories of root %s again: %s",
+                   self->roots[root], error->message);
+    }
+  dirs = kv_fs_root_dirs_ref (self->dirs[root]);
+  g_mutex_unlock (&mutable->dirs_lock);
+  return dirs;
+}
+
+/* Opens the directory of @path (a file under @dirs' chunk directory):
+ * a shard directory of the kvtier layout is one already held open; any
+ * other is walked to from the chunk directory, one openat (O_DIRECTORY |
+ * O_NOFOLLOW) per level, creating it (0700) with @create, each level
+ * checked. Returns the descriptor (closed by the caller when
+ * *@out_owned) with *@out_name the file's name in it, or -errno:
+ * -EPERM for a directory the tier does not trust, -EINVAL for a path
+ * outside the chunk directory. */
+int
+kv_fs_layout_open_parent (const KvFsLayout  *self,
+                          guint              root,
+                          KvFsRootDirs      *dirs,
+                          const char        *path,
+                          gboolean           create,
+                          const char       **out_name,
+                          gboolean          *out_owned)
+{
+  const char *base = self->chunk_dirs[root];
+  gsize base_len = strlen (base);
+  const char *rel;
+  const char *name;
+  const char *p;
+  int fd;
+  guint depth = 0;
+
+  *out_owned = FALSE;
+  if (strncmp (path, base, base_len) != 0 || path[base_len] != '/')
+    return -EINVAL;
+  rel = path + base_len + 1;
+  name = strrchr (rel, '/');
+  name = name != NULL ? name + 1 : rel;
+  *out_name = name;
+  if (*name == '\0')
+    return -EINVAL;
+  if (name == rel)
+    return dirs->chunk_fd;
+  if (self->kind == KV_FS_LAYOUT_KIND_KVTIER && name - rel == 3 &&
+      g_ascii_isxdigit (rel[0]) && g_ascii_isxdigit (rel[1]) &&
+      !g_ascii_isupper (rel[0]) && !g_ascii_isupper (rel[1]))
+    return dirs->shard_fds[g_ascii_xdigit_value (rel[0]) * 16 + g_ascii_xdigit_value (rel[1])];
+
+  fd = dirs->chunk_fd;
+  for (p = rel; p < name; depth++)
+    {
+      const char *slash = strchr (p, '/');
+      g_autofree char *component = g_strndup (p, slash - p);
+      struct stat st;
+      int next;
+
+      if (depth >= KV_FS_MAX_DIR_DEPTH || *component == '\0' ||
+          strcmp (component, ".") == 0 || strcmp (component, "..") == 0)
+        {
+          if (*out_owned)
+            close (fd);
+          *out_owned = FALSE;
+          return -EINVAL;
+        }
+      next = open_dir_at (self, fd, component, create, &st);
+      if (next < 0)
+        {
+          int errsv = errno;
+
+          if (*out_owned)
+            close (fd);
+          *out_owned = FALSE;
+          return -errsv;
+        }
+      if (*out_owned)
+        close (fd);
+      fd = next;
+      *out_owned = TRUE;
+      p = slash + 1;
+    }
+  return fd;
+}
+
+/* Opens @root's chunk-directory subdirectory @name (one level, such as
+ * the spare directory) like kv_fs_layout_open_parent() does. Returns an
+ * owned descriptor, or -1 with errno set. */
+int
+kv_fs_layout_open_subdir (const KvFsLayout *self,
+                          guint             root,
+                          const char       *name,
+                          gboolean          create)
+{
+  g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (self, root);
+  struct stat st;
+
+  return open_dir_at (self, dirs->chunk_fd, name, create, &st);
+}
+
+/* Deletes @path (a file under @root's chunk directory) relative to the
+ * directories held open. Returns 0 or an errno. */
+int
+kv_fs_layout_unlink (const KvFsLayout *self,
+                     guint             root,
+                     const char       *path)
+{
+  g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (self, root);
+  const char *name;
+  gboolean owned;
+  int fd = kv_fs_layout_open_parent (self, root, dirs, path, FALSE, &name, &owned);
+  int err = 0;
+
+  if (fd < 0)
+    return -fd;
+  if (unlinkat (fd, name, 0) != 0)
+    err = errno;
+  if (owned)
+    close (fd);
+  return err;
 }
 
 /* ---- naming ------------------------------------------------------------- */
@@ -709,23 +1130,16 @@ kv_fs_layout_chunk_path (const KvFsLayout *self,
   return g_string_free (path, FALSE);
 }
 
-gboolean
-kv_fs_layout_is_temp_name (const char *name)
-{
-  return g_str_has_suffix (name, ".tmp");
-}
-
 /* ---- scanning ----------------------------------------------------------- */
 
 typedef struct
 {
-  const KvFsLayout  *layout;
-  guint              root;
-  KvFsScanChunkFunc  chunk_func;
-  KvFsScanTempFunc   temp_func;
-  gpointer           user_data;
-  const gint        *cancel;
-  guint64            n_seen;
+  const KvFsLayout    *layout;
+  guint                root;
+  const KvFsScanFuncs *funcs;
+  gpointer             user_data;
+  const gint          *cancel;
+  guint64              n_seen;
 } ScanState;
 
 static gboolean
@@ -808,6 +1222,58 @@ parse_vllm_name (const char *dir1,
   return kv_key_new (hash, hex_len / 2, group);
 }
 
+/* The names the tier's own format gives temporary files: kvtier's
+ * "<chunk name>_<16 hex>-<8 hex>.tmp" (see kv_fs_temp_path()) in both
+ * layouts and, in the vLLM layout, vLLM's "<chunk name>_<decimal>.tmp";
+ * the chunk name must be one this directory can hold. Nothing else is
+ * ever deleted as a temporary file. */
+static gboolean
+is_own_temp_name (const KvFsLayout *self,
+                  const char       *dir1,
+                  const char       *dir2,
+                  const char       *name)
+{
+  gsize len = strlen (name);
+  const char *suffix;
+  const char *underscore;
+  g_autofree char *chunk_name = NULL;
+  KvKey *key;
+  gboolean ours = FALSE;
+
+  if (len < 5 || !g_str_has_suffix (name, ".tmp"))
+    return FALSE;
+  suffix = name + len - 4;
+  underscore = g_strrstr_len (name, suffix - name, "_");
+  if (underscore == NULL)
+    return FALSE;
+  if (suffix - underscore == 1 + 16 + 1 + 8 && underscore[17] == '-')
+    {
+      ours = TRUE;
+      for (const char *p = underscore + 1; p < suffix; p++)
+        if (p != underscore + 17 && !(g_ascii_isxdigit (*p) && !g_ascii_isupper (*p)))
+          ours = FALSE;
+    }
+  if (!ours && self->kind == KV_FS_LAYOUT_KIND_VLLM &&
+      suffix - underscore > 1 && suffix - underscore <= 20)
+    {
+      ours = TRUE;
+      for (const char *p = underscore + 1; p < suffix; p++)
+        if (!g_ascii_isdigit (*p))
+          ours = FALSE;
+    }
+  if (!ours)
+    return FALSE;
+  chunk_name = g_strndup (name, underscore - name);
+  if (self->kind == KV_FS_LAYOUT_KIND_VLLM)
+    key = parse_vllm_name (dir1, dir2, chunk_name);
+  else
+    key = parse_kvtier_name (chunk_name);
+  if (key == NULL)
+    return FALSE;
+  kv_key_unref (key);
+  return TRUE;
+}
+
 static int
 open_subdir (int         dirfd,
              const char *name)
@@ -815,6 +1281,13 @@ open_subdir (int         dirfd,
   return openat (dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+static gint64
+mtime_us (const struct stat *st)
+{
+  return (gint64) st->st_mtim.tv_sec * G_USEC_PER_SEC + st->st_mtim.tv_nsec / 1000;
+}
+
+/* Scans one directory of chunk files; takes @dirfd. */
 static void
 scan_leaf_dir (ScanState  *state,
                int         dirfd,
@@ -824,45 +1297,64 @@ scan_leaf_dir (ScanState  *state,
 {
   DIR *dir = fdopendir (dirfd);
   struct dirent *de;
+  struct stat st;
 
   if (dir == NULL)
     {
       close (dirfd);
       return;
     }
+  /* a shard directory replaced by another user's is none of ours */
+  if (fstat (dirfd, &st) != 0 || !kv_fs_layout_trusts (state->layout, &st, FALSE))
+    {
+      if (state->funcs->foreign != NULL)
+        state->funcs->foreign (dir_path, state->user_data);
+      closedir (dir);
+      return;
+    }
   while ((de = readdir (dir)) != NULL && !g_atomic_int_get (state->cancel))
     {
-      struct stat st;
       g_autofree char *path = NULL;
+      gboolean is_temp;
       KvKey *key;
 
       if (de->d_name[0] == '.')
         continue;
-      if (fstatat (dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG (st.st_mode))
+      if (fstatat (dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         continue;
-      path = g_build_filename (dir_path, de->d_name, NULL);
-      state->n_seen++;
-      if (kv_fs_layout_is_temp_name (de->d_name))
-        {
-          if (state->temp_func != NULL)
-            state->temp_func (path, (gint64) st.st_mtim.tv_sec * G_USEC_PER_SEC +
-                                    st.st_mtim.tv_nsec / 1000, state->user_data);
-          continue;
-        }
-      if (state->layout->kind == KV_FS_LAYOUT_KIND_VLLM)
+      is_temp = is_own_temp_name (state->layout, dir1, dir2, de->d_name);
+      if (is_temp)
+        key = NULL;
+      else if (state->layout->kind == KV_FS_LAYOUT_KIND_VLLM)
         key = parse_vllm_name (dir1, dir2, de->d_name);
       else
         key = parse_kvtier_name (de->d_name);
-      if (key == NULL)
-        continue;
+      if (!is_temp && key == NULL)
+        continue;   /* not a name of the tier's: not its business */
+      path = g_build_filename (dir_path, de->d_name, NULL);
+      state->n_seen++;
+      if (!kv_fs_layout_trusts (state->layout, &st, TRUE))
+        {
+          /* another user's file (or a link, a directory...) under a
+           * name of the tier's: never served, never deleted */
+          if (state->funcs->foreign != NULL)
+            state->funcs->foreign (path, state->user_data);
+          g_clear_pointer (&key, kv_key_unref);
+          continue;
+        }
+      if (is_temp)
+        {
+          if (state->funcs->temp != NULL)
+            state->funcs->temp (dirfd, de->d_name, path, mtime_us (&st), state->user_data);
+          continue;
+        }
       /* A file outside the directory its name maps to is unreachable. */
       {
         g_autofree char *expected = kv_fs_layout_chunk_path (state->layout, key, NULL);
 
-        if (g_strcmp0 (expected, path) == 0 && state->chunk_func != NULL)
-          state->chunk_func (key, state->root, path, st.st_size,
-                             (gint64) st.st_mtim.tv_sec * G_USEC_PER_SEC +
-                             st.st_mtim.tv_nsec / 1000, state->user_data);
+        if (g_strcmp0 (expected, path) == 0 && state->funcs->chunk != NULL)
+          state->funcs->chunk (key, state->root, dirfd, de->d_name, path, st.st_size,
+                               mtime_us (&st), state->user_data);
       }
       kv_key_unref (key);
     }
@@ -870,21 +1362,23 @@ scan_leaf_dir (ScanState  *state,
 }
 
 guint64
-kv_fs_layout_scan (const KvFsLayout  *self,
-                   guint              root,
-                   KvFsScanChunkFunc  chunk_func,
-                   KvFsScanTempFunc   temp_func,
-                   gpointer           user_data,
-                   const gint        *cancel)
+kv_fs_layout_scan (const KvFsLayout     *self,
+                   guint                 root,
+                   const KvFsScanFuncs  *funcs,
+                   gpointer              user_data,
+                   const gint           *cancel)
 {
-  ScanState state = { self, root, chunk_func, temp_func, user_data, cancel, 0 };
+  ScanState state = { self, root, funcs, user_data, cancel, 0 };
+  g_autoptr(KvFsRootDirs) dirs = NULL;
   int top_fd;
   DIR *top;
   struct dirent *d1;
 
   g_return_val_if_fail (root < self->n_roots, 0);
 
-  top_fd = open (self->chunk_dirs[root], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  dirs = kv_fs_layout_ref_dirs (self, root);
+  /* a descriptor of its own: readdir() moves its offset */
+  top_fd = openat (dirs->chunk_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (top_fd < 0)
     return 0;
   top = fdopendir (top_fd);
@@ -900,18 +1394,26 @@ kv_fs_layout_scan (const KvFsLayout  *self,
       int fd1;
       DIR *dir1;
       struct dirent *d2;
+      struct stat st;
       g_autofree char *name1 = NULL;
+      g_autofree char *path1 = NULL;
 
       if (d1->d_name[0] == '.')
         continue;
       fd1 = open_subdir (top_fd, d1->d_name);
       if (fd1 < 0)
         continue;
+      path1 = g_build_filename (self->chunk_dirs[root], d1->d_name, NULL);
       if (self->kind == KV_FS_LAYOUT_KIND_KVTIER)
         {
-          g_autofree char *path = g_build_filename (self->chunk_dirs[root], d1->d_name, NULL);
-
-          scan_leaf_dir (&state, fd1, path, d1->d_name, NULL);
+          scan_leaf_dir (&state, fd1, path1, d1->d_name, NULL);
+          continue;
+        }
+      if (fstat (fd1, &st) != 0 || !kv_fs_layout_trusts (self, &st, FALSE))
+        {
+          if (funcs->foreign != NULL)
+            funcs->foreign (path1, user_data);
+          close (fd1);
           continue;
         }
       dir1 = fdopendir (fd1);
@@ -931,11 +1433,82 @@ kv_fs_layout_scan (const KvFsLayout  *self,
           fd2 = open_subdir (fd1, d2->d_name);
           if (fd2 < 0)
             continue;
-          path = g_build_filename (self->chunk_dirs[root], name1, d2->d_name, NULL);
+          path = g_build_filename (path1, d2->d_name, NULL);
           scan_leaf_dir (&state, fd2, path, name1, d2->d_name);
         }
       closedir (dir1);
     }
   closedir (top);
   return state.n_seen;
+}
+
+/* Whether the chunk file of @key exists and is one the tier trusts
+ * (checked relative to the directories held open). */
+gboolean
+kv_fs_layout_chunk_exists (const KvFsLayout *self,
+                           const KvKey      *key)
+{
+  guint root = 0;
+  g_autofree char *path = kv_fs_layout_chunk_path (self, key, &root);
+  g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (self, root);
+  const char *name = NULL;
+  gboolean owned = FALSE;
+  gboolean exists;
+  struct stat st;
+  int fd = kv_fs_layout_open_parent (self, root, dirs, path, FALSE, &name, &owned);
+
+  if (fd < 0)
+    return FALSE;
+  exists = fstatat (fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+           kv_fs_layout_trusts (self, &st, TRUE);
+  if (owned)
+    close (fd);
+  return exists;
+}
+
+/* Whether @dir_fd holds a name not starting with a dot (with
+ * @dirs_only, one of a directory). */
+static gboolean
+dir_fd_has_entries (int      dir_fd,
+                    gboolean dirs_only)
+{
+  int fd = openat (dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DIR *dir = fd >= 0 ? fdopendir (fd) : NULL;
+  struct dirent *de;
+  gboolean found = FALSE;
+
+  if (dir == NULL)
+    {
+      if (fd >= 0)
+        close (fd);
+      return FALSE;
+    }
+  while (!found && (de = readdir (dir)) != NULL)
+    {
+      struct stat st;
+
+      if (de->d_name[0] == '.')
+        continue;
+      found = !dirs_only ||
+              (fstatat (fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR (st.st_mode));
+    }
+  closedir (dir);
+  return found;
+}
+
+/* Whether @root's chunk directory holds any chunk yet, as far as a look
+ * at its top can tell: a file in a kvtier shard directory, a directory
+ * in vLLM's chunk directory. */
+gboolean
+kv_fs_layout_has_entries (const KvFsLayout *self,
+                          guint             root)
+{
+  g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (self, root);
+
+  if (self->kind != KV_FS_LAYOUT_KIND_KVTIER)
+    return dir_fd_has_entries (dirs->chunk_fd, TRUE);
+  for (guint s = 0; s < KV_FS_N_SHARDS; s++)
+    if (dir_fd_has_entries (dirs->shard_fds[s], FALSE))
+      return TRUE;
+  return FALSE;
 }

@@ -3,6 +3,7 @@
 
 #include <json-glib/json-glib.h>
 #include <kvtier.h>
+#include <sys/stat.h>
 
 #include "kv-fs-format.h"
 #include "kv-fs-types.h"
@@ -20,6 +21,26 @@ G_BEGIN_DECLS
  *                 <root>/<model>_<digest12>_r<rank>/<hex[:3]>/<hex[3:5]>_g<group>/<hex>.bin
  */
 typedef struct _KvFsLayout KvFsLayout;
+
+/* The kvtier layout's shard directories per root. */
+#define KV_FS_N_SHARDS 256
+/* The deepest directory below a chunk directory that a file may be in
+ * (vLLM's layout uses 2). */
+#define KV_FS_MAX_DIR_DEPTH 4
+
+/*
+ * KvFsRootDirs: one root's directories, held open once checked (see
+ * kv_fs_layout_trusts()); every file operation of the tier is made
+ * relative to them. Reference counted, any thread: a root removed under
+ * a running tier gets new ones (kv_fs_layout_reopen_dirs()) while
+ * operations still in flight keep theirs.
+ */
+typedef struct _KvFsRootDirs KvFsRootDirs;
+
+KvFsRootDirs   *kv_fs_root_dirs_ref             (KvFsRootDirs     *dirs);
+void            kv_fs_root_dirs_unref           (KvFsRootDirs     *dirs);
+int             kv_fs_root_dirs_get_chunk_fd    (const KvFsRootDirs *dirs);
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (KvFsRootDirs, kv_fs_root_dirs_unref)
 
 KvFsLayout     *kv_fs_layout_new                (KvFsLayoutKind   kind,
                                                  const char      *roots,
@@ -41,8 +62,37 @@ gsize           kv_fs_layout_get_block_size     (const KvFsLayout *self);
 gboolean        kv_fs_layout_has_header         (const KvFsLayout *self);
 gsize           kv_fs_layout_get_file_size      (const KvFsLayout *self);
 
-gboolean        kv_fs_layout_create_dirs        (const KvFsLayout *self,
+void            kv_fs_layout_set_trusted_gid    (KvFsLayout       *self,
+                                                 gint64            gid);
+gint64          kv_fs_layout_get_trusted_gid    (const KvFsLayout *self);
+gboolean        kv_fs_layout_trusts             (const KvFsLayout *self,
+                                                 const struct stat *st,
+                                                 gboolean          is_file);
+gboolean        kv_fs_layout_create_dirs        (KvFsLayout       *self,
                                                  GError          **error);
+KvFsRootDirs   *kv_fs_layout_ref_dirs           (const KvFsLayout *self,
+                                                 guint             root);
+KvFsRootDirs   *kv_fs_layout_reopen_dirs        (const KvFsLayout *self,
+                                                 guint             root,
+                                                 KvFsRootDirs     *stale);
+int             kv_fs_layout_open_parent        (const KvFsLayout *self,
+                                                 guint             root,
+                                                 KvFsRootDirs     *dirs,
+                                                 const char       *path,
+                                                 gboolean          create,
+                                                 const char      **out_name,
+                                                 gboolean         *out_owned);
+int             kv_fs_layout_open_subdir        (const KvFsLayout *self,
+                                                 guint             root,
+                                                 const char       *name,
+                                                 gboolean          create);
+gboolean        kv_fs_layout_chunk_exists       (const KvFsLayout *self,
+                                                 const KvKey      *key);
+gboolean        kv_fs_layout_has_entries        (const KvFsLayout *self,
+                                                 guint             root);
+int             kv_fs_layout_unlink             (const KvFsLayout *self,
+                                                 guint             root,
+                                                 const char       *path);
 
 gboolean        kv_fs_layout_key_supported      (const KvFsLayout *self,
                                                  const KvKey      *key);
@@ -51,7 +101,6 @@ guint           kv_fs_layout_root_for_key       (const KvFsLayout *self,
 char           *kv_fs_layout_chunk_path         (const KvFsLayout *self,
                                                  const KvKey      *key,
                                                  guint            *out_root);
-gboolean        kv_fs_layout_is_temp_name       (const char       *name);
 
 char           *kv_fs_vllm_digest               (const char       *identity_json,
                                                  char            **out_model_name,
@@ -60,26 +109,38 @@ char           *kv_fs_json_canonical            (JsonNode         *node,
                                                  gboolean          pretty);
 
 /*
- * Scanning (warm restart). For each complete chunk file: @chunk_func with
- * its key, path, size and modification time; for each temporary file:
- * @temp_func with its path and modification time. Returns the number of
- * entries seen; stops early when *@cancel becomes non-zero.
+ * Scanning (warm restart), on the directories held open. For each
+ * complete-looking chunk file of the tier's user: @chunk with its key,
+ * its directory and name, path, size and modification time; for each
+ * temporary file of a name the tier's format defines: @temp; for each
+ * file of a chunk or temporary name, or shard directory, that the tier
+ * does not trust (another user's, a link...): @foreign. Names the format
+ * does not define are skipped. Returns the number of entries seen;
+ * stops early when *@cancel becomes non-zero.
  */
-typedef void (*KvFsScanChunkFunc) (KvKey      *key,
-                                   guint       root,
-                                   const char *path,
-                                   guint64     size,
-                                   gint64      mtime_us,
-                                   gpointer    user_data);
-typedef void (*KvFsScanTempFunc)  (const char *path,
-                                   gint64      mtime_us,
-                                   gpointer    user_data);
+typedef struct
+{
+  void (*chunk)   (KvKey      *key,
+                   guint       root,
+                   int         dir_fd,
+                   const char *name,
+                   const char *path,
+                   guint64     size,
+                   gint64      mtime_us,
+                   gpointer    user_data);
+  void (*temp)    (int         dir_fd,
+                   const char *name,
+                   const char *path,
+                   gint64      mtime_us,
+                   gpointer    user_data);
+  void (*foreign) (const char *path,
+                   gpointer    user_data);
+} KvFsScanFuncs;
 
-guint64         kv_fs_layout_scan               (const KvFsLayout  *self,
-                                                 guint              root,
-                                                 KvFsScanChunkFunc  chunk_func,
-                                                 KvFsScanTempFunc   temp_func,
-                                                 gpointer           user_data,
-                                                 const gint        *cancel);
+guint64         kv_fs_layout_scan               (const KvFsLayout    *self,
+                                                 guint                root,
+                                                 const KvFsScanFuncs *funcs,
+                                                 gpointer             user_data,
+                                                 const gint          *cancel);
 
 G_END_DECLS

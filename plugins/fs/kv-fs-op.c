@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,6 +28,9 @@ kv_fs_op_init (KvFsOp      *op,
   op->key = key;
   op->slot = G_MAXUINT32;
   op->fd = -1;
+  op->dir_fd = -1;
+  op->tmp_dir_fd = -1;
+  op->reuse_dir_fd = -1;
   op->status = KV_FS_OP_STATUS_PENDING;
   op->queue_link.data = op;
 }
@@ -34,6 +38,7 @@ kv_fs_op_init (KvFsOp      *op,
 void
 kv_fs_op_clear (KvFsOp *op)
 {
+  kv_fs_op_close_dirs (op);
   g_clear_pointer (&op->path, g_free);
   g_clear_pointer (&op->reuse_path, g_free);
   g_clear_pointer (&op->tmp_path, g_free);
@@ -58,6 +63,7 @@ kv_fs_op_status_to_string (KvFsOpStatus status)
     case KV_FS_OP_STATUS_CORRUPT: return "corrupt";
     case KV_FS_OP_STATUS_IO_ERROR: return "I/O error";
     case KV_FS_OP_STATUS_CANCELLED: return "cancelled";
+    case KV_FS_OP_STATUS_FOREIGN: return "not the tier's file";
     default: return "unknown";
     }
 }
@@ -94,15 +100,89 @@ kv_fs_op_check_load (KvFsOp *op)
   op->status = op->check == KV_FS_CHECK_OK ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_CORRUPT;
 }
 
-/* Creates the directories above @path (0700). Returns 0 or an errno. */
-int
-kv_fs_op_ensure_parent (const char *path)
+static const char *
+base_name (const char *path)
 {
-  g_autofree char *dir = g_path_get_dirname (path);
+  const char *slash = strrchr (path, '/');
 
-  if (g_mkdir_with_parents (dir, 0700) != 0)
-    return errno != 0 ? errno : EIO;
+  return slash != NULL ? slash + 1 : path;
+}
+
+/* Opens the directories of the op's files, relative to its root's held
+ * open (see kv_fs_layout_open_parent()): that of @path, made if missing
+ * for a store (only vLLM's layout makes directories on first use), and
+ * that of @reuse_path; a file to take over whose directory cannot be
+ * opened is not taken over. Blocking only for directories not held open
+ * (the vLLM layout's, the spare directory): a few openat() of cached
+ * names. Returns 0 or an errno (EPERM: a directory the tier does not
+ * trust). */
+int
+kv_fs_op_open_dirs (KvFsOp           *op,
+                    const KvFsLayout *layout)
+{
+  int fd;
+
+  kv_fs_op_close_dirs (op);
+  op->dirs = kv_fs_layout_ref_dirs (layout, op->root);
+  fd = kv_fs_layout_open_parent (layout, op->root, op->dirs, op->path,
+                                 op->kind == KV_FS_OP_STORE || op->kind == KV_FS_OP_PROBE,
+                                 &op->name, &op->own_dir_fd);
+  if (fd < 0)
+    return -fd;
+  op->dir_fd = fd;
+  op->tmp_dir_fd = fd;
+  if (op->tmp_path != NULL)
+    op->tmp_name = base_name (op->tmp_path);
+  if (op->reuse_path != NULL)
+    {
+      fd = kv_fs_layout_open_parent (layout, op->root, op->dirs, op->reuse_path, FALSE,
+                                     &op->reuse_name, &op->own_reuse_dir_fd);
+      if (fd >= 0)
+        op->reuse_dir_fd = fd;
+      else
+        g_clear_pointer (&op->reuse_path, g_free);
+    }
   return 0;
+}
+
+/* A file could not be created in the op's directory: it was removed
+ * (the root deleted under the tier). Makes the root's directories again
+ * and opens the op's. Returns 0 or an errno. */
+int
+kv_fs_op_reopen_dirs (KvFsOp           *op,
+                      const KvFsLayout *layout)
+{
+  KvFsRootDirs *stale = kv_fs_root_dirs_ref (op->dirs);
+
+  kv_fs_root_dirs_unref (kv_fs_layout_reopen_dirs (layout, op->root, stale));
+  kv_fs_root_dirs_unref (stale);
+  return kv_fs_op_open_dirs (op, layout);
+}
+
+void
+kv_fs_op_close_dirs (KvFsOp *op)
+{
+  if (op->own_dir_fd && op->dir_fd >= 0)
+    close (op->dir_fd);
+  if (op->own_reuse_dir_fd && op->reuse_dir_fd >= 0)
+    close (op->reuse_dir_fd);
+  op->dir_fd = op->tmp_dir_fd = op->reuse_dir_fd = -1;
+  op->own_dir_fd = op->own_reuse_dir_fd = FALSE;
+  g_clear_pointer (&op->dirs, kv_fs_root_dirs_unref);
+}
+
+/* Whether @fd, a chunk file just opened for a load, is one the tier may
+ * serve: a regular file of the tier's user that no other user can write
+ * (see kv_fs_layout_trusts()). A file planted by another user can have
+ * a valid header and checksums: they detect damage, not forgery. */
+gboolean
+kv_fs_op_trusts_file (const KvFsOp     *op,
+                      const KvFsLayout *layout,
+                      int               fd)
+{
+  struct stat st;
+
+  return fstat (fd, &st) == 0 && kv_fs_layout_trusts (layout, &st, TRUE);
 }
 
 /* A temporary name next to @final_path, unique across threads and
@@ -124,6 +204,8 @@ kv_fs_op_make_temp (KvFsOp *op)
 {
   g_free (op->tmp_path);
   op->tmp_path = kv_fs_temp_path (op->path, op->temp_tag);
+  op->tmp_name = base_name (op->tmp_path);
+  op->tmp_dir_fd = op->dir_fd;
 }
 
 /* The payload must be page aligned in memory and length for O_DIRECT;
@@ -184,8 +266,10 @@ kv_fs_op_give_up_reuse (KvFsOp *op)
 {
   if (op->reuse_path == NULL)
     return;
-  (void) g_unlink (op->reuse_path);
+  if (op->reuse_dir_fd >= 0)
+    (void) unlinkat (op->reuse_dir_fd, op->reuse_name, 0);
   g_clear_pointer (&op->reuse_path, g_free);
+  op->reuse_name = NULL;
 }
 
 /* With KV_FS_OP_FLAG_REUSE_IN_PLACE, makes op->reuse_path the file the
@@ -198,14 +282,16 @@ kv_fs_op_reuse_in_place (KvFsOp *op)
     return FALSE;
   g_free (op->tmp_path);
   op->tmp_path = g_steal_pointer (&op->reuse_path);
+  op->tmp_name = op->reuse_name;
+  op->tmp_dir_fd = op->reuse_dir_fd;
+  op->reuse_name = NULL;
   op->reused = TRUE;
   return TRUE;
 }
 
-/* Blocking: takes over op->reuse_path as op->tmp_path (making the
- * directory of the temporary name if needed: vLLM's layout makes its
- * directories on first use; a spare file is written where it is, see
- * kv_fs_op_reuse_in_place()) and opens it for writing. Returns the
+/* Blocking: takes over op->reuse_path as op->tmp_path (a spare file is
+ * written where it is, see kv_fs_op_reuse_in_place()) and opens it for
+ * writing, relative to the directories kv_fs_op_open_dirs() opened. Returns the
  * descriptor, or -1 when there was nothing to take over or it failed
  * (the file is then gone and op->tmp_path a new temporary name: create
  * a new file). */
@@ -220,9 +306,7 @@ kv_fs_op_take_over (KvFsOp *op)
     return -1;
   in_place = kv_fs_op_reuse_in_place (op);
   if (!in_place &&
-      rename (op->reuse_path, op->tmp_path) != 0 &&
-      (errno != ENOENT || kv_fs_op_ensure_parent (op->tmp_path) != 0 ||
-       rename (op->reuse_path, op->tmp_path) != 0))
+      renameat (op->reuse_dir_fd, op->reuse_name, op->tmp_dir_fd, op->tmp_name) != 0)
     {
       kv_fs_op_give_up_reuse (op);
       return -1;
@@ -230,7 +314,7 @@ kv_fs_op_take_over (KvFsOp *op)
   g_clear_pointer (&op->reuse_path, g_free);
   do
     {
-      fd = open (op->tmp_path, flags);
+      fd = openat (op->tmp_dir_fd, op->tmp_name, flags);
       if (fd < 0 && errno == EINVAL && (flags & O_DIRECT))
         flags &= ~O_DIRECT;
       else if (fd < 0 && errno != EINTR)
@@ -244,7 +328,7 @@ kv_fs_op_take_over (KvFsOp *op)
     }
   if (fd < 0)
     {
-      (void) g_unlink (op->tmp_path);
+      (void) unlinkat (op->tmp_dir_fd, op->tmp_name, 0);
       op->reused = FALSE;
       if (in_place)
         kv_fs_op_make_temp (op);

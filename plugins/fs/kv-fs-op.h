@@ -4,6 +4,7 @@
 #include <kvtier.h>
 
 #include "kv-fs-format.h"
+#include "kv-fs-layout.h"
 
 G_BEGIN_DECLS
 
@@ -44,6 +45,9 @@ typedef enum {
   KV_FS_OP_STATUS_CORRUPT,    /* load: failed its check; the file was deleted */
   KV_FS_OP_STATUS_IO_ERROR,   /* errno in @error; files kept */
   KV_FS_OP_STATUS_CANCELLED,  /* never started */
+  KV_FS_OP_STATUS_FOREIGN,    /* load: the file is not the tier's user's (or
+                               * not a regular file, or writable by others):
+                               * not read, not deleted */
 } KvFsOpStatus;
 
 typedef struct _KvFsOp KvFsOp;
@@ -91,6 +95,18 @@ struct _KvFsOp
   gssize          got_header;
   gssize          got_payload;
   gpointer        engine_data;
+
+  /* directories, set by kv_fs_op_open_dirs(): every file operation is
+   * made relative to them */
+  KvFsRootDirs   *dirs;          /* the root's, held while the op runs */
+  int             dir_fd;        /* the directory of @path */
+  int             tmp_dir_fd;    /* of @tmp_path: @dir_fd or @reuse_dir_fd */
+  int             reuse_dir_fd;  /* of @reuse_path */
+  gboolean        own_dir_fd;
+  gboolean        own_reuse_dir_fd;
+  const char     *name;          /* the file name in @path */
+  const char     *tmp_name;      /* in @tmp_path */
+  const char     *reuse_name;    /* in @reuse_path */
 };
 
 void        kv_fs_op_init           (KvFsOp       *op,
@@ -107,7 +123,14 @@ const char *kv_fs_op_status_to_string (KvFsOpStatus status);
  * move. */
 void        kv_fs_op_prepare_header (KvFsOp       *op);
 void        kv_fs_op_check_load     (KvFsOp       *op);
-int         kv_fs_op_ensure_parent  (const char   *path);
+int         kv_fs_op_open_dirs      (KvFsOp           *op,
+                                     const KvFsLayout *layout);
+int         kv_fs_op_reopen_dirs    (KvFsOp           *op,
+                                     const KvFsLayout *layout);
+void        kv_fs_op_close_dirs     (KvFsOp       *op);
+gboolean    kv_fs_op_trusts_file    (const KvFsOp     *op,
+                                     const KvFsLayout *layout,
+                                     int               fd);
 char       *kv_fs_temp_path         (const char   *final_path,
                                      guint64       tag);
 void        kv_fs_op_make_temp      (KvFsOp       *op);

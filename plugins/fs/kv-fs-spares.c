@@ -3,6 +3,7 @@
 
 #include "kv-fs-spares.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -58,39 +59,74 @@ stopping (KvFsSpares *self)
  * into the pool while max-size has room for them; deletes the rest (and
  * all of them, with the directory, without preallocate). Returns one
  * past the highest spare number kept. */
+/* A spare's name: "<n>", or "<n>.tmp" while it is written (@n decimal). */
+static gboolean
+is_spare_name (const char *name,
+               guint64    *out_n,
+               gboolean   *out_tmp)
+{
+  char *end = NULL;
+
+  if (!g_ascii_isdigit (name[0]))
+    return FALSE;
+  *out_n = g_ascii_strtoull (name, &end, 10);
+  *out_tmp = strcmp (end, ".tmp") == 0;
+  return *end == '\0' || *out_tmp;
+}
+
 static guint64
 adopt (KvFsSpares *self,
        guint       root)
 {
   g_autofree char *dir = spare_dir (self->layout, root);
-  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
-  const char *name;
+  int dir_fd = kv_fs_layout_open_subdir (self->layout, root, SPARE_DIR_NAME, FALSE);
+  DIR *d;
+  struct dirent *de;
   guint64 next = 0;
 
-  if (d == NULL)
+  if (dir_fd < 0)
     return 0;
-  while ((name = g_dir_read_name (d)) != NULL && !stopping (self))
+  d = fdopendir (dir_fd);
+  if (d == NULL)
     {
-      g_autofree char *path = g_build_filename (dir, name, NULL);
-      char *end = NULL;
-      guint64 n = g_ascii_strtoull (name, &end, 10);
+      close (dir_fd);
+      return 0;
+    }
+  while ((de = readdir (d)) != NULL && !stopping (self))
+    {
+      const char *name = de->d_name;
+      guint64 n = 0;
+      gboolean tmp = FALSE;
       struct stat st;
 
+      /* only names of the spares' own; only the tier's user's files */
+      if (!is_spare_name (name, &n, &tmp) ||
+          fstatat (dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+          !kv_fs_layout_trusts (self->layout, &st, TRUE))
+        continue;
       /* a spare interrupted while written ends in .tmp, and a spare of
        * another chunk size is of no use */
-      if (self->preallocate && g_ascii_isdigit (name[0]) && *end == '\0' &&
-          lstat (path, &st) == 0 && S_ISREG (st.st_mode) &&
+      if (self->preallocate && !tmp &&
           (guint64) st.st_size == self->file_size &&
           kv_fs_index_reserve (self->index, self->file_size))
         {
-          kv_fs_spares_push (self, root, g_steal_pointer (&path));
+          kv_fs_spares_push (self, root, g_build_filename (dir, name, NULL));
           next = MAX (next, n + 1);
         }
       else
-        (void) unlink (path);
+        (void) unlinkat (dir_fd, name, 0);
     }
+  closedir (d);
   if (!self->preallocate)
-    (void) rmdir (dir);
+    {
+      int chunk_fd = kv_fs_layout_open_subdir (self->layout, root, ".", FALSE);
+
+      if (chunk_fd >= 0)
+        {
+          (void) unlinkat (chunk_fd, SPARE_DIR_NAME, AT_REMOVEDIR);
+          close (chunk_fd);
+        }
+    }
   return next;
 }
 
@@ -105,18 +141,26 @@ create_spare (KvFsSpares   *self,
               const guint8 *zeros)
 {
   g_autofree char *dir = spare_dir (self->layout, root);
-  g_autofree char *tmp = g_strdup_printf ("%s/%" G_GUINT64_FORMAT ".tmp", dir, n);
-  g_autofree char *path = g_strdup_printf ("%s/%" G_GUINT64_FORMAT, dir, n);
-  int flags = O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | (self->o_direct[root] ? O_DIRECT : 0);
+  g_autofree char *tmp = g_strdup_printf ("%" G_GUINT64_FORMAT ".tmp", n);
+  g_autofree char *name = g_strdup_printf ("%" G_GUINT64_FORMAT, n);
+  int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC |
+              (self->o_direct[root] ? O_DIRECT : 0);
   gsize done = 0;
+  int dir_fd;
   int errsv;
   int fd;
 
-  if (g_mkdir_with_parents (dir, 0700) != 0)
+  dir_fd = kv_fs_layout_open_subdir (self->layout, root, SPARE_DIR_NAME, TRUE);
+  if (dir_fd < 0)
     return NULL;
-  fd = open (tmp, flags, 0600);
+  fd = openat (dir_fd, tmp, flags, 0600);
   if (fd < 0)
-    return NULL;
+    {
+      errsv = errno;
+      close (dir_fd);
+      errno = errsv;
+      return NULL;
+    }
   while (done < self->file_size)
     {
       ssize_t w = pwrite (fd, zeros + done, self->file_size - done, done);
@@ -135,11 +179,15 @@ create_spare (KvFsSpares   *self,
   /* the descriptor is gone even when close() fails */
   if (close (fd) != 0 && errsv == 0)
     errsv = errno;
-  if (errsv == 0 && rename (tmp, path) == 0)
-    return g_steal_pointer (&path);
+  if (errsv == 0 && renameat (dir_fd, tmp, dir_fd, name) == 0)
+    {
+      close (dir_fd);
+      return g_build_filename (dir, name, NULL);
+    }
   if (errsv == 0)
     errsv = errno;
-  (void) unlink (tmp);
+  (void) unlinkat (dir_fd, tmp, 0);
+  close (dir_fd);
   errno = errsv;
   return NULL;
 }
@@ -308,9 +356,11 @@ kv_fs_spares_any_on_disk (const KvFsLayout *layout)
 {
   for (guint r = 0; r < kv_fs_layout_get_n_roots (layout); r++)
     {
-      g_autofree char *dir = spare_dir (layout, r);
+      int fd = kv_fs_layout_open_subdir (layout, r, SPARE_DIR_NAME, FALSE);
 
-      if (g_file_test (dir, G_FILE_TEST_IS_DIR))
+      if (fd >= 0)
+        close (fd);
+      if (fd >= 0)
         return TRUE;
     }
   return FALSE;

@@ -37,16 +37,22 @@ typedef struct
   gboolean    prefer_loads;
 } Worker;
 
+/* Opens @op's file (@write: its temporary file) relative to its
+ * directory. A store that finds its directory gone (the root deleted
+ * under the tier) has the root's directories made again, once. */
 static int
-retry_open (const char *path,
-            int         flags,
-            gboolean    create_parent)
+retry_open (KvFsOp           *op,
+            const KvFsLayout *layout,
+            gboolean          write)
 {
+  int flags = kv_fs_op_open_flags (op, write);
+  gboolean reopened = FALSE;
   int fd;
 
   for (;;)
     {
-      fd = open (path, flags, 0600);
+      fd = write ? openat (op->tmp_dir_fd, op->tmp_name, flags, 0600)
+                 : openat (op->dir_fd, op->name, flags);
       if (fd >= 0)
         return fd;
       if (errno == EINTR)
@@ -57,16 +63,17 @@ retry_open (const char *path,
           flags &= ~O_DIRECT;
           continue;
         }
-      if (errno == ENOENT && create_parent)
+      if (errno == ENOENT && write && !reopened)
         {
-          int err = kv_fs_op_ensure_parent (path);
+          int err = kv_fs_op_reopen_dirs (op, layout);
 
-          create_parent = FALSE;
+          reopened = TRUE;
           if (err != 0)
             {
               errno = err;
               return -1;
             }
+          kv_fs_op_make_temp (op);
           continue;
         }
       return -1;
@@ -146,31 +153,18 @@ read_all (int           fd,
   return total;
 }
 
-static int
-sync_dir_of (const char *path)
-{
-  g_autofree char *dir = g_path_get_dirname (path);
-  int fd = open (dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  int err = 0;
-
-  if (fd < 0)
-    return errno;
-  if (fsync (fd) != 0)
-    err = errno;
-  close (fd);
-  return err;
-}
-
 static void
-run_store (KvFsOp *op)
+run_store (KvFsOp           *op,
+           const KvFsLayout *layout)
 {
   struct iovec iov[2];
+  struct stat st;
   int n_iov = 0;
   int fd;
   int err;
 
   if ((op->flags & KV_FS_OP_FLAG_SKIP_EXISTING) && op->kind == KV_FS_OP_STORE &&
-      access (op->path, F_OK) == 0)
+      fstatat (op->dir_fd, op->name, &st, AT_SYMLINK_NOFOLLOW) == 0)
     {
       op->status = KV_FS_OP_STATUS_EXISTS;
       return;
@@ -179,7 +173,7 @@ run_store (KvFsOp *op)
   kv_fs_op_make_temp (op);
   fd = kv_fs_op_take_over (op);
   if (fd < 0)
-    fd = retry_open (op->tmp_path, kv_fs_op_open_flags (op, TRUE), TRUE);
+    fd = retry_open (op, layout, TRUE);
   if (fd < 0)
     {
       op->status = KV_FS_OP_STATUS_IO_ERROR;
@@ -203,12 +197,14 @@ run_store (KvFsOp *op)
    * hold another chunk. */
   if (err == 0 && op->kind == KV_FS_OP_STORE && g_atomic_int_get (&op->aborted))
     err = ECANCELED;
-  if (err == 0 && op->kind == KV_FS_OP_STORE && rename (op->tmp_path, op->path) != 0)
+  if (err == 0 && op->kind == KV_FS_OP_STORE &&
+      renameat (op->tmp_dir_fd, op->tmp_name, op->dir_fd, op->name) != 0)
     err = errno;
   if (err != 0 || op->kind == KV_FS_OP_PROBE)
-    unlink (op->tmp_path);
-  if (err == 0 && op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_DIRSYNC))
-    err = sync_dir_of (op->path);
+    unlinkat (op->tmp_dir_fd, op->tmp_name, 0);
+  if (err == 0 && op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_DIRSYNC) &&
+      fsync (op->dir_fd) != 0)
+    err = errno;
 
   op->status = err == 0 ? KV_FS_OP_STATUS_OK :
                err == ECANCELED ? KV_FS_OP_STATUS_CANCELLED : KV_FS_OP_STATUS_IO_ERROR;
@@ -216,7 +212,8 @@ run_store (KvFsOp *op)
 }
 
 static void
-run_load (KvFsOp *op)
+run_load (KvFsOp           *op,
+          const KvFsLayout *layout)
 {
   struct iovec iov[2];
   int n_iov = 0;
@@ -224,11 +221,17 @@ run_load (KvFsOp *op)
   gssize got;
   int fd;
 
-  fd = retry_open (op->path, kv_fs_op_open_flags (op, FALSE), FALSE);
+  fd = retry_open (op, layout, FALSE);
   if (fd < 0)
     {
       op->error = errno;
       op->status = errno == ENOENT ? KV_FS_OP_STATUS_NOT_FOUND : KV_FS_OP_STATUS_IO_ERROR;
+      return;
+    }
+  if (!kv_fs_op_trusts_file (op, layout, fd))
+    {
+      close (fd);
+      op->status = KV_FS_OP_STATUS_FOREIGN;
       return;
     }
   if (has_header)
@@ -255,7 +258,7 @@ run_load (KvFsOp *op)
   /* Stores are atomic, so a file that fails its check is corrupt, never
    * half-written: delete it so that it is not read again. */
   if (op->status == KV_FS_OP_STATUS_CORRUPT)
-    unlink (op->path);
+    unlinkat (op->dir_fd, op->name, 0);
 }
 
 /* Runs @op to completion on the calling thread. @header_buffer is a
@@ -265,23 +268,36 @@ kv_fs_op_run_sync (KvFsEngine *engine,
                    KvFsOp     *op,
                    guint8     *header_buffer)
 {
+  const KvFsLayout *layout = _kv_fs_engine_get_config (engine)->layout;
+  int err;
+
   op->header = header_buffer;
-  if (engine != NULL && _kv_fs_engine_take_injected (engine, op))
+  if (_kv_fs_engine_take_injected (engine, op))
     return;
+  err = kv_fs_op_open_dirs (op, layout);
+  if (err != 0)
+    {
+      op->status = err == ENOENT && op->kind != KV_FS_OP_STORE ? KV_FS_OP_STATUS_NOT_FOUND
+                                                                : KV_FS_OP_STATUS_IO_ERROR;
+      op->error = err;
+      if (op->kind == KV_FS_OP_DELETE && err == ENOENT)
+        op->status = KV_FS_OP_STATUS_OK;
+      return;
+    }
 
   switch (op->kind)
     {
     case KV_FS_OP_STORE:
     case KV_FS_OP_PROBE:
-      run_store (op);
+      run_store (op, layout);
       break;
 
     case KV_FS_OP_LOAD:
-      run_load (op);
+      run_load (op, layout);
       break;
 
     case KV_FS_OP_DELETE:
-      if (unlink (op->path) == 0 || errno == ENOENT)
+      if (unlinkat (op->dir_fd, op->name, 0) == 0 || errno == ENOENT)
         op->status = KV_FS_OP_STATUS_OK;
       else
         {

@@ -4,6 +4,7 @@
 #include "kv-fs-tier.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,7 @@ struct _KvFsTier
 
   /* construct-only properties */
   char            *root;
+  char            *trust_group;   /* trust-group (nullable) */
   char            *namespace_;
   KvFsLayoutKind   layout_kind;
   KvFsDurability   durability;
@@ -164,6 +166,7 @@ enum {
   PROP_VLLM_IDENTITY,
   PROP_VLLM_RANK,
   PROP_ACTIVE_IO_ENGINE,
+  PROP_TRUST_GROUP,
   N_PROPS
 };
 
@@ -411,7 +414,7 @@ release_spare (KvFsTier *self,
   if (kv_fs_index_reserve (self->index, self->file_size))
     kv_fs_spares_push (self->spares, op->root, g_steal_pointer (&op->reuse_path));
   else
-    (void) unlink (op->reuse_path);
+    (void) kv_fs_layout_unlink (self->layout, op->root, op->reuse_path);
 }
 
 /* Bytes left the index without a store taking their place: see
@@ -672,6 +675,12 @@ op_done (KvFsOp   *op,
         case KV_FS_OP_STATUS_NOT_FOUND:
           removed = TRUE;
           count (self, KV_FS_COUNTER_MISSING_CHUNKS, 1);
+          break;
+        case KV_FS_OP_STATUS_FOREIGN:
+          /* another user's file: a miss from now on, left in place */
+          removed = TRUE;
+          count (self, KV_FS_COUNTER_FOREIGN_FILES, 1);
+          g_message ("fs tier: did not load %s: not a file of the tier's user", op->path);
           break;
         case KV_FS_OP_STATUS_IO_ERROR:
           /* Transient (EIO, EACCES, ELOOP...): the file may be fine. */
@@ -1379,6 +1388,8 @@ typedef struct
 static void
 scan_chunk (KvKey      *key,
             guint       root,
+            int         dir_fd,
+            const char *name,
             const char *path,
             guint64     size,
             gint64      mtime_us,
@@ -1391,7 +1402,7 @@ scan_chunk (KvKey      *key,
   if (size != self->file_size)
     {
       /* Published files are complete, so a wrong size is damage. */
-      if (!self->shared && unlink (path) == 0)
+      if (!self->shared && unlinkat (dir_fd, name, 0) == 0)
         {
           count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, 1);
           ctx->n_bad++;
@@ -1406,7 +1417,9 @@ scan_chunk (KvKey      *key,
 }
 
 static void
-scan_temp (const char *path,
+scan_temp (int         dir_fd,
+           const char *name,
+           const char *path,
            gint64      mtime_us,
            gpointer    user_data)
 {
@@ -1419,9 +1432,24 @@ scan_temp (const char *path,
     return;
   if (self->shared && g_get_real_time () - mtime_us < STALE_TEMP_AGE_US)
     return;
-  if (unlink (path) == 0)
+  if (unlinkat (dir_fd, name, 0) == 0)
     count (self, KV_FS_COUNTER_TEMP_FILES_REMOVED, 1);
 }
+
+/* A file of a chunk's (or temporary) name that another user owns, or
+ * that is no regular file, or a shard directory of another user's:
+ * never served, never deleted, reported. */
+static void
+scan_foreign (const char *path,
+              gpointer    user_data)
+{
+  ScanContext *ctx = user_data;
+
+  count (ctx->tier, KV_FS_COUNTER_FOREIGN_FILES, 1);
+  g_message ("fs tier: ignored %s: not a file of the tier's user", path);
+}
+
+static const KvFsScanFuncs scan_funcs = { scan_chunk, scan_temp, scan_foreign };
 
 static int
 compare_newest_first (gconstpointer a,
@@ -1457,7 +1485,7 @@ scan_main (gpointer user_data)
   ctx.found = g_array_new (FALSE, FALSE, sizeof (Scanned));
 
   for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
-    kv_fs_layout_scan (self->layout, r, scan_chunk, scan_temp, &ctx, &self->scan_cancel);
+    kv_fs_layout_scan (self->layout, r, &scan_funcs, &ctx, &self->scan_cancel);
 
   /* Oldest first in the eviction order: insert newest-first at its head. */
   g_array_sort (ctx.found, compare_newest_first);
@@ -1483,30 +1511,6 @@ scan_main (gpointer user_data)
   return NULL;
 }
 
-/* Whether @dir holds anything but dot files; with @depth > 0, whether
- * one of its subdirectories does, @depth levels down. */
-static gboolean
-dir_has_entries (const char *dir,
-                 guint       depth)
-{
-  g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
-  const char *name;
-
-  while (d != NULL && (name = g_dir_read_name (d)) != NULL)
-    {
-      g_autofree char *path = NULL;
-
-      if (name[0] == '.')
-        continue;
-      path = g_build_filename (dir, name, NULL);
-      if (!g_file_test (path, G_FILE_TEST_IS_DIR))
-        continue;   /* namespace.json and the like */
-      if (depth == 0 || dir_has_entries (path, depth - 1))
-        return TRUE;
-    }
-  return FALSE;
-}
-
 /* Whether the chunk directories hold any file yet (a restart to
  * rebuild): the kvtier layout's shard directories always exist, so look
  * inside them. */
@@ -1514,29 +1518,8 @@ static gboolean
 has_existing_chunks (KvFsTier *self)
 {
   for (guint r = 0; r < kv_fs_layout_get_n_roots (self->layout); r++)
-    {
-      const char *dir = kv_fs_layout_get_chunk_dir (self->layout, r);
-
-      if (kv_fs_layout_get_kind (self->layout) == KV_FS_LAYOUT_KIND_KVTIER)
-        {
-          g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);
-          const char *name;
-
-          while (d != NULL && (name = g_dir_read_name (d)) != NULL)
-            {
-              g_autofree char *shard = g_build_filename (dir, name, NULL);
-              g_autoptr(GDir) sd = NULL;
-
-              if (name[0] == '.' || !g_file_test (shard, G_FILE_TEST_IS_DIR))
-                continue;
-              sd = g_dir_open (shard, 0, NULL);
-              if (sd != NULL && g_dir_read_name (sd) != NULL)
-                return TRUE;
-            }
-        }
-      else if (dir_has_entries (dir, 0))
-        return TRUE;
-    }
+    if (kv_fs_layout_has_entries (self->layout, r))
+      return TRUE;
   return FALSE;
 }
 
@@ -1554,26 +1537,36 @@ batch_exists (KvKey * const *keys,
   /* Existence of the final name is the criterion: temporary files are
    * invisible, and a published file is complete. */
   for (guint i = 0; i < n_keys; i++)
-    {
-      g_autofree char *path = NULL;
+    results[i] = kv_fs_layout_key_supported (self->layout, keys[i]) &&
+                 kv_fs_layout_chunk_exists (self->layout, keys[i]);
+}
 
-      if (!kv_fs_layout_key_supported (self->layout, keys[i]))
-        {
-          results[i] = FALSE;
-          continue;
-        }
-      path = kv_fs_layout_chunk_path (self->layout, keys[i], NULL);
-      results[i] = faccessat (AT_FDCWD, path, F_OK, 0) == 0;
-    }
+/* ---- trust-group ------------------------------------------------------- */
+
+/* The gid of @group, a group name or number, or -1 with @error set. */
+static gint64
+resolve_group (const char  *group,
+               GError     **error)
+{
+  struct group *gr = getgrnam (group);
+  guint64 gid;
+
+  if (gr != NULL)
+    return gr->gr_gid;
+  if (g_ascii_string_to_unsigned (group, 10, 0, G_MAXUINT32 - 1, &gid, NULL))
+    return (gint64) gid;
+  g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+               "trust-group ‘%s’ is neither a group name nor a group number", group);
+  return -1;
 }
 
 /* ---- O_DIRECT probe ----------------------------------------------------- */
 
 static gboolean
-probe_o_direct (const char  *dir,
-                int         *out_errno)
+probe_o_direct (int  dir_fd,
+                int *out_errno)
 {
-  g_autofree char *path = g_strdup_printf ("%s/.kvtier-odirect_%08x.tmp", dir, g_random_int ());
+  g_autofree char *path = g_strdup_printf (".kvtier-odirect_%08x.tmp", g_random_int ());
   void *buf = NULL;
   gboolean ok = FALSE;
   int fd;
@@ -1582,20 +1575,20 @@ probe_o_direct (const char  *dir,
   if (posix_memalign (&buf, 4096, 4096) != 0)
     return FALSE;
   memset (buf, 0, 4096);
-  fd = open (path, O_WRONLY | O_CREAT | O_EXCL | O_DIRECT | O_CLOEXEC, 0600);
+  fd = openat (dir_fd, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_DIRECT | O_CLOEXEC, 0600);
   if (fd >= 0)
     {
       if (pwrite (fd, buf, 4096, 0) == 4096)
         {
           close (fd);
-          fd = open (path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+          fd = openat (dir_fd, path, O_RDONLY | O_NOFOLLOW | O_DIRECT | O_CLOEXEC);
           ok = fd >= 0 && pread (fd, buf, 4096, 0) == 4096;
         }
       if (!ok)
         *out_errno = errno;
       if (fd >= 0)
         close (fd);
-      unlink (path);
+      unlinkat (dir_fd, path, 0);
     }
   else
     *out_errno = errno;
@@ -1665,6 +1658,14 @@ kv_fs_tier_initable_init (GInitable     *initable,
   if (self->layout == NULL)
     return FALSE;
   self->file_size = kv_fs_layout_get_file_size (self->layout);
+  if (self->trust_group != NULL && *self->trust_group != '\0')
+    {
+      gint64 gid = resolve_group (self->trust_group, error);
+
+      if (gid < 0)
+        return FALSE;
+      kv_fs_layout_set_trusted_gid (self->layout, gid);
+    }
   if (!kv_fs_layout_create_dirs (self->layout, error))
     return FALSE;
 
@@ -1672,12 +1673,13 @@ kv_fs_tier_initable_init (GInitable     *initable,
   self->o_direct = g_new0 (gboolean, n_roots);
   for (guint r = 0; r < n_roots; r++)
     {
-      const char *dir = kv_fs_layout_get_chunk_dir (self->layout, r);
+      g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (self->layout, r);
       int err = 0;
 
       if (self->o_direct_mode == KV_FS_O_DIRECT_OFF)
         continue;
-      self->o_direct[r] = self->block_size % 4096 == 0 && probe_o_direct (dir, &err);
+      self->o_direct[r] = self->block_size % 4096 == 0 &&
+                          probe_o_direct (kv_fs_root_dirs_get_chunk_fd (dirs), &err);
       if (!self->o_direct[r] && self->o_direct_mode == KV_FS_O_DIRECT_ON)
         {
           g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
@@ -1699,6 +1701,7 @@ kv_fs_tier_initable_init (GInitable     *initable,
   config.buffer = kv_host_buffer_get_data (self->primary);
   config.buffer_size = kv_host_buffer_get_size (self->primary);
   config.slot_size = self->block_size;
+  config.layout = self->layout;
   self->engine = kv_fs_engine_new (self->io_engine, &config, &local_error);
   if (self->engine == NULL)
     {
@@ -1767,6 +1770,7 @@ kv_fs_tier_finalize (GObject *object)
   g_free (self->o_direct);
   g_free (self->temp_marker);
   g_free (self->root);
+  g_free (self->trust_group);
   g_free (self->namespace_);
   g_free (self->vllm_identity);
   g_mutex_clear (&self->lock);
@@ -1807,6 +1811,7 @@ kv_fs_tier_get_property (GObject    *object,
       break;
     case PROP_VLLM_IDENTITY: g_value_set_string (value, self->vllm_identity); break;
     case PROP_VLLM_RANK: g_value_set_uint (value, self->vllm_rank); break;
+    case PROP_TRUST_GROUP: g_value_set_string (value, self->trust_group); break;
     case PROP_ACTIVE_IO_ENGINE:
       g_value_set_string (value, self->engine ? kv_fs_engine_get_name (self->engine) : NULL);
       break;
@@ -1853,6 +1858,7 @@ kv_fs_tier_set_property (GObject      *object,
       self->vllm_identity = g_value_dup_string (value);
       break;
     case PROP_VLLM_RANK: self->vllm_rank = g_value_get_uint (value); break;
+    case PROP_TRUST_GROUP: g_free (self->trust_group); self->trust_group = g_value_dup_string (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2105,6 +2111,23 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   properties[PROP_ACTIVE_IO_ENGINE] =
     g_param_spec_string ("active-io-engine", NULL, NULL, NULL,
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvFsTier:trust-group:
+   *
+   * A group (name or number) whose members may write the tier's
+   * directories and files, for a root shared by several users' tiers;
+   * %NULL (the default) trusts no one but the tier's own user. Without
+   * it, the tier refuses a root, namespace or shard directory that is
+   * not owned by its user or that another user can write, and serves no
+   * chunk file of another user. With it, every member of the group can
+   * plant chunks this tier serves as its own (their checksums detect
+   * damage, not forgery), delete or replace its chunks, and read the KV
+   * bytes (derived from users' prompts) in them: set it only for a group
+   * of users who trust each other's processes with their caches.
+   */
+  properties[PROP_TRUST_GROUP] =
+    g_param_spec_string ("trust-group", NULL, NULL, NULL, CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }

@@ -117,6 +117,10 @@ typedef enum {
  * @KV_FS_COUNTER_SCANNED_CHUNKS: chunks found by the warm-restart scan.
  * @KV_FS_COUNTER_BYTES_WRITTEN: payload bytes stored.
  * @KV_FS_COUNTER_BYTES_READ: payload bytes loaded.
+ * @KV_FS_COUNTER_FOREIGN_FILES: files under a chunk's or temporary file's
+ *   name (or shard directories) that are not the tier's user's, or not
+ *   regular files, or writable by other users: never served (a lookup or
+ *   load of one is a miss), never deleted.
  *
  * The fs tier's counters (see kv_fs_tier_get_counter()).
  */
@@ -141,8 +145,9 @@ typedef enum {
   KV_FS_COUNTER_SCANNED_CHUNKS,
   KV_FS_COUNTER_BYTES_WRITTEN,
   KV_FS_COUNTER_BYTES_READ,
+  KV_FS_COUNTER_FOREIGN_FILES,
 } KvFsCounter;
 
-#define KV_FS_N_COUNTERS (KV_FS_COUNTER_BYTES_READ + 1)
+#define KV_FS_N_COUNTERS (KV_FS_COUNTER_FOREIGN_FILES + 1)
 
 G_END_DECLS

@@ -16,9 +16,9 @@
  * The io_uring engine. One thread owns the ring and drives every op as a
  * small state machine of asynchronous requests:
  *
- *   store: [mkdirat...] openat(tmp, O_EXCL|O_DIRECT) → writev(header,
- *          payload) → [fsync(DATASYNC)] → close → renameat(tmp, final)
- *          → [openat(dir) → fsync → close]
+ *   store: openat(dir, tmp, O_EXCL|O_DIRECT) → writev(header, payload)
+ *          → [fsync(DATASYNC)] → close → renameat(dir, tmp, dir, final)
+ *          → [fsync(dir)]
  *   store over an evicted chunk's file: renameat(victim, tmp) →
  *          openat(tmp, O_DIRECT) → write_fixed header + write_fixed
  *          payload (overwrites, in flight together) → ... as above; a
@@ -28,6 +28,11 @@
  *          payload (in flight together) → close → check (on this thread)
  *          → [unlinkat if corrupt]
  *   delete: unlinkat
+ *
+ * Every path is a name in a directory held open (see
+ * kv_fs_op_open_dirs(): the kvtier layout's shard directories stay open
+ * for the tier's life, vLLM's are opened, without following links, when
+ * the op starts), never a path walked from the root again.
  *
  * The primary buffer is registered with the ring (fixed buffers, split
  * in pieces of at most 1 GiB on slot boundaries) together with a pool of
@@ -65,12 +70,9 @@ typedef enum {
   ST_SYNC,
   ST_CLOSE,
   ST_RENAME,
-  ST_DIR_OPEN,
   ST_DIR_SYNC,
-  ST_DIR_CLOSE,
   ST_FAIL_CLOSE,
   ST_UNLINK,
-  ST_MKDIR,
   ST_TAKE_OVER,
   ST_GIVE_UP_REUSE,
   ST_DONE,
@@ -87,9 +89,6 @@ typedef struct
   gsize    body_done;
   gsize    round_start;    /* header_done + body_done when the writes went out */
   struct iovec iov[2];     /* store: header + payload in one writev */
-  guint    mkdir_level;    /* ST_MKDIR: 1 = the file's directory, 2 = its parent... */
-  char    *mkdir_path;
-  int      dir_fd;
 } OpData;
 
 struct _KvFsUringEngine
@@ -119,7 +118,6 @@ struct _KvFsUringEngine
   GAsyncQueue    *checksummed;    /* ...and then back to this thread */
   guint           n_active;
   gint            stop_requested; /* (atomic) */
-  gboolean        have_mkdirat;
 };
 
 G_DEFINE_FINAL_TYPE (KvFsUringEngine, kv_fs_uring_engine, KV_TYPE_FS_ENGINE)
@@ -170,6 +168,12 @@ fixed_index (KvFsUringEngine *self,
   return (int) piece;
 }
 
+static const KvFsLayout *
+layout_of (KvFsUringEngine *self)
+{
+  return _kv_fs_engine_get_config (KV_FS_ENGINE (self))->layout;
+}
+
 static void
 prep_rw (KvFsUringEngine *self,
          KvFsOp          *op,
@@ -209,7 +213,6 @@ op_release (KvFsUringEngine *self,
   OpData *data = op->engine_data;
 
   self->free_headers[self->n_free_headers++] = data->header_index;
-  g_clear_pointer (&data->mkdir_path, g_free);
   op->engine_data = NULL;
   op->header = NULL;
   self->n_active--;
@@ -245,7 +248,10 @@ submit_open (KvFsUringEngine *self,
   if (op->reused)
     flags &= ~(O_CREAT | O_EXCL);
   op->state = ST_OPEN;
-  io_uring_prep_openat (sqe, AT_FDCWD, write ? op->tmp_path : op->path, flags, 0600);
+  if (write)
+    io_uring_prep_openat (sqe, op->tmp_dir_fd, op->tmp_name, flags, 0600);
+  else
+    io_uring_prep_openat (sqe, op->dir_fd, op->name, flags, 0);
   /* Creating a file (inode allocation, journal) may take long: straight
    * to an io-wq worker, never inline on this thread, which must keep
    * submitting and reaping. Opening an existing file stays inline. */
@@ -270,12 +276,13 @@ submit_close (KvFsUringEngine *self,
 static void
 submit_unlink (KvFsUringEngine *self,
                KvFsOp          *op,
-               const char      *path)
+               int              dir_fd,
+               const char      *name)
 {
   struct io_uring_sqe *sqe = get_sqe (self);
 
   op->state = ST_UNLINK;
-  io_uring_prep_unlinkat (sqe, AT_FDCWD, path, 0);
+  io_uring_prep_unlinkat (sqe, dir_fd, name, 0);
   io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
   set_op (sqe, op, TAG_STEP);
 }
@@ -371,15 +378,29 @@ start_op (KvFsUringEngine *self,
           KvFsOp          *op)
 {
   OpData *data;
+  struct stat st;
   int header_index;
+  int err;
 
   if (_kv_fs_engine_take_injected (KV_FS_ENGINE (self), op))
     {
       _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
       return;
     }
+  /* a lookup in a held-open shard directory, or (vLLM's layout) a few
+   * openat() of cached directory names */
+  err = kv_fs_op_open_dirs (op, layout_of (self));
+  if (err != 0)
+    {
+      op->error = err;
+      op->status = op->kind == KV_FS_OP_DELETE && err == ENOENT ? KV_FS_OP_STATUS_OK :
+                   op->kind != KV_FS_OP_STORE && err == ENOENT ? KV_FS_OP_STATUS_NOT_FOUND :
+                   KV_FS_OP_STATUS_IO_ERROR;
+      _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
+      return;
+    }
   if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_SKIP_EXISTING) &&
-      access (op->path, F_OK) == 0)
+      fstatat (op->dir_fd, op->name, &st, AT_SYMLINK_NOFOLLOW) == 0)
     {
       op->status = KV_FS_OP_STATUS_EXISTS;
       _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
@@ -391,7 +412,6 @@ start_op (KvFsUringEngine *self,
   memset (data, 0, sizeof *data);
   data->header_index = header_index;
   data->o_direct = (op->flags & KV_FS_OP_FLAG_O_DIRECT) != 0;
-  data->dir_fd = -1;
   op->engine_data = data;
   op->header = self->headers + (gsize) header_index * KV_FS_HEADER_SIZE;
   op->fd = -1;
@@ -399,7 +419,7 @@ start_op (KvFsUringEngine *self,
 
   if (op->kind == KV_FS_OP_DELETE)
     {
-      submit_unlink (self, op, op->path);
+      submit_unlink (self, op, op->dir_fd, op->name);
       return;
     }
   if (op->kind != KV_FS_OP_LOAD)
@@ -424,24 +444,25 @@ submit_take_over (KvFsUringEngine *self,
   struct io_uring_sqe *sqe = get_sqe (self);
 
   op->state = ST_TAKE_OVER;
-  io_uring_prep_renameat (sqe, AT_FDCWD, op->reuse_path, AT_FDCWD, op->tmp_path, 0);
+  io_uring_prep_renameat (sqe, op->reuse_dir_fd, op->reuse_name, op->tmp_dir_fd, op->tmp_name, 0);
   io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
   set_op (sqe, op, TAG_STEP);
 }
 
 /* The evicted chunk's file could not be taken over: removes it (it must
- * not outlive its index entry; at @path: its old name, or the temporary
- * name it was renamed to), then the store creates a new file. */
+ * not outlive its index entry; @name in @dir_fd: its old name, or the
+ * temporary name it was renamed to), then the store creates a new file. */
 static void
 submit_give_up_reuse (KvFsUringEngine *self,
                       KvFsOp          *op,
-                      const char      *path)
+                      int              dir_fd,
+                      const char      *name)
 {
   struct io_uring_sqe *sqe = get_sqe (self);
 
   op->reused = FALSE;
   op->state = ST_GIVE_UP_REUSE;
-  io_uring_prep_unlinkat (sqe, AT_FDCWD, path, 0);
+  io_uring_prep_unlinkat (sqe, dir_fd, name, 0);
   io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
   set_op (sqe, op, TAG_STEP);
 }
@@ -463,34 +484,6 @@ store_after_io (KvFsUringEngine *self,
   submit_close (self, op, op->fd, ST_CLOSE);
 }
 
-/* Creates the @level-th directory above the temporary file, without
- * blocking this thread (vLLM's layout makes its directories on first
- * use). */
-static void
-submit_mkdir (KvFsUringEngine *self,
-              KvFsOp          *op,
-              guint            level)
-{
-  OpData *data = op->engine_data;
-  struct io_uring_sqe *sqe = get_sqe (self);
-  char *dir = g_strdup (op->tmp_path);
-
-  for (guint i = 0; i < level; i++)
-    {
-      char *slash = strrchr (dir, '/');
-
-      if (slash != NULL && slash != dir)
-        *slash = '\0';
-    }
-  g_free (data->mkdir_path);
-  data->mkdir_path = dir;
-  data->mkdir_level = level;
-  op->state = ST_MKDIR;
-  io_uring_prep_mkdirat (sqe, AT_FDCWD, data->mkdir_path, 0700);
-  io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
-  set_op (sqe, op, TAG_STEP);
-}
-
 static void
 fail_with_cleanup (KvFsUringEngine *self,
                    KvFsOp          *op,
@@ -510,7 +503,7 @@ fail_with_cleanup (KvFsUringEngine *self,
     }
   if (op->kind != KV_FS_OP_LOAD && op->tmp_path != NULL)
     {
-      submit_unlink (self, op, op->tmp_path);
+      submit_unlink (self, op, op->tmp_dir_fd, op->tmp_name);
       return;
     }
   op_finish_error (self, op, data->err);
@@ -527,7 +520,16 @@ handle_open (KvFsUringEngine *self,
   if (res >= 0 && op->reused && kv_fs_op_fit_taken_over (op, res) != 0)
     {
       close (res);
-      submit_give_up_reuse (self, op, op->tmp_path);
+      submit_give_up_reuse (self, op, op->tmp_dir_fd, op->tmp_name);
+      return;
+    }
+  /* another user's file under a chunk's name (an fstat of an open file
+   * costs less than a request) */
+  if (res >= 0 && !write && !kv_fs_op_trusts_file (op, layout_of (self), res))
+    {
+      close (res);
+      op->status = KV_FS_OP_STATUS_FOREIGN;
+      op_release (self, op);
       return;
     }
   if (res >= 0)
@@ -545,25 +547,20 @@ handle_open (KvFsUringEngine *self,
     }
   if (op->reused)
     {
-      submit_give_up_reuse (self, op, op->tmp_path);
-      return;
-    }
-  if (res == -ENOENT && write && !data->retried_parent && self->have_mkdirat)
-    {
-      data->retried_parent = TRUE;
-      submit_mkdir (self, op, 1);
+      submit_give_up_reuse (self, op, op->tmp_dir_fd, op->tmp_name);
       return;
     }
   if (res == -ENOENT && write && !data->retried_parent)
     {
       int err;
 
+      /* The directory held open was removed (the root deleted under the
+       * tier): made again, synchronously, once per removal. */
       data->retried_parent = TRUE;
-      /* Shard directories are made on first use, synchronously: once
-       * per directory for the life of the cache. */
-      err = kv_fs_op_ensure_parent (op->tmp_path);
+      err = kv_fs_op_reopen_dirs (op, layout_of (self));
       if (err == 0)
         {
+          kv_fs_op_make_temp (op);
           submit_open (self, op);
           return;
         }
@@ -679,7 +676,7 @@ handle_step (KvFsUringEngine *self,
           if (op->status == KV_FS_OP_STATUS_CORRUPT)
             {
               /* Stores are atomic: a bad file is corrupt, not in flight. */
-              submit_unlink (self, op, op->path);
+              submit_unlink (self, op, op->dir_fd, op->name);
               return;
             }
           op_release (self, op);
@@ -687,19 +684,19 @@ handle_step (KvFsUringEngine *self,
       else if (res < 0)
         fail_with_cleanup (self, op, -res);
       else if (op->kind == KV_FS_OP_PROBE)
-        submit_unlink (self, op, op->tmp_path);
+        submit_unlink (self, op, op->tmp_dir_fd, op->tmp_name);
       else if (g_atomic_int_get (&op->aborted))
         {
           /* Past its deadline: never published, its slot may be reused. */
           data->err = ECANCELED;
-          submit_unlink (self, op, op->tmp_path);
+          submit_unlink (self, op, op->tmp_dir_fd, op->tmp_name);
         }
       else
         {
           struct io_uring_sqe *sqe = get_sqe (self);
 
           op->state = ST_RENAME;
-          io_uring_prep_renameat (sqe, AT_FDCWD, op->tmp_path, AT_FDCWD, op->path, 0);
+          io_uring_prep_renameat (sqe, op->tmp_dir_fd, op->tmp_name, op->dir_fd, op->name, 0);
           io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
           set_op (sqe, op, TAG_STEP);
         }
@@ -715,44 +712,19 @@ handle_step (KvFsUringEngine *self,
       if (op->flags & KV_FS_OP_FLAG_DIRSYNC)
         {
           struct io_uring_sqe *sqe = get_sqe (self);
-          g_autofree char *dir = g_path_get_dirname (op->path);
 
-          /* The kernel copies the path when the request is prepared. */
-          op->state = ST_DIR_OPEN;
-          io_uring_prep_openat (sqe, AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+          op->state = ST_DIR_SYNC;
+          io_uring_prep_fsync (sqe, op->dir_fd, 0);
           set_op (sqe, op, TAG_STEP);
-          io_uring_submit (&self->ring);
           return;
         }
       op->status = KV_FS_OP_STATUS_OK;
       op_release (self, op);
       break;
 
-    case ST_DIR_OPEN:
-      if (res < 0)
-        {
-          op_finish_error (self, op, -res);
-          return;
-        }
-      data->dir_fd = res;
-      {
-        struct io_uring_sqe *sqe = get_sqe (self);
-
-        op->state = ST_DIR_SYNC;
-        io_uring_prep_fsync (sqe, data->dir_fd, 0);
-        set_op (sqe, op, TAG_STEP);
-      }
-      break;
-
     case ST_DIR_SYNC:
       if (res < 0)
-        data->err = -res;
-      submit_close (self, op, data->dir_fd, ST_DIR_CLOSE);
-      break;
-
-    case ST_DIR_CLOSE:
-      if (data->err != 0)
-        op_finish_error (self, op, data->err);
+        op_finish_error (self, op, -res);
       else
         {
           op->status = KV_FS_OP_STATUS_OK;
@@ -760,39 +732,9 @@ handle_step (KvFsUringEngine *self,
         }
       break;
 
-    case ST_MKDIR:
-      if (res == 0 || res == -EEXIST)
-        {
-          if (data->mkdir_level <= 1 && op->reuse_path != NULL)
-            submit_take_over (self, op);
-          else if (data->mkdir_level <= 1)
-            submit_open (self, op);
-          else
-            submit_mkdir (self, op, data->mkdir_level - 1);
-        }
-      else if (res == -ENOENT && data->mkdir_level < 4)
-        submit_mkdir (self, op, data->mkdir_level + 1);
-      else
-        {
-          g_clear_pointer (&op->tmp_path, g_free);
-          op_finish_error (self, op, -res);
-        }
-      break;
-
     case ST_TAKE_OVER:
-      if (res == -ENOENT && !data->retried_parent)
-        {
-          /* vLLM's layout makes its directories on first use */
-          data->retried_parent = TRUE;
-          if (self->have_mkdirat)
-            submit_mkdir (self, op, 1);
-          else if (kv_fs_op_ensure_parent (op->tmp_path) == 0)
-            submit_take_over (self, op);
-          else
-            submit_give_up_reuse (self, op, op->reuse_path);
-        }
-      else if (res < 0)
-        submit_give_up_reuse (self, op, op->reuse_path);
+      if (res < 0)
+        submit_give_up_reuse (self, op, op->reuse_dir_fd, op->reuse_name);
       else
         {
           g_clear_pointer (&op->reuse_path, g_free);
@@ -812,7 +754,7 @@ handle_step (KvFsUringEngine *self,
 
     case ST_FAIL_CLOSE:
       if (op->kind != KV_FS_OP_LOAD && op->tmp_path != NULL)
-        submit_unlink (self, op, op->tmp_path);
+        submit_unlink (self, op, op->tmp_dir_fd, op->tmp_name);
       else
         op_finish_error (self, op, data->err);
       break;
@@ -943,17 +885,6 @@ probe_opcodes (struct io_uring  *ring,
   return TRUE;
 }
 
-static gboolean
-probe_mkdirat (struct io_uring *ring)
-{
-  struct io_uring_probe *probe = io_uring_get_probe_ring (ring);
-  gboolean ok = probe != NULL && io_uring_opcode_supported (probe, IORING_OP_MKDIRAT);
-
-  if (probe != NULL)
-    io_uring_free_probe (probe);
-  return ok;
-}
-
 static void
 register_buffers (KvFsUringEngine        *self,
                   const KvFsEngineConfig *config)
@@ -1023,7 +954,6 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
   self->ring_ready = TRUE;
   if (!probe_opcodes (&self->ring, error))
     return FALSE;
-  self->have_mkdirat = probe_mkdirat (&self->ring);
 
   if (posix_memalign ((void **) &self->headers, 4096,
                       (gsize) self->n_headers * KV_FS_HEADER_SIZE) != 0)

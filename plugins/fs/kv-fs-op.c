@@ -120,13 +120,24 @@ int
 kv_fs_op_open_dirs (KvFsOp           *op,
                     const KvFsLayout *layout)
 {
+  gboolean create = op->kind == KV_FS_OP_STORE || op->kind == KV_FS_OP_PROBE;
   int fd;
 
   kv_fs_op_close_dirs (op);
   op->dirs = kv_fs_layout_ref_dirs (layout, op->root);
-  fd = kv_fs_layout_open_parent (layout, op->root, op->dirs, op->path,
-                                 op->kind == KV_FS_OP_STORE || op->kind == KV_FS_OP_PROBE,
+  fd = kv_fs_layout_open_parent (layout, op->root, op->dirs, op->path, create,
                                  &op->name, &op->own_dir_fd);
+  if (fd == -ENOENT && create)
+    {
+      /* a directory could not be made in one held open: it was removed
+       * (the root deleted under the tier); make them all again, once */
+      KvFsRootDirs *stale = op->dirs;
+
+      op->dirs = kv_fs_layout_reopen_dirs (layout, op->root, stale);
+      kv_fs_root_dirs_unref (stale);
+      fd = kv_fs_layout_open_parent (layout, op->root, op->dirs, op->path, create,
+                                     &op->name, &op->own_dir_fd);
+    }
   if (fd < 0)
     return -fd;
   op->dir_fd = fd;

@@ -550,6 +550,56 @@ test_restart_scan (Fixture       *f,
   g_assert_cmpuint (foreign_files (f->tier), ==, 2);
 }
 
+/* The restart scan deletes the tier's own stale temporary files only:
+ * not other *.tmp names, not another user's file of a temporary name. */
+static void
+test_restart_keeps_tmp (Fixture       *f,
+                        gconstpointer  data)
+{
+  g_autofree char *path0 = NULL;
+  g_autofree char *dir = NULL;
+  g_autofree char *foreign_tmp = g_build_filename (f->pub, "foreign-tmp", NULL);
+  g_autofree char *notes = NULL;
+  g_autofree char *suffixed = NULL;
+  g_autofree char *own_tmp = NULL;
+  g_autofree char *their_tmp = NULL;
+  WriteFile w;
+
+  if (!have_nobody (f))
+    return;
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  {
+    g_autoptr(KvJobResult) stored = run_job (f, FALSE, 0, 1);
+
+    g_assert_true (kv_job_result_get_success (stored));
+  }
+  path0 = kv_fs_tier_get_chunk_path (f->tier, f->keys[0]);
+  fs_test_shutdown (f->tier);
+  g_clear_object (&f->tier);
+
+  dir = g_path_get_dirname (path0);
+  notes = g_build_filename (dir, "notes.tmp", NULL);
+  g_assert_true (g_file_set_contents (notes, "keep", 4, NULL));
+  suffixed = g_strdup_printf ("%s.tmp", path0);
+  g_assert_true (g_file_set_contents (suffixed, "keep", 4, NULL));
+  own_tmp = g_strdup_printf ("%s_%016x-%08x.tmp", path0, 0x1234u, 0x5678u);
+  g_assert_true (g_file_set_contents (own_tmp, "stale", 5, NULL));
+  their_tmp = g_strdup_printf ("%s_%016x-%08x.tmp", path0, 0x1234u, 0x9abcu);
+  w.path = foreign_tmp;
+  w.contents = g_bytes_new_static ("theirs", 6);
+  as_nobody (f, write_file_func, &w);
+  g_assert_cmpint (rename (foreign_tmp, their_tmp), ==, 0);
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  kv_fs_tier_wait_index_ready (f->tier);
+  g_assert_true (g_file_test (notes, G_FILE_TEST_EXISTS));
+  g_assert_true (g_file_test (suffixed, G_FILE_TEST_EXISTS));
+  g_assert_true (g_file_test (their_tmp, G_FILE_TEST_EXISTS));
+  g_assert_false (g_file_test (own_tmp, G_FILE_TEST_EXISTS));
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_TEMP_FILES_REMOVED), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_SCANNED_CHUNKS), ==, 1);
+}
+
 /* ---- a root removed under a running tier ----------------------------------- */
 
 /* Its directories and its identity file are made again, and stores go
@@ -658,6 +708,7 @@ main (int   argc,
       add ("planted-chunk", &engines[i], test_planted_chunk);
       add ("writable-chunk", &engines[i], test_writable_chunk);
       add ("restart-scan", &engines[i], test_restart_scan);
+      add ("restart-keeps-tmp", &engines[i], test_restart_keeps_tmp);
       add ("root-removed", &engines[i], test_root_removed);
     }
   return g_test_run ();

@@ -12,8 +12,10 @@ G_BEGIN_DECLS
 
 /*
  * KvFsLayout: where chunk files live and how they are named, for one tier
- * (one or more roots). Immutable after kv_fs_layout_new(), so any thread
- * may use it.
+ * (one or more roots), and the roots' directories, held open once
+ * kv_fs_layout_create_dirs() checked them. Immutable after that but for
+ * the directories of a root removed under the tier (made again under a
+ * lock), so any thread may use it.
  *
  * kvtier layout:  <root>/kvtier-<ns16>/<aa>/<hashhex>_g<group>.kv
  *                 (<aa>: the top byte of XXH3-64 of the offload key)

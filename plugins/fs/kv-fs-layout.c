@@ -650,7 +650,16 @@ open_root (const KvFsLayout  *self,
                    "Cannot open the fs tier root ‘%s’: %s", path, g_strerror (errsv));
       return -1;
     }
-  if (fstat (fd, &st) != 0 || !kv_fs_layout_trusts (self, &st, FALSE))
+  if (fstat (fd, &st) != 0)
+    {
+      int errsv = errno;
+
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
+                   "Cannot examine the fs tier root ‘%s’: %s", path, g_strerror (errsv));
+      close (fd);
+      return -1;
+    }
+  if (!kv_fs_layout_trusts (self, &st, FALSE))
     {
       set_untrusted_error (self, error, "root", path, &st);
       close (fd);
@@ -672,6 +681,7 @@ open_dir_at (const KvFsLayout *self,
   const int flags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
   int fd = openat (parent_fd, name, flags);
 
+  memset (out_st, 0, sizeof *out_st);
   if (fd < 0 && errno == ENOENT && create &&
       (mkdirat (parent_fd, name, 0700) == 0 || errno == EEXIST))
     fd = openat (parent_fd, name, flags);
@@ -680,7 +690,7 @@ open_dir_at (const KvFsLayout *self,
       /* ELOOP (a symbolic link) or ENOTDIR: somebody else's doing */
       if (errno == ELOOP || errno == ENOTDIR)
         {
-          if (out_st != NULL && fstatat (parent_fd, name, out_st, AT_SYMLINK_NOFOLLOW) != 0)
+          if (fstatat (parent_fd, name, out_st, AT_SYMLINK_NOFOLLOW) != 0)
             memset (out_st, 0, sizeof *out_st);
           errno = EPERM;
         }
@@ -688,8 +698,10 @@ open_dir_at (const KvFsLayout *self,
     }
   if (fstat (fd, out_st) != 0 || !kv_fs_layout_trusts (self, out_st, FALSE))
     {
+      int errsv = out_st->st_mode == 0 ? errno : EPERM;
+
       close (fd);
-      errno = EPERM;
+      errno = errsv;
       return -1;
     }
   return fd;

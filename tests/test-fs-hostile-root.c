@@ -438,6 +438,54 @@ test_planted_chunk (Fixture       *f,
   }
 }
 
+/* With trust-group, a chunk file of a member of the group (the file
+ * belongs to the group) is served: that is what trusting it means. */
+static void
+test_trusted_group_chunk (Fixture       *f,
+                          gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *gid = NULL;
+  g_autofree char *path = NULL;
+  g_autofree char *copy = g_build_filename (f->pub, "copy", NULL);
+  g_autofree char *contents = NULL;
+  gsize len = 0;
+  WriteFile w;
+
+  if (!have_nobody (f))
+    return;
+  gid = g_strdup_printf ("%u", (guint) f->nobody_gid);
+  f->tier = fs_test_tier_new_full (f->buffer, f->root, data, NULL, &error,
+                                   "trust-group", gid, NULL);
+  g_assert_no_error (error);
+  {
+    g_autoptr(KvJobResult) stored = run_job (f, FALSE, 0, 1);
+
+    g_assert_true (kv_job_result_get_success (stored));
+  }
+  path = kv_fs_tier_get_chunk_path (f->tier, f->keys[0]);
+  g_assert_true (g_file_get_contents (path, &contents, &len, NULL));
+  w.path = copy;
+  w.contents = g_bytes_new (contents, len);
+  as_nobody (f, write_file_func, &w);
+  g_bytes_unref (w.contents);
+  g_assert_cmpint (rename (copy, path), ==, 0);
+  {
+    g_autoptr(KvJobResult) loaded = run_job (f, TRUE, 0, 1);
+
+    g_assert_true (kv_job_result_get_success (loaded));
+    g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 0));
+  }
+  /* ... but never a file anyone may write */
+  g_assert_cmpint (chmod (path, 0666), ==, 0);
+  {
+    g_autoptr(KvJobResult) loaded = run_job (f, TRUE, 0, 1);
+
+    g_assert_false (kv_job_result_get_success (loaded));
+  }
+  g_assert_cmpuint (foreign_files (f->tier), ==, 1);
+}
+
 /* A chunk file of the tier's user that others may write: not served. */
 static void
 test_writable_chunk (Fixture       *f,
@@ -707,6 +755,7 @@ main (int   argc,
         add ("symlinked-dir", &engines[i], test_symlinked_vllm_dir);
       add ("planted-chunk", &engines[i], test_planted_chunk);
       add ("writable-chunk", &engines[i], test_writable_chunk);
+      add ("trusted-group-chunk", &engines[i], test_trusted_group_chunk);
       add ("restart-scan", &engines[i], test_restart_scan);
       add ("restart-keeps-tmp", &engines[i], test_restart_keeps_tmp);
       add ("root-removed", &engines[i], test_root_removed);

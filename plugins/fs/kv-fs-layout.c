@@ -579,22 +579,27 @@ kv_fs_layout_get_trusted_gid (const KvFsLayout *self)
 }
 
 /* Whether the tier may use what @st describes, a directory or (with
- * @is_file) a chunk file: owned by the tier's user (the effective uid)
- * and writable by no other user, except by the group the tier was told
- * to trust. A directory another user can write lets that user rename
- * files in and out of it; a file of another user holds bytes the tier
- * never wrote (a checksum detects damage, not forgery). */
+ * @is_file) a chunk file: writable by nobody but the tier's user (the
+ * effective uid), who owns it; with a trusted group, also what belongs
+ * to that group (only its members, or root, can give a file the group),
+ * writable by its members. Never what anyone may write. A directory
+ * another user can write lets that user rename files in and out of it;
+ * a file of another user holds bytes the tier never wrote (a checksum
+ * detects damage, not forgery). */
 gboolean
 kv_fs_layout_trusts (const KvFsLayout  *self,
                      const struct stat *st,
                      gboolean           is_file)
 {
+  gboolean in_trusted_group = self->trusted_gid >= 0 && (gint64) st->st_gid == self->trusted_gid;
+
   if (is_file ? !S_ISREG (st->st_mode) : !S_ISDIR (st->st_mode))
     return FALSE;
-  if (st->st_uid != self->uid || (st->st_mode & S_IWOTH) != 0)
+  if ((st->st_mode & S_IWOTH) != 0)
     return FALSE;
-  return (st->st_mode & S_IWGRP) == 0 ||
-         (self->trusted_gid >= 0 && (gint64) st->st_gid == self->trusted_gid);
+  if (in_trusted_group)
+    return TRUE;
+  return st->st_uid == self->uid && (st->st_mode & S_IWGRP) == 0;
 }
 
 static void

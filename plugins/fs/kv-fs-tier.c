@@ -2116,15 +2116,17 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * KvFsTier:trust-group:
    *
    * A group (name or number) whose members may write the tier's
-   * directories and files, for a root shared by several users' tiers;
+   * directories and files, for a root shared with other users;
    * %NULL (the default) trusts no one but the tier's own user. Without
    * it, the tier refuses a root, namespace or shard directory that is
    * not owned by its user or that another user can write, and serves no
-   * chunk file of another user. With it, every member of the group can
+   * chunk file of another user. With it, directories and files that
+   * belong to the group are accepted too, group-writable ones included
+   * (never one anyone may write): every member of the group can then
    * plant chunks this tier serves as its own (their checksums detect
-   * damage, not forgery), delete or replace its chunks, and read the KV
-   * bytes (derived from users' prompts) in them: set it only for a group
-   * of users who trust each other's processes with their caches.
+   * damage, not forgery) and delete or replace its chunks. Set it only
+   * for a group of users who trust each other's processes with their
+   * caches.
    */
   properties[PROP_TRUST_GROUP] =
     g_param_spec_string ("trust-group", NULL, NULL, NULL, CONSTRUCT_FLAGS);

@@ -84,12 +84,13 @@ teardown (Fixture       *f,
   g_free (f->root);
 }
 
-/* Runs @func in a child process as `nobody` (no supplementary groups);
- * asserts it returned TRUE. */
+/* Runs the shell command @cmd in a child process as `nobody` (no
+ * supplementary groups); asserts it succeeded. The child execs a shell
+ * (under valgrind, a forked child that exited would be checked for the
+ * parent's memory). */
 static void
-as_nobody (Fixture  *f,
-           gboolean (*func) (gpointer data),
-           gpointer  data)
+as_nobody (Fixture    *f,
+           const char *cmd)
 {
   pid_t pid = fork ();
   int status = 0;
@@ -97,48 +98,44 @@ as_nobody (Fixture  *f,
   g_assert_cmpint (pid, >=, 0);
   if (pid == 0)
     {
-      gboolean ok = setgroups (0, NULL) == 0 && setgid (f->nobody_gid) == 0 &&
-                    setuid (f->nobody_uid) == 0 && geteuid () == f->nobody_uid &&
-                    func (data);
-
-      _exit (ok ? 0 : 1);
+      if (setgroups (0, NULL) == 0 && setgid (f->nobody_gid) == 0 &&
+          setuid (f->nobody_uid) == 0 && geteuid () == f->nobody_uid)
+        execl ("/bin/sh", "sh", "-c", cmd, (char *) NULL);
+      _exit (127);
     }
   g_assert_cmpint (waitpid (pid, &status, 0), ==, pid);
   g_assert_true (WIFEXITED (status));
   g_assert_cmpint (WEXITSTATUS (status), ==, 0);
 }
 
-static gboolean
-make_dir_func (gpointer data)
+/* As `nobody`: makes the directory @path with @mode. */
+static void
+nobody_mkdir (Fixture    *f,
+              const char *path,
+              const char *mode)
 {
-  return mkdir (data, 0755) == 0;
+  g_autofree char *quoted = g_shell_quote (path);
+  g_autofree char *cmd = g_strdup_printf ("mkdir -m %s %s", mode, quoted);
+
+  as_nobody (f, cmd);
 }
 
-static gboolean
-make_open_dir_func (gpointer data)
+/* As `nobody`: creates @path (0644) holding @len bytes of @contents. */
+static void
+nobody_write (Fixture    *f,
+              const char *path,
+              const char *contents,
+              gsize       len)
 {
-  return mkdir (data, 0777) == 0 && chmod (data, 0777) == 0;
-}
+  g_autofree char *src = g_strdup_printf ("%s.src", path);
+  g_autofree char *quoted_src = g_shell_quote (src);
+  g_autofree char *quoted = g_shell_quote (path);
+  g_autofree char *cmd = g_strdup_printf ("umask 022 && cp %s %s", quoted_src, quoted);
 
-typedef struct
-{
-  const char *path;
-  GBytes     *contents;
-} WriteFile;
-
-static gboolean
-write_file_func (gpointer data)
-{
-  WriteFile *w = data;
-  gsize len = 0;
-  const guint8 *bytes = g_bytes_get_data (w->contents, &len);
-  int fd = open (w->path, O_WRONLY | O_CREAT | O_EXCL, 0644);
-
-  if (fd < 0)
-    return FALSE;
-  if (write (fd, bytes, len) != (gssize) len)
-    return FALSE;
-  return close (fd) == 0;
+  g_assert_true (g_file_set_contents (src, contents, len, NULL));
+  g_assert_cmpint (chmod (src, 0644), ==, 0);
+  as_nobody (f, cmd);
+  g_assert_cmpint (unlink (src), ==, 0);
 }
 
 /* The tier's namespace (or vLLM chunk) directory for @root. */
@@ -235,7 +232,7 @@ test_foreign_root (Fixture       *f,
     return;
   g_free (f->root);
   f->root = g_build_filename (f->pub, "root", NULL);
-  as_nobody (f, make_dir_func, f->root);
+  nobody_mkdir (f, f->root, "0755");
   owner = g_strdup_printf ("uid %u", (guint) f->nobody_uid);
   assert_refused (f, data, f->root, owner);
   assert_refused (f, data, f->root, "mode 0755");
@@ -317,7 +314,7 @@ test_symlinked_namespace (Fixture       *f,
 
   if (!have_nobody (f))
     return;
-  as_nobody (f, make_open_dir_func, evil);
+  nobody_mkdir (f, evil, "0777");
   g_assert_cmpint (g_mkdir (f->root, 0700), ==, 0);
   g_assert_cmpint (symlink (evil, ns_dir), ==, 0);
   g_assert_cmpint (lchown (ns_dir, f->nobody_uid, f->nobody_gid), ==, 0);
@@ -338,7 +335,7 @@ test_symlinked_shard (Fixture       *f,
 
   if (!have_nobody (f))
     return;
-  as_nobody (f, make_open_dir_func, evil);
+  nobody_mkdir (f, evil, "0777");
   g_assert_cmpint (g_mkdir_with_parents (ns_dir, 0700), ==, 0);
   g_assert_cmpint (symlink (evil, shard), ==, 0);
 
@@ -376,7 +373,7 @@ test_symlinked_vllm_dir (Fixture       *f,
 
   if (!have_nobody (f))
     return;
-  as_nobody (f, make_open_dir_func, evil);
+  nobody_mkdir (f, evil, "0777");
   f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
   /* <chunk dir>/<hex[:3]>/<hex[3:5]>_g<group>/<hex>.bin: link <hex[:3]> */
   path = kv_fs_tier_get_chunk_path (f->tier, f->keys[0]);
@@ -404,7 +401,6 @@ test_planted_chunk (Fixture       *f,
   g_autofree char *forged = g_build_filename (f->pub, "forged", NULL);
   g_autofree char *contents = NULL;
   gsize len = 0;
-  WriteFile w;
 
   if (!have_nobody (f))
     return;
@@ -416,10 +412,7 @@ test_planted_chunk (Fixture       *f,
   }
   path = kv_fs_tier_get_chunk_path (f->tier, f->keys[0]);
   g_assert_true (g_file_get_contents (path, &contents, &len, NULL));
-  w.path = forged;
-  w.contents = g_bytes_new (contents, len);
-  as_nobody (f, write_file_func, &w);
-  g_bytes_unref (w.contents);
+  nobody_write (f, forged, contents, len);
   /* the other user's file takes the chunk's name (rename keeps its owner) */
   g_assert_cmpint (rename (forged, path), ==, 0);
 
@@ -450,7 +443,6 @@ test_trusted_group_chunk (Fixture       *f,
   g_autofree char *copy = g_build_filename (f->pub, "copy", NULL);
   g_autofree char *contents = NULL;
   gsize len = 0;
-  WriteFile w;
 
   if (!have_nobody (f))
     return;
@@ -465,10 +457,7 @@ test_trusted_group_chunk (Fixture       *f,
   }
   path = kv_fs_tier_get_chunk_path (f->tier, f->keys[0]);
   g_assert_true (g_file_get_contents (path, &contents, &len, NULL));
-  w.path = copy;
-  w.contents = g_bytes_new (contents, len);
-  as_nobody (f, write_file_func, &w);
-  g_bytes_unref (w.contents);
+  nobody_write (f, copy, contents, len);
   g_assert_cmpint (rename (copy, path), ==, 0);
   {
     g_autoptr(KvJobResult) loaded = run_job (f, TRUE, 0, 1);
@@ -526,7 +515,6 @@ test_restart_scan (Fixture       *f,
   g_autofree char *their_tmp = NULL;
   g_autofree char *contents = NULL;
   gsize len = 0;
-  WriteFile w;
   g_autoptr(KvRequest) request = kv_request_new ("restart", NULL);
 
   if (!have_nobody (f))
@@ -543,10 +531,7 @@ test_restart_scan (Fixture       *f,
 
   /* key 0's file: another user's forgery of it */
   g_assert_true (g_file_get_contents (path0, &contents, &len, NULL));
-  w.path = forged;
-  w.contents = g_bytes_new (contents, len);
-  as_nobody (f, write_file_func, &w);
-  g_bytes_unref (w.contents);
+  nobody_write (f, forged, contents, len);
   g_assert_cmpint (rename (forged, path0), ==, 0);
 
   dir = g_path_get_dirname (path0);
@@ -559,9 +544,7 @@ test_restart_scan (Fixture       *f,
   own_tmp = g_strdup_printf ("%s_%016x-%08x.tmp", path0, 0x1234u, 0x5678u);
   g_assert_true (g_file_set_contents (own_tmp, "stale", 5, NULL));
   their_tmp = g_strdup_printf ("%s_%016x-%08x.tmp", path0, 0x1234u, 0x9abcu);
-  w.path = foreign_tmp;
-  w.contents = g_bytes_new_static ("theirs", 6);
-  as_nobody (f, write_file_func, &w);
+  nobody_write (f, foreign_tmp, "theirs", 6);
   g_assert_cmpint (rename (foreign_tmp, their_tmp), ==, 0);
 
   kv_fs_tier_hold_scans (TRUE);
@@ -611,7 +594,6 @@ test_restart_keeps_tmp (Fixture       *f,
   g_autofree char *suffixed = NULL;
   g_autofree char *own_tmp = NULL;
   g_autofree char *their_tmp = NULL;
-  WriteFile w;
 
   if (!have_nobody (f))
     return;
@@ -633,9 +615,7 @@ test_restart_keeps_tmp (Fixture       *f,
   own_tmp = g_strdup_printf ("%s_%016x-%08x.tmp", path0, 0x1234u, 0x5678u);
   g_assert_true (g_file_set_contents (own_tmp, "stale", 5, NULL));
   their_tmp = g_strdup_printf ("%s_%016x-%08x.tmp", path0, 0x1234u, 0x9abcu);
-  w.path = foreign_tmp;
-  w.contents = g_bytes_new_static ("theirs", 6);
-  as_nobody (f, write_file_func, &w);
+  nobody_write (f, foreign_tmp, "theirs", 6);
   g_assert_cmpint (rename (foreign_tmp, their_tmp), ==, 0);
 
   f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);

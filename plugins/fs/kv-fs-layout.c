@@ -532,6 +532,8 @@ struct _KvFsRootDirs
   gint  ref_count;                      /* atomic */
   int   chunk_fd;                       /* the top of the chunk tree */
   int   shard_fds[KV_FS_N_SHARDS];      /* kvtier layout; -1 otherwise */
+  int   spare_fd;                       /* (atomic) the spare directory once
+                                         * opened, or -1 */
 };
 
 static void
@@ -542,6 +544,8 @@ root_dirs_close (KvFsRootDirs *dirs)
   for (guint i = 0; i < KV_FS_N_SHARDS; i++)
     if (dirs->shard_fds[i] >= 0)
       close (dirs->shard_fds[i]);
+  if (dirs->spare_fd >= 0)
+    close (dirs->spare_fd);
   g_free (dirs);
 }
 
@@ -819,6 +823,7 @@ open_root_dirs (const KvFsLayout  *self,
 
   dirs->ref_count = 1;
   dirs->chunk_fd = -1;
+  dirs->spare_fd = -1;
   for (guint s = 0; s < KV_FS_N_SHARDS; s++)
     dirs->shard_fds[s] = -1;
 
@@ -979,6 +984,27 @@ kv_fs_layout_open_parent (const KvFsLayout  *self,
       g_ascii_isxdigit (rel[0]) && g_ascii_isxdigit (rel[1]) &&
       !g_ascii_isupper (rel[0]) && !g_ascii_isupper (rel[1]))
     return dirs->shard_fds[g_ascii_xdigit_value (rel[0]) * 16 + g_ascii_xdigit_value (rel[1])];
+
+  /* the spare directory: held open once a store took a spare from it
+   * (one stays for the tier's life once made) */
+  if (name - rel == sizeof KV_FS_SPARE_DIR_NAME &&
+      strncmp (rel, KV_FS_SPARE_DIR_NAME "/", sizeof KV_FS_SPARE_DIR_NAME) == 0)
+    {
+      struct stat st;
+
+      fd = g_atomic_int_get (&dirs->spare_fd);
+      if (fd >= 0)
+        return fd;
+      fd = open_dir_at (self, dirs->chunk_fd, KV_FS_SPARE_DIR_NAME, FALSE, &st);
+      if (fd < 0)
+        return -errno;
+      if (!g_atomic_int_compare_and_exchange (&dirs->spare_fd, -1, fd))
+        {
+          close (fd);
+          fd = g_atomic_int_get (&dirs->spare_fd);
+        }
+      return fd;
+    }
 
   fd = dirs->chunk_fd;
   for (p = rel; p < name; depth++)

@@ -29,6 +29,8 @@ typedef struct _KvFsLayout KvFsLayout;
 /* The deepest directory below a chunk directory that a file may be in
  * (vLLM's layout uses 2). */
 #define KV_FS_MAX_DIR_DEPTH 4
+/* Under each root's chunk directory: the spare files (see KvFsSpares). */
+#define KV_FS_SPARE_DIR_NAME ".kvtier-spare"
 
 /*
  * KvFsRootDirs: one root's directories, held open once checked (see

@@ -14,7 +14,7 @@
 
 /* Under each root's chunk directory; the scans skip dot names, and
  * vLLM only opens the files it names. */
-#define SPARE_DIR_NAME ".kvtier-spare"
+#define SPARE_DIR_NAME KV_FS_SPARE_DIR_NAME
 
 struct _KvFsSpares
 {

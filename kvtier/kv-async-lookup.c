@@ -648,6 +648,12 @@ kv_async_lookup_flush (KvAsyncLookup *self)
 {
   g_return_if_fail (KV_IS_ASYNC_LOOKUP (self));
 
+  /* A tier may stop routing lookups here (the fs tier once its index is
+   * ready): answers must still be collected, and the references their
+   * batches hold dropped, every step. */
+  if (g_atomic_int_get (&self->n_results_ready) > 0)
+    kv_async_lookup_drain_results (self);
+
   if (self->step_groups->len == 0)
     return;
 
@@ -835,8 +841,11 @@ kv_async_lookup_take_dropped_keys (KvAsyncLookup *self)
  * kv_async_lookup_get_n_pending:
  * @self: an asynchronous lookup
  *
- * Counts the batches posted to the workers whose answers have not been
- * applied yet. A tier can report pending work while it is not zero.
+ * Counts the batches posted to the workers that no worker has answered yet.
+ * Answers that are ready are applied first, so the count goes to zero once
+ * the workers are done even if no lookup comes any more: a tier can report
+ * pending work while it is not zero without keeping an engine stepping
+ * forever.
  *
  * Owner thread only.
  *
@@ -847,6 +856,8 @@ kv_async_lookup_get_n_pending (KvAsyncLookup *self)
 {
   g_return_val_if_fail (KV_IS_ASYNC_LOOKUP (self), 0);
 
+  if (g_atomic_int_get (&self->n_results_ready) > 0)
+    kv_async_lookup_drain_results (self);
   return self->n_unapplied;
 }
 

@@ -256,6 +256,57 @@ test_drain_before_lookup (Fixture       *f,
   g_assert_cmpuint (kv_async_lookup_get_n_pending (f->lookup), ==, 0);
 }
 
+/* A tier that stops routing lookups here (the fs tier once its index is
+ * ready) must still see its pending count fall once the workers answered:
+ * has_pending_work used to count those batches forever (issue 13, item 2). */
+static void
+test_pending_ends_without_lookup (Fixture       *f,
+                                  gconstpointer  data)
+{
+  gint64 deadline;
+
+  g_assert_cmpint (lookup (f, HIT_A, f->r1), ==, KV_LOOKUP_RESULT_RETRY);
+  kv_async_lookup_flush (f->lookup);
+  recorder_wait_entered (f->rec, 1);
+
+  /* no lookup from here on: only the count is asked */
+  deadline = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;
+  while (kv_async_lookup_get_n_pending (f->lookup) > 0)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_usleep (100);
+    }
+  /* the answer was applied, not thrown away */
+  g_assert_cmpint (lookup (f, HIT_A, f->r1), ==, KV_LOOKUP_RESULT_HIT);
+}
+
+/* An empty flush (a step without new keys) applies the answers that are
+ * ready, so their batches let go of the requests they hold. */
+static void
+test_flush_collects_answers (Fixture       *f,
+                             gconstpointer  data)
+{
+  KvRequest *request = kv_request_new ("short-lived", NULL);
+  gint64 deadline;
+
+  g_object_add_weak_pointer (G_OBJECT (request), (gpointer *) &request);
+  g_assert_cmpint (lookup (f, HIT_A, request), ==, KV_LOOKUP_RESULT_RETRY);
+  kv_async_lookup_flush (f->lookup);
+  kv_async_lookup_cleanup (f->lookup, "short-lived");
+  g_object_unref (request);
+  /* the posted batch still holds it */
+  g_assert_nonnull (request);
+
+  deadline = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;
+  while (request != NULL)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+      g_usleep (100);
+      kv_async_lookup_flush (f->lookup);
+    }
+  g_assert_cmpuint (kv_async_lookup_get_n_posted (f->lookup), ==, 1);
+}
+
 static void
 test_multi_key_batch (Fixture       *f,
                       gconstpointer  data)
@@ -629,6 +680,8 @@ main (int    argc,
   ADD ("new-key-retry", test_new_key_retry);
   ADD ("hit-and-miss-after-flush", test_hit_and_miss_after_flush);
   ADD ("drain-before-lookup", test_drain_before_lookup);
+  ADD ("pending-ends-without-lookup", test_pending_ends_without_lookup);
+  ADD ("flush-collects-answers", test_flush_collects_answers);
   ADD ("multi-key-batch", test_multi_key_batch);
   ADD ("one-batch-per-step", test_one_batch_per_step);
   ADD ("cleanup-removes", test_cleanup_removes);

@@ -38,4 +38,27 @@ void     _kv_primary_tier_free_slots              (KvPrimaryTier *self,
                                                    const guint32 *slots,
                                                    guint          n_slots);
 
+/* Called with a stamped entry's key and stamp when the entry goes away
+ * (eviction, failed store, reset), before the key is released. */
+typedef void (*KvPrimaryStampDropFunc) (KvKey    *key,
+                                        guint64   stamp,
+                                        gpointer  user_data);
+
+/* kv_primary_tier_lookup() for the manager's hot path, without the type
+ * checks. On a HIT, *@stamp points to the chunk's stamp: a 64-bit word the
+ * manager's lookup accounting owns (0 when the chunk is stored), so that
+ * counting a chunk once per request needs no second table probe. NULL
+ * otherwise. Valid until the next call that changes the tier. */
+G_GNUC_INTERNAL
+KvLookupResult _kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
+                                              const KvKey    *key,
+                                              guint64       **stamp);
+
+/* Installs the owner of the stamps (one per primary tier: the manager that
+ * records metrics); clears every stamp. NULL uninstalls. */
+G_GNUC_INTERNAL
+void           _kv_primary_tier_set_stamp_drop_func (KvPrimaryTier          *self,
+                                                     KvPrimaryStampDropFunc  func,
+                                                     gpointer                user_data);
+
 G_END_DECLS

@@ -21,6 +21,9 @@ struct _KvEntry
   KvKey     *key;
   guint32    slot;
   gint32     ref_cnt;
+  /* The manager's lookup accounting: the serial of the last request that
+   * counted this chunk (see _kv_primary_tier_lookup_stamp()); 0 for none. */
+  guint64    stamp;
   union {
     /* the key's node in the built-in LRU policy (see self->lru) */
     KvLruNode *lru_node;
@@ -91,6 +94,10 @@ struct _KvPrimaryTier
 
   /* KvEvent, oldest first */
   GPtrArray *events;
+
+  /* told about a stamped entry that goes away (see the private header) */
+  KvPrimaryStampDropFunc stamp_drop_func;
+  gpointer stamp_drop_data;
 };
 
 enum {
@@ -140,6 +147,7 @@ primary_take_entry (KvPrimaryTier *self,
   entry->key = kv_key_ref (key);
   entry->slot = G_MAXUINT32;
   entry->ref_cnt = -1;
+  entry->stamp = 0;
   entry->lru_node = NULL;
   return entry;
 }
@@ -149,6 +157,8 @@ static void
 primary_release_entry (KvPrimaryTier *self,
                        KvEntry       *entry)
 {
+  if (entry->stamp != 0 && self->stamp_drop_func != NULL)
+    self->stamp_drop_func (entry->key, entry->stamp, self->stamp_drop_data);
   g_clear_pointer (&entry->key, kv_key_unref);
   entry->next_spare = self->spare_entries;
   self->spare_entries = entry;
@@ -335,6 +345,7 @@ kv_primary_tier_finalize (GObject *object)
 {
   KvPrimaryTier *self = KV_PRIMARY_TIER (object);
 
+  self->stamp_drop_func = NULL;
   primary_clear_entries (self);
   g_clear_pointer (&self->entries, g_hash_table_unref);
   while (self->spare_entries != NULL)
@@ -602,6 +613,40 @@ kv_primary_tier_lookup (KvPrimaryTier *self,
   if (((guintptr) value & KV_ENTRY_PENDING_TAG) != 0)
     return KV_LOOKUP_RESULT_HIT_PENDING;
   return KV_LOOKUP_RESULT_HIT;
+}
+
+KvLookupResult
+_kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
+                               const KvKey    *key,
+                               guint64       **stamp)
+{
+  gpointer value = g_hash_table_lookup (self->entries, key);
+
+  *stamp = NULL;
+  if (value == NULL)
+    return KV_LOOKUP_RESULT_MISS;
+  if (((guintptr) value & KV_ENTRY_PENDING_TAG) != 0)
+    return KV_LOOKUP_RESULT_HIT_PENDING;
+  *stamp = &((KvEntry *) value)->stamp;
+  return KV_LOOKUP_RESULT_HIT;
+}
+
+void
+_kv_primary_tier_set_stamp_drop_func (KvPrimaryTier          *self,
+                                      KvPrimaryStampDropFunc  func,
+                                      gpointer                user_data)
+{
+  GHashTableIter iter;
+  gpointer value;
+
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+
+  self->stamp_drop_func = func;
+  self->stamp_drop_data = user_data;
+  /* stamps belong to whoever installed the function */
+  g_hash_table_iter_init (&iter, self->entries);
+  while (g_hash_table_iter_next (&iter, NULL, &value))
+    entry_from_value (value)->stamp = 0;
 }
 
 static gboolean

@@ -28,4 +28,29 @@ void            _kv_tiering_manager_on_request_finished_excluding (KvTieringMana
                                                                    KvRequest        *request,
                                                                    guint             exclude_tier);
 
+/* What the manager reports about its work, through one hook: every event
+ * that vLLM's metrics count. The manager calls the hook only when it has
+ * one (metrics enabled); @data is the hook's own. Label 0 is the primary
+ * tier, label i the secondary tier of index i - 1. All on the owner
+ * thread. */
+typedef struct
+{
+  /* A primary lookup; @stamp (HIT only, else NULL) is the chunk's stamp
+   * word, see _kv_primary_tier_lookup_stamp(). */
+  void (*primary_lookup)     (gpointer data, KvRequest *request, KvKey *key,
+                              KvLookupResult result, guint64 *stamp);
+  /* A secondary tier's answer and how long it took. */
+  void (*tier_lookup)        (gpointer data, KvRequest *request, KvKey *key, guint label,
+                              KvLookupResult result, gint64 duration_us);
+  void (*job_registered)     (gpointer data, guint label, gboolean is_promotion, guint n_keys);
+  void (*job_finished)       (gpointer data, guint label, gboolean is_promotion, guint n_keys,
+                              KvJobResult *result);
+  void (*promotion_allocation_failed) (gpointer data);
+  /* A request id the manager tracks already was announced again. */
+  void (*request_restarted)  (gpointer data, const char *request_id);
+  /* The request got its device blocks (step end): its lookups stop counting. */
+  void (*request_allocated)  (gpointer data, const char *request_id);
+  void (*request_finished)   (gpointer data, const char *request_id);
+} KvTieringManagerHooks;
+
 G_END_DECLS

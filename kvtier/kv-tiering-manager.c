@@ -102,7 +102,10 @@ struct _KvTieringManager
   GHashTable *requests;     /* req id → RequestState */
   guint n_parked_requests;
 
-  KvTieringMetrics *metrics;  /* created when the manager starts serving */
+  /* The one hook every metric goes through: NULL with metrics off. */
+  const KvTieringManagerHooks *hooks;
+  gpointer hooks_data;
+  KvTieringMetrics *metrics;  /* the hook's data with metrics on, from construction */
 
   gboolean enable_metrics;
   gboolean processed_jobs_this_step;
@@ -143,6 +146,13 @@ enum {
 static GParamSpec *properties[N_PROPS];
 
 G_DEFINE_FINAL_TYPE (KvTieringManager, kv_tiering_manager, G_TYPE_OBJECT)
+
+/* Reports an event to the hook, if there is one. */
+#define HOOK(self, event, ...) \
+  G_STMT_START { \
+    if ((self)->hooks != NULL) \
+      (self)->hooks->event ((self)->hooks_data, __VA_ARGS__); \
+  } G_STMT_END
 
 static void
 job_entry_free (gpointer data)
@@ -239,6 +249,9 @@ kv_tiering_manager_dispose (GObject *object)
     }
   g_clear_pointer (&self->jobs, g_hash_table_unref);
   g_clear_pointer (&self->requests, g_hash_table_unref);
+  if (self->metrics != NULL && self->primary != NULL)
+    _kv_primary_tier_set_stamp_drop_func (self->primary, NULL, NULL);
+  self->hooks = NULL;
   g_clear_pointer (&self->metrics, kv_tiering_metrics_free);
   g_clear_object (&self->primary);
   g_clear_object (&self->clock);
@@ -314,10 +327,30 @@ kv_tiering_manager_constructed (GObject *object)
 
   G_OBJECT_CLASS (kv_tiering_manager_parent_class)->constructed (object);
 
-  if (self->primary == NULL)
-    g_critical ("KvTieringManager needs a primary tier (the construct property \"primary\")");
   if (self->clock == NULL)
     self->clock = g_object_ref (kv_clock_get_default ());
+  if (self->primary == NULL)
+    {
+      g_critical ("KvTieringManager needs a primary tier (the construct property \"primary\")");
+      return;
+    }
+
+  /* From construction on, so that a scrape before the first request
+   * already sees every series; tiers add their labels as they are added. */
+  if (self->enable_metrics)
+    {
+      g_autofree char *primary_label = kv_tiering_metrics_make_tier_label (0, "primary");
+      const char * const labels[] = { primary_label, NULL };
+
+      self->metrics = kv_tiering_metrics_new (labels,
+                                              kv_primary_tier_get_n_slots (self->primary),
+                                              kv_primary_tier_get_slot_size (self->primary),
+                                              self->clock);
+      self->hooks = &kv_tiering_metrics_hooks;
+      self->hooks_data = self->metrics;
+      _kv_primary_tier_set_stamp_drop_func (self->primary, kv_tiering_metrics_on_stamp_dropped,
+                                            self->metrics);
+    }
 }
 
 static void
@@ -464,6 +497,13 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
     KV_SECONDARY_TIER_GET_CLASS (tier)->get_finished_jobs ==
     ((KvSecondaryTierClass *) g_type_class_peek (KV_TYPE_SECONDARY_TIER))->get_finished_jobs;
   g_array_append_val (self->tiers, slot);
+  if (self->metrics != NULL)
+    {
+      g_autofree char *label = kv_tiering_metrics_make_tier_label (self->tiers->len,
+                                                                   kv_secondary_tier_get_tier_type (tier));
+
+      kv_tiering_metrics_add_label (self->metrics, label);
+    }
 
   _kv_secondary_tier_set_queued_func (tier, kv_tiering_manager_tier_queued, self);
   return TRUE;
@@ -536,29 +576,12 @@ kv_tiering_manager_get_clock (KvTieringManager *self)
   return self->clock;
 }
 
-/* The tier list is fixed from the first request on, so the metric labels
- * ("0:primary", "1:<type>", ...) are too. */
-static void
+/* The tier list is fixed from the first request on, and so are the metric
+ * labels ("0:primary", "1:<type>", ...), added with the tiers. */
+static inline void
 ensure_started (KvTieringManager *self)
 {
-  g_autoptr(GPtrArray) labels = NULL;
-
-  if (G_LIKELY (self->started))
-    return;
   self->started = TRUE;
-  if (!self->enable_metrics)
-    return;
-
-  labels = g_ptr_array_new_with_free_func (g_free);
-  g_ptr_array_add (labels, kv_tiering_metrics_make_tier_label (0, "primary"));
-  for (guint i = 0; i < self->tiers->len; i++)
-    g_ptr_array_add (labels, kv_tiering_metrics_make_tier_label (i + 1,
-                                                                 kv_secondary_tier_get_tier_type (tier_slot (self, i)->tier)));
-  g_ptr_array_add (labels, NULL);
-  self->metrics = kv_tiering_metrics_new ((const char * const *) labels->pdata,
-                                          kv_primary_tier_get_n_slots (self->primary),
-                                          kv_primary_tier_get_slot_size (self->primary),
-                                          self->clock);
 }
 
 /* ---- jobs ---------------------------------------------------------------- */
@@ -579,8 +602,7 @@ register_job (KvTieringManager *self,
   kv_transfer_job_set_submit_time (entry->job, kv_clock_get_time (self->clock));
   entry->tier = tier;
   g_hash_table_insert (self->jobs, &entry->id, entry);
-  if (self->metrics != NULL)
-    kv_tiering_metrics_on_job_registered (self->metrics, tier + 1, is_promotion, n_keys);
+  HOOK (self, job_registered, tier + 1, is_promotion, n_keys);
   return entry->job;
 }
 
@@ -751,9 +773,8 @@ process_result (KvTieringManager *self,
 
   job = kv_transfer_job_ref (entry->job);
   g_hash_table_remove (self->jobs, &id);
-  if (self->metrics != NULL)
-    kv_tiering_metrics_on_job_finished (self->metrics, tier + 1, kv_transfer_job_is_promotion (job),
-                                        kv_transfer_job_get_n_keys (job), result);
+  HOOK (self, job_finished, tier + 1, kv_transfer_job_is_promotion (job),
+        kv_transfer_job_get_n_keys (job), result);
 
   if (kv_transfer_job_is_promotion (job) && !kv_job_result_get_success (result) &&
       _kv_secondary_tier_hold_slots (slot->tier, id))
@@ -897,8 +918,7 @@ maybe_finalize_request (KvTieringManager *self,
     if (i != state->origin)
       kv_secondary_tier_on_request_finished (tier_slot (self, i)->tier, state->request);
 
-  if (self->metrics != NULL)
-    kv_tiering_metrics_on_request_finished (self->metrics, kv_request_get_id (state->request));
+  HOOK (self, request_finished, kv_request_get_id (state->request));
   g_hash_table_remove (self->requests, kv_request_get_id (state->request));
 }
 
@@ -916,8 +936,8 @@ _kv_tiering_manager_on_new_request_excluding (KvTieringManager *self,
   state->origin = exclude_tier;
   /* A request id seen again starts over, as the reference does, lookup
    * accounting included. */
-  if (self->metrics != NULL && g_hash_table_contains (self->requests, kv_request_get_id (request)))
-    kv_tiering_metrics_on_request_finished (self->metrics, kv_request_get_id (request));
+  if (self->hooks != NULL && g_hash_table_contains (self->requests, kv_request_get_id (request)))
+    HOOK (self, request_restarted, kv_request_get_id (request));
   g_hash_table_replace (self->requests, (gpointer) kv_request_get_id (request), state);
 
   for (guint i = 0; i < self->tiers->len; i++)
@@ -1052,8 +1072,8 @@ initiate_promotion (KvTieringManager *self,
     g_free (evicted);
   if (!stored)
     {
-      if (self->metrics != NULL)
-        kv_tiering_metrics_on_promotion_allocation_failure (self->metrics);
+      if (self->hooks != NULL)
+        self->hooks->promotion_allocation_failed (self->hooks_data);
       return FALSE;
     }
   if (n_keys == 0)
@@ -1083,12 +1103,12 @@ lookup_secondary (KvTieringManager *self,
       if (i == exclude_tier || !kv_tier_filter_allows (filter, slot->medium, slot->locality))
         continue;
 
-      if (self->metrics != NULL)
+      if (self->hooks != NULL)
         {
           start = g_get_monotonic_time ();
           result = kv_secondary_tier_lookup (slot->tier, key, request);
-          kv_tiering_metrics_on_lookup (self->metrics, request, key, i + 1, result,
-                                        g_get_monotonic_time () - start);
+          self->hooks->tier_lookup (self->hooks_data, request, key, i + 1, result,
+                                    g_get_monotonic_time () - start);
         }
       else
         {
@@ -1123,12 +1143,21 @@ _kv_tiering_manager_lookup_excluding (KvTieringManager *self,
 
   maybe_process_finished_jobs (self);
 
-  result = kv_primary_tier_lookup (self->primary, key);
   /* A primary lookup is one hash probe, far below the 1 µs resolution of
-   * the clock: timing it would only add two clock reads to the hottest
-   * path and record 0 anyway. Its sync-delay sample is 0 s. */
-  if (self->metrics != NULL)
-    kv_tiering_metrics_on_lookup (self->metrics, request, key, 0, result, 0);
+   * the clock: it is not timed (its sync-delay sample is 0 s). The hook
+   * gets the chunk's stamp, so that counting it once per request takes no
+   * second probe. */
+  if (self->hooks != NULL)
+    {
+      guint64 *stamp;
+
+      result = _kv_primary_tier_lookup_stamp (self->primary, key, &stamp);
+      self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
+    }
+  else
+    {
+      result = kv_primary_tier_lookup (self->primary, key);
+    }
   /* A pending primary key is being written or promoted already: asking the
    * secondary tiers again would promote it twice. */
   if (result != KV_LOOKUP_RESULT_MISS)
@@ -1557,10 +1586,10 @@ kv_tiering_manager_on_schedule_end (KvTieringManager *self,
     kv_secondary_tier_on_schedule_end (tier_slot (self, i)->tier, schedule_end);
 
   /* Requests that got their blocks this step stop counting lookups. */
-  if (self->metrics != NULL)
+  if (self->hooks != NULL)
     for (const char * const *id = kv_schedule_end_get_new_request_ids (schedule_end); *id != NULL; id++)
       if (g_hash_table_contains (self->requests, *id))
-        kv_tiering_metrics_on_request_allocated (self->metrics, *id);
+        HOOK (self, request_allocated, *id);
 }
 
 /**
@@ -1652,8 +1681,11 @@ kv_tiering_manager_take_events (KvTieringManager *self)
  * [method@Kv.Stats.to_prometheus] and the registry from
  * [method@Kv.TieringManager.create_metric_registry].
  *
- * Returns: (transfer full) (nullable): the metrics, or %NULL before the
- *   manager served its first request; with
+ * Before the manager serves its first request, every series of every
+ * tier added so far is there at zero (counters, histograms and gauges), so
+ * that a scrape made before any traffic already lists them all.
+ *
+ * Returns: (transfer full): the metrics; with
  *   [property@Kv.TieringManager:enable-metrics] off, only the tiers' own
  */
 KvStats *
@@ -1662,9 +1694,6 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
   KvStats *stats;
 
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
-
-  if (!self->started)
-    return NULL;
 
   if (self->metrics != NULL)
     {
@@ -1677,6 +1706,8 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
             kv_tiering_metrics_record_backpressure (self->metrics, i + 1, detector);
         }
       stats = kv_tiering_metrics_take_stats (self->metrics);
+      if (!self->started)
+        kv_tiering_metrics_add_every_series (self->metrics, stats);
     }
   else
     {

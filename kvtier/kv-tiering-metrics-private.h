@@ -8,6 +8,7 @@
 #include "kv-metric-registry.h"
 #include "kv-request.h"
 #include "kv-stats.h"
+#include "kv-tiering-manager-private.h"
 #include "kv-types.h"
 
 G_BEGIN_DECLS
@@ -53,6 +54,10 @@ KvTieringMetrics *kv_tiering_metrics_new                    (const char * const 
                                                              gsize                   chunk_size,
                                                              KvClock                *clock);
 void              kv_tiering_metrics_free                   (KvTieringMetrics       *m);
+/* Appends a label ("<index>:<tier-type>") and returns its index; only
+ * before the first lookup or job. */
+guint             kv_tiering_metrics_add_label              (KvTieringMetrics       *m,
+                                                             const char             *label);
 guint             kv_tiering_metrics_get_n_labels           (KvTieringMetrics       *m);
 const char       *kv_tiering_metrics_get_label              (KvTieringMetrics       *m,
                                                              guint                   label_index);
@@ -71,6 +76,25 @@ void              kv_tiering_metrics_on_lookup              (KvTieringMetrics   
                                                              guint                   label_index,
                                                              KvLookupResult          result,
                                                              gint64                  duration_us);
+/* A primary-tier lookup (label 0). @stamp: on a HIT, the chunk's stamp
+ * word in the primary tier (_kv_primary_tier_lookup_stamp()), which holds
+ * the serial of the last request that counted the chunk: a request that
+ * finds its own serial there counted the chunk already and costs one
+ * compare, a request that does not takes the stamp over (the previous
+ * owner, if still accounting, moves to the table). Other results go to
+ * kv_tiering_metrics_on_lookup(). Same semantics as that function with
+ * @duration_us 0. */
+void              kv_tiering_metrics_on_primary_lookup      (KvTieringMetrics       *m,
+                                                             KvRequest              *request,
+                                                             KvKey                  *key,
+                                                             KvLookupResult          result,
+                                                             guint64                *stamp);
+/* A KvPrimaryStampDropFunc (@user_data: the tracker): a stamped chunk left
+ * the primary tier, so its stamp's request, if still accounting, keeps the
+ * fact that it counted the chunk in the table. */
+void              kv_tiering_metrics_on_stamp_dropped       (KvKey                  *key,
+                                                             guint64                 stamp,
+                                                             gpointer                user_data);
 /* The request got its blocks (on_schedule_end, new request ids): its later
  * lookups are not counted any more. */
 void              kv_tiering_metrics_on_request_allocated   (KvTieringMetrics       *m,
@@ -94,8 +118,17 @@ void              kv_tiering_metrics_record_backpressure    (KvTieringMetrics   
                                                              KvBackpressureDetector *detector);
 /* Everything since the last call, plus the per-tier gauges (always). */
 KvStats          *kv_tiering_metrics_take_stats             (KvTieringMetrics       *m);
+/* Adds every series of every label to @stats at zero where @stats has none
+ * (counters +0, empty histograms), so that a scrape before the first
+ * request shows them all. */
+void              kv_tiering_metrics_add_every_series       (KvTieringMetrics       *m,
+                                                             KvStats                *stats);
 /* No job registered and not finished (reset_cache asserts it). */
 gboolean          kv_tiering_metrics_is_idle                (KvTieringMetrics       *m);
+/* The manager's hook, recording into the tracker given as its data. */
+G_GNUC_INTERNAL
+extern const KvTieringManagerHooks kv_tiering_metrics_hooks;
+
 /* Adds every definition above, with the reference's histogram buckets. */
 gboolean          kv_tiering_metrics_register               (KvMetricRegistry       *registry,
                                                              GError                **error);

@@ -59,6 +59,11 @@ typedef struct
   /* Unique for the tracker's lifetime: observations name their request by
    * it, so a request that stops accounting needs no per-key work. */
   guint64      serial;
+  /* The request has observations in the primary label's table (a miss, or
+   * a hit whose primary stamp was taken over or dropped): a primary hit
+   * whose stamp is not this request's must ask the table. While FALSE, the
+   * stamp alone says whether the chunk was counted. */
+  gboolean     primary_in_table;
 } RequestState;
 
 /* What one request saw of one key on one tier label (reference §9's
@@ -181,31 +186,47 @@ kv_tiering_metrics_new (const char * const *tier_labels,
   g_return_val_if_fail (clock == NULL || KV_IS_CLOCK (clock), NULL);
 
   m = g_new0 (KvTieringMetrics, 1);
-  m->labels = g_strdupv ((char **) tier_labels);
-  m->n_labels = g_strv_length (m->labels);
-  m->label_values = g_new0 (const char **, m->n_labels);
-  for (guint i = 0; i < m->n_labels; i++)
-    {
-      m->label_values[i] = g_new0 (const char *, 2);
-      m->label_values[i][0] = m->labels[i];
-    }
   m->n_primary_chunks = n_primary_chunks;
   m->chunk_size = chunk_size;
   m->clock = g_object_ref (clock != NULL ? clock : kv_clock_get_default ());
   m->epoch_us = kv_clock_get_time (m->clock);
-  m->label_state = g_new0 (LabelState, m->n_labels);
+  m->labels = g_new0 (char *, 1);
   m->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
-  m->observed = g_new0 (GHashTable *, m->n_labels);
-  m->observed_age = g_new0 (GQueue, m->n_labels);
-  for (guint i = 0; i < m->n_labels; i++)
-    m->observed[i] = g_hash_table_new_full (kv_key_hash, kv_key_equal, NULL,
-                                            (GDestroyNotify) observation_free_chain);
+  for (guint i = 0; tier_labels[i] != NULL; i++)
+    kv_tiering_metrics_add_label (m, tier_labels[i]);
   m->keep_keys = CLAMP (n_primary_chunks, KEEP_KEYS_MIN, KEEP_KEYS_MAX);
   m->live = g_hash_table_new (g_int64_hash, g_int64_equal);
   m->spare_states = g_ptr_array_new_with_free_func (request_state_free);
   m->oldest_live = 1;
   m->pending = kv_stats_new ();
   return m;
+}
+
+guint
+kv_tiering_metrics_add_label (KvTieringMetrics *m,
+                              const char       *label)
+{
+  guint i;
+
+  g_return_val_if_fail (m != NULL, 0);
+  g_return_val_if_fail (label != NULL, 0);
+
+  i = m->n_labels++;
+  m->labels = g_renew (char *, m->labels, m->n_labels + 1);
+  m->labels[i] = g_strdup (label);
+  m->labels[m->n_labels] = NULL;
+  m->label_values = g_renew (const char **, m->label_values, m->n_labels);
+  m->label_values[i] = g_new0 (const char *, 2);
+  m->label_values[i][0] = m->labels[i];
+  m->label_state = g_renew (LabelState, m->label_state, m->n_labels);
+  memset (&m->label_state[i], 0, sizeof (LabelState));
+  m->observed = g_renew (GHashTable *, m->observed, m->n_labels);
+  m->observed[i] = g_hash_table_new_full (kv_key_hash, kv_key_equal, NULL,
+                                          (GDestroyNotify) observation_free_chain);
+  /* GQueues are moved by value: nothing points at the queue itself */
+  m->observed_age = g_renew (GQueue, m->observed_age, m->n_labels);
+  g_queue_init (&m->observed_age[i]);
+  return i;
 }
 
 void
@@ -289,6 +310,7 @@ get_request_state (KvTieringMetrics *m,
         }
       memcpy (state->id, id, id_size);
       state->accounting = TRUE;
+      state->primary_in_table = FALSE;
       state->serial = ++m->next_serial;
       g_hash_table_insert (m->requests, state->id, state);
       g_hash_table_add (m->live, &state->serial);
@@ -434,6 +456,93 @@ observation_for (KvTieringMetrics *m,
   return obs;
 }
 
+/* One query (and hit) and its sync-delay sample. */
+static inline void
+count_answer (LabelState *ls,
+              gboolean    hit,
+              gdouble     dt_s)
+{
+  ls->queries += 1;
+  ls->hits += hit;
+  /* Most lookups take well under the first bound: skip the search. */
+  ls->sync_counts[dt_s <= sync_buckets[0] ? 0
+                                          : kv_stats_bucket_index (sync_buckets, N_SYNC_BUCKETS, dt_s)] += 1;
+  ls->sync_n += 1;
+  ls->sync_sum += dt_s;
+}
+
+/* Records that @serial (a live request) counted @key on the primary label,
+ * in the table: its stamp is about to be taken over or dropped. */
+static void
+primary_spill (KvTieringMetrics *m,
+               KvKey            *key,
+               guint64           serial)
+{
+  gpointer orig = NULL;
+  RequestState *owner;
+  Observation *obs;
+  gboolean fresh;
+
+  if (serial < m->oldest_live || serial == m->known_dead ||
+      !g_hash_table_lookup_extended (m->live, &serial, &orig, NULL))
+    return;
+  /* live holds &RequestState.serial */
+  owner = (RequestState *) ((guint8 *) orig - G_STRUCT_OFFSET (RequestState, serial));
+  obs = observation_for (m, owner, 0, key, &fresh);
+  obs->value = RESOLVED_MARK;
+  owner->primary_in_table = TRUE;
+}
+
+void
+kv_tiering_metrics_on_primary_lookup (KvTieringMetrics *m,
+                                      KvRequest        *request,
+                                      KvKey            *key,
+                                      KvLookupResult    result,
+                                      guint64          *stamp)
+{
+  RequestState *state;
+  guint64 previous;
+
+  if (result != KV_LOOKUP_RESULT_HIT)
+    {
+      /* A miss is rare on the hot path: the table, as for the tiers. */
+      kv_tiering_metrics_on_lookup (m, request, key, 0, result, 0);
+      return;
+    }
+
+  state = G_LIKELY (request == m->last_request) ? m->last_state
+                                                : get_request_state (m, request, kv_request_get_id (request));
+  /* counted already by this request: the usual repeat, one compare */
+  if (!state->accounting || *stamp == state->serial)
+    return;
+
+  previous = *stamp;
+  *stamp = state->serial;
+  if (previous != 0)
+    primary_spill (m, key, previous);
+
+  if (G_UNLIKELY (state->primary_in_table))
+    {
+      Observation *head = g_hash_table_lookup (m->observed[0], key);
+
+      for (Observation *obs = head; obs != NULL; obs = obs->next)
+        if (obs->serial == state->serial)
+          return;   /* a primary label observation is always resolved */
+    }
+
+  /* A primary lookup is one hash probe, far below the 1 µs resolution of
+   * the clock: its sync-delay sample is 0 s. */
+  count_answer (&m->label_state[0], TRUE, 0.0);
+}
+
+void
+kv_tiering_metrics_on_stamp_dropped (KvKey    *key,
+                                     guint64   stamp,
+                                     gpointer  user_data)
+{
+  primary_spill (user_data, key, stamp);
+}
+
 void
 kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
                               KvRequest        *request,
@@ -463,6 +572,8 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
     return;
 
   obs = observation_for (m, state, label_index, key, &fresh);
+  if (label_index == 0)
+    state->primary_in_table = TRUE;
 
   if (result == KV_LOOKUP_RESULT_RETRY)
     {
@@ -477,14 +588,7 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
 
   ls = &m->label_state[label_index];
   dt_s = duration_us / 1e6;
-  ls->queries += 1;
-  if (result == KV_LOOKUP_RESULT_HIT)
-    ls->hits += 1;
-  /* Most lookups take well under the first bound: skip the search. */
-  ls->sync_counts[dt_s <= sync_buckets[0] ? 0
-                                          : kv_stats_bucket_index (sync_buckets, N_SYNC_BUCKETS, dt_s)] += 1;
-  ls->sync_n += 1;
-  ls->sync_sum += dt_s;
+  count_answer (ls, result == KV_LOOKUP_RESULT_HIT, dt_s);
 
   if (!fresh)
     {
@@ -708,6 +812,36 @@ kv_tiering_metrics_take_stats (KvTieringMetrics *m)
   return stats;
 }
 
+void
+kv_tiering_metrics_add_every_series (KvTieringMetrics *m,
+                                     KvStats          *stats)
+{
+  static const char * const counters[] = {
+    KV_METRIC_READ_BYTES, KV_METRIC_READ_TIME, KV_METRIC_WRITE_BYTES, KV_METRIC_WRITE_TIME,
+    KV_METRIC_PROMOTION_JOB_FAILURES, KV_METRIC_CASCADE_JOB_FAILURES,
+    KV_METRIC_CHUNK_QUERIES, KV_METRIC_CHUNK_HITS,
+  };
+  static const guint64 no_sync[N_SYNC_BUCKETS + 1] = { 0 };
+  static const guint64 no_async[N_ASYNC_BUCKETS + 1] = { 0 };
+
+  g_return_if_fail (m != NULL);
+  g_return_if_fail (KV_IS_STATS (stats));
+
+  kv_stats_increase_counter (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, 0, NULL);
+  for (guint i = 0; i < m->n_labels; i++)
+    {
+      const char * const *labels = m->label_values[i];
+
+      /* jobs only run on secondary tiers: the primary label has lookups */
+      for (guint c = i == 0 ? G_N_ELEMENTS (counters) - 2 : 0; c < G_N_ELEMENTS (counters); c++)
+        kv_stats_increase_counter (stats, counters[c], 0, labels);
+      kv_stats_add_histogram_buckets (stats, KV_METRIC_LOOKUP_SYNC_DELAY, labels,
+                                      sync_buckets, N_SYNC_BUCKETS, no_sync, 0.0);
+      kv_stats_add_histogram_buckets (stats, KV_METRIC_LOOKUP_ASYNC_DELAY, labels,
+                                      async_buckets, N_ASYNC_BUCKETS, no_async, 0.0);
+    }
+}
+
 gboolean
 kv_tiering_metrics_is_idle (KvTieringMetrics *m)
 {
@@ -786,3 +920,77 @@ kv_tiering_metrics_register (KvMetricRegistry  *registry,
                                     "Chunks in the cascades dropped under backpressure",
                                     tier, error);
 }
+
+/* ---- the manager's hook -------------------------------------------------- */
+
+static void
+hook_primary_lookup (gpointer        data,
+                     KvRequest      *request,
+                     KvKey          *key,
+                     KvLookupResult  result,
+                     guint64        *stamp)
+{
+  kv_tiering_metrics_on_primary_lookup (data, request, key, result, stamp);
+}
+
+static void
+hook_tier_lookup (gpointer        data,
+                  KvRequest      *request,
+                  KvKey          *key,
+                  guint           label,
+                  KvLookupResult  result,
+                  gint64          duration_us)
+{
+  kv_tiering_metrics_on_lookup (data, request, key, label, result, duration_us);
+}
+
+static void
+hook_job_registered (gpointer data,
+                     guint    label,
+                     gboolean is_promotion,
+                     guint    n_keys)
+{
+  kv_tiering_metrics_on_job_registered (data, label, is_promotion, n_keys);
+}
+
+static void
+hook_job_finished (gpointer     data,
+                   guint        label,
+                   gboolean     is_promotion,
+                   guint        n_keys,
+                   KvJobResult *result)
+{
+  kv_tiering_metrics_on_job_finished (data, label, is_promotion, n_keys, result);
+}
+
+static void
+hook_promotion_allocation_failed (gpointer data)
+{
+  kv_tiering_metrics_on_promotion_allocation_failure (data);
+}
+
+static void
+hook_request_allocated (gpointer    data,
+                        const char *request_id)
+{
+  kv_tiering_metrics_on_request_allocated (data, request_id);
+}
+
+static void
+hook_request_finished (gpointer    data,
+                       const char *request_id)
+{
+  kv_tiering_metrics_on_request_finished (data, request_id);
+}
+
+const KvTieringManagerHooks kv_tiering_metrics_hooks = {
+  .primary_lookup = hook_primary_lookup,
+  .tier_lookup = hook_tier_lookup,
+  .job_registered = hook_job_registered,
+  .job_finished = hook_job_finished,
+  .promotion_allocation_failed = hook_promotion_allocation_failed,
+  /* a request id seen again starts over, lookup accounting included */
+  .request_restarted = hook_request_finished,
+  .request_allocated = hook_request_allocated,
+  .request_finished = hook_request_finished,
+};

@@ -521,6 +521,84 @@ test_queries_and_hits_per_label (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, b);
 }
 
+/* Stores keys[i] in the primary tier behind the manager's back (no
+ * cascade), evicting the least recently used chunks if needed. */
+static void
+store_in_primary (Fixture *f,
+                  guint    i)
+{
+  g_autoptr(KvPrepareStoreResult) prepared = NULL;
+  KvKey * const *to_store;
+  guint n;
+
+  prepared = kv_primary_tier_prepare_store (f->primary, &f->keys[i], 1, NULL);
+  g_assert_nonnull (prepared);
+  to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n);
+  kv_primary_tier_complete_store (f->primary, to_store, n, TRUE);
+}
+
+/* A primary hit is counted once per request: across repeated lookups and
+ * steps, with other requests' lookups of the same chunk in between, and
+ * after the chunk was evicted and stored again; a new request counts it
+ * again. */
+static void
+test_primary_hit_once_per_request (Fixture       *f,
+                                   gconstpointer  data)
+{
+  g_autoptr(KvRequest) a = kv_request_new ("a", NULL);
+  g_autoptr(KvRequest) b = kv_request_new ("b", NULL);
+  g_autoptr(KvRequest) c = kv_request_new ("c", NULL);
+  g_autoptr(KvRequest) a_again = kv_request_new ("a", NULL);
+  g_autoptr(KvStats) stats = NULL;
+
+  store_in_primary (f, 0);
+  kv_tiering_manager_on_new_request (f->manager, a);
+  kv_tiering_manager_on_new_request (f->manager, b);
+  for (guint round = 0; round < 3; round++)
+    {
+      g_assert_cmpint (lookup (f, 0, a), ==, KV_LOOKUP_RESULT_HIT);
+      g_assert_cmpint (lookup (f, 0, a), ==, KV_LOOKUP_RESULT_HIT);
+      g_assert_cmpint (lookup (f, 0, b), ==, KV_LOOKUP_RESULT_HIT);
+      step (f);
+    }
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 2);
+  g_assert_cmpuint (sync_count (stats, P), ==, 2);
+  g_clear_object (&stats);
+
+  /* a new request counts it */
+  kv_tiering_manager_on_new_request (f->manager, c);
+  g_assert_cmpint (lookup (f, 0, c), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 0, c), ==, KV_LOOKUP_RESULT_HIT);
+  /* key 0 is evicted by 8 other chunks, then stored again: no request
+   * counts it twice */
+  for (guint i = 1; i <= 8; i++)
+    store_in_primary (f, i);
+  g_assert_cmpint (kv_primary_tier_lookup (f->primary, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  store_in_primary (f, 0);
+  g_assert_cmpint (lookup (f, 0, c), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 0, b), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 0, a), ==, KV_LOOKUP_RESULT_HIT);
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 1);
+  g_clear_object (&stats);
+
+  /* b got its blocks: no more counting; "a" announced again starts over */
+  step_allocating (f, "b");
+  g_assert_cmpint (lookup (f, 0, b), ==, KV_LOOKUP_RESULT_HIT);
+  kv_tiering_manager_on_new_request (f->manager, a_again);
+  g_assert_cmpint (lookup (f, 0, a_again), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 0, a_again), ==, KV_LOOKUP_RESULT_HIT);
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+
+  kv_tiering_manager_on_request_finished (f->manager, a_again);
+  kv_tiering_manager_on_request_finished (f->manager, b);
+  kv_tiering_manager_on_request_finished (f->manager, c);
+}
+
 /* A request whose blocks were allocated (new request ids of the step end)
  * stops counting lookups; other requests still count. */
 static void
@@ -809,19 +887,86 @@ test_promotion_allocation_failures (Fixture       *f,
 
 /* ---- item 18: get_stats -------------------------------------------------- */
 
+/* From construction on, get_stats returns every series at zero, so that a
+ * Prometheus scrape made before the first request lists them all. */
 static void
-test_stats_null_before_start (Fixture       *f,
-                              gconstpointer  data)
+test_stats_every_series_before_start (Fixture       *f,
+                                      gconstpointer  data)
 {
+  static const char * const every_metric[] = {
+    KV_METRIC_LOOKUP_SYNC_DELAY, KV_METRIC_LOOKUP_ASYNC_DELAY, KV_METRIC_READ_BYTES,
+    KV_METRIC_READ_TIME, KV_METRIC_WRITE_BYTES, KV_METRIC_WRITE_TIME,
+    KV_METRIC_PROMOTION_JOB_FAILURES, KV_METRIC_CASCADE_JOB_FAILURES, KV_METRIC_CHUNK_QUERIES,
+    KV_METRIC_CHUNK_HITS, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, KV_METRIC_PRIMARY_READ_USAGE_PERC,
+    KV_METRIC_PROMOTION_ALLOCATION_FAILURES, KV_METRIC_ACTIVE_PROMOTION_JOBS,
+    KV_METRIC_ACTIVE_CASCADE_JOBS, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA,
+    KV_METRIC_BACKPRESSURE_STORES_DROPPED, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED,
+  };
+  static const char * const *tiers[] = { T1, T2 };
   g_autoptr(KvRequest) req = kv_request_new ("r1", NULL);
+  g_autoptr(KvMetricRegistry) registry = NULL;
+  g_autoptr(KvStats) scrape = kv_stats_new ();
   g_autoptr(KvStats) stats = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *text = NULL;
 
-  g_assert_null (kv_tiering_manager_get_stats (f->manager));
-  kv_tiering_manager_on_new_request (f->manager, req);
+  registry = kv_tiering_manager_create_metric_registry (f->manager, &error);
+  g_assert_no_error (error);
   stats = get_stats (f);
+  kv_stats_aggregate (scrape, stats);
+  text = kv_stats_to_prometheus (scrape, registry);
+  for (guint i = 0; i < G_N_ELEMENTS (every_metric); i++)
+    {
+      /* counters are exposed with a _total suffix */
+      g_autofree char *type_line = g_strdup_printf ("# TYPE %s ", every_metric[i]);
+      g_autofree char *counter_line = g_strdup_printf ("# TYPE %s_total counter", every_metric[i]);
+
+      if (strstr (text, type_line) == NULL && strstr (text, counter_line) == NULL)
+        g_error ("a scrape before the first request lacks %s:\n%s", every_metric[i], text);
+    }
+  /* each label's series, at zero */
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 0);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 0);
+  g_assert_nonnull (strstr (text, "vllm:kv_offload_tiering_lookup_sync_delay_seconds_count{tier=\"0:primary\"} 0"));
+  g_assert_nonnull (strstr (text, "vllm:kv_offload_tiering_promotion_allocation_failures_total 0"));
+  for (guint t = 0; t < G_N_ELEMENTS (tiers); t++)
+    {
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_TIME, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, tiers[t]), ==, 0);
+      g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, tiers[t]), ==, 0);
+    }
+  /* the primary tier runs no job: no job series under its label */
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, P), ==, -1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, P), ==, -1);
+
+  /* once serving, a read is a delta again: untouched counters are left out */
+  kv_tiering_manager_on_new_request (f->manager, req);
+  g_clear_object (&stats);
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
   /* per-tier gauges are always sent */
   g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
   kv_tiering_manager_on_request_finished (f->manager, req);
+}
+
+/* With metrics off, get_stats still answers (the tiers' own), never NULL. */
+static void
+test_stats_metrics_off_not_null (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (4, SLOT_SIZE, &error);
+  g_autoptr(KvPrimaryTier) primary = kv_primary_tier_new (buffer, NULL, FALSE);
+  g_autoptr(KvTieringManager) manager = g_object_new (KV_TYPE_TIERING_MANAGER, "primary", primary,
+                                                      "enable-metrics", FALSE, NULL);
+  g_autoptr(KvStats) stats = kv_tiering_manager_get_stats (manager);
+
+  g_assert_nonnull (stats);
+  g_assert_true (kv_stats_is_empty (stats));
 }
 
 /* Each tier's own stats are aggregated into the manager's (the same metric
@@ -1470,7 +1615,9 @@ main (int    argc,
   ADD ("jobs/primary-usage-gauges", setup_small, test_primary_usage_gauges);
   ADD ("jobs/active-job-gauges", setup_default, test_active_job_gauges);
   ADD ("jobs/promotion-allocation-failures", setup_small, test_promotion_allocation_failures);
-  ADD ("stats/null-before-start", setup_default, test_stats_null_before_start);
+  ADD ("lookups/primary-hit-once-per-request", setup_default, test_primary_hit_once_per_request);
+  ADD ("stats/every-series-before-start", setup_default, test_stats_every_series_before_start);
+  g_test_add_func ("/kvtier/manager-metrics/stats/metrics-off-not-null", test_stats_metrics_off_not_null);
   ADD ("stats/tier-stats-aggregated-once", setup_default, test_tier_stats_aggregated_once);
   ADD ("stats/prometheus", setup_default, test_prometheus);
   /* item 19, manager side */

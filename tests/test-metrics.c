@@ -570,6 +570,91 @@ test_tracker_queries_and_hits (Tracker       *t,
   g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, -1);
 }
 
+/* Primary hits through the stamp word: each request counts a chunk once,
+ * however lookups of several requests interleave, and even when the chunk
+ * leaves the primary tier and comes back (its stamp is lost then). */
+static void
+test_tracker_primary_stamp (Tracker       *t,
+                            gconstpointer  data)
+{
+  g_autoptr(KvKey) key = make_key (7);
+  g_autoptr(KvKey) other = make_key (8);
+  g_autoptr(KvRequest) r3 = kv_request_new ("r3", NULL);
+  g_autoptr(KvStats) stats = NULL;
+  guint64 stamp = 0, other_stamp = 0;
+
+#define HIT(request, k, word) \
+  kv_tiering_metrics_on_primary_lookup (t->m, request, k, KV_LOOKUP_RESULT_HIT, word)
+
+  /* repeated lookups of one request: one query */
+  for (guint i = 0; i < 3; i++)
+    HIT (t->r1, key, &stamp);
+  g_assert_cmpuint (stamp, !=, 0);
+  /* interleaved requests take the stamp over in turn: one query each */
+  for (guint i = 0; i < 3; i++)
+    {
+      HIT (t->r2, key, &stamp);
+      HIT (t->r1, key, &stamp);
+    }
+  stats = kv_tiering_metrics_take_stats (t->m);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 2);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 2);
+  g_assert_cmpuint (kv_stats_get_histogram_count (stats, KV_METRIC_LOOKUP_SYNC_DELAY, L0, NULL), ==, 2);
+  g_clear_object (&stats);
+
+  /* the chunk is evicted and stored again: a fresh stamp word */
+  kv_tiering_metrics_on_stamp_dropped (key, stamp, t->m);
+  stamp = 0;
+  HIT (t->r1, key, &stamp);
+  HIT (t->r2, key, &stamp);
+  /* a miss first, then the chunk lands (a promotion): counted once */
+  kv_tiering_metrics_on_primary_lookup (t->m, r3, other, KV_LOOKUP_RESULT_MISS, NULL);
+  HIT (r3, other, &other_stamp);
+  HIT (r3, other, &other_stamp);
+  stats = kv_tiering_metrics_take_stats (t->m);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, -1);
+  g_clear_object (&stats);
+
+  /* a request that got its blocks stops counting; a restarted id counts
+   * again */
+  kv_tiering_metrics_on_request_allocated (t->m, "r2");
+  kv_tiering_metrics_on_request_finished (t->m, "r1");
+  HIT (t->r2, key, &stamp);
+  HIT (t->r1, key, &stamp);
+  HIT (t->r1, key, &stamp);
+  stats = kv_tiering_metrics_take_stats (t->m);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 1);
+
+#undef HIT
+}
+
+/* The stamp and the table agree, as the manager uses them: a key counted
+ * by a miss (the table) is not counted again by a hit (a stamp), and a key
+ * counted by a hit that left the primary tier is not counted again by the
+ * miss that follows. */
+static void
+test_tracker_primary_stamp_and_table (Tracker       *t,
+                                      gconstpointer  data)
+{
+  g_autoptr(KvKey) key = make_key (9);
+  g_autoptr(KvKey) gone = make_key (10);
+  g_autoptr(KvStats) stats = NULL;
+  guint64 stamp = 0, gone_stamp = 0;
+
+  kv_tiering_metrics_on_primary_lookup (t->m, t->r1, key, KV_LOOKUP_RESULT_MISS, NULL);
+  kv_tiering_metrics_on_primary_lookup (t->m, t->r1, key, KV_LOOKUP_RESULT_HIT, &stamp);
+
+  kv_tiering_metrics_on_primary_lookup (t->m, t->r2, gone, KV_LOOKUP_RESULT_HIT, &gone_stamp);
+  kv_tiering_metrics_on_stamp_dropped (gone, gone_stamp, t->m);
+  kv_tiering_metrics_on_primary_lookup (t->m, t->r2, gone, KV_LOOKUP_RESULT_MISS, NULL);
+
+  stats = kv_tiering_metrics_take_stats (t->m);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 2);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 1);
+}
+
 static void
 test_tracker_sync_delay (Tracker       *t,
                          gconstpointer  data)
@@ -898,6 +983,8 @@ main (int    argc,
   g_test_add ("/kvtier/metrics/tracker/" path, Tracker, NULL, tracker_setup, func, tracker_teardown)
 
   ADD ("queries-and-hits", test_tracker_queries_and_hits);
+  ADD ("primary-stamp", test_tracker_primary_stamp);
+  ADD ("primary-stamp-and-table", test_tracker_primary_stamp_and_table);
   ADD ("sync-delay", test_tracker_sync_delay);
   ADD ("async-delay", test_tracker_async_delay);
   ADD ("ignored-after-allocation", test_tracker_ignored_after_allocation);

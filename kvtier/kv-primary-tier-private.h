@@ -2,6 +2,7 @@
 #pragma once
 
 #include "kv-primary-tier.h"
+#include "kv-tiering-manager-private.h"
 
 G_BEGIN_DECLS
 
@@ -60,5 +61,12 @@ G_GNUC_INTERNAL
 void           _kv_primary_tier_set_stamp_drop_func (KvPrimaryTier          *self,
                                                      KvPrimaryStampDropFunc  func,
                                                      gpointer                user_data);
+
+/* A primary tier owned by a manager shares its owner thread: every entry
+ * point (but the getters of construct-time values) then checks it. NULL
+ * (when the manager goes away) turns the checks off. */
+G_GNUC_INTERNAL
+void           _kv_primary_tier_set_owner (KvPrimaryTier *self,
+                                           KvOwnerThread *owner);
 
 G_END_DECLS

@@ -98,6 +98,9 @@ struct _KvPrimaryTier
   /* told about a stamped entry that goes away (see the private header) */
   KvPrimaryStampDropFunc stamp_drop_func;
   gpointer stamp_drop_data;
+
+  /* the owner thread of the manager that owns this tier, if any */
+  KvOwnerThread *owner;
 };
 
 enum {
@@ -113,6 +116,23 @@ enum {
 static GParamSpec *properties[N_PROPS];
 
 G_DEFINE_FINAL_TYPE (KvPrimaryTier, kv_primary_tier, G_TYPE_OBJECT)
+
+/* Returns @val without touching anything when a manager owns the tier and
+ * the caller is not its owner thread. */
+#define OWNER_CHECK(self, val) \
+  G_STMT_START { \
+    if ((self)->owner != NULL) \
+      KV_OWNER_CHECK_RETURN ((self)->owner, "KvPrimaryTier (owned by a KvTieringManager)", TRUE, val); \
+  } G_STMT_END
+
+void
+_kv_primary_tier_set_owner (KvPrimaryTier *self,
+                            KvOwnerThread *owner)
+{
+  g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+
+  self->owner = owner;
+}
 
 /* The table's value is the entry pointer, tagged with this bit while the
  * entry is being written (ref_cnt −1). lookup() then answers from the table
@@ -606,6 +626,7 @@ kv_primary_tier_lookup (KvPrimaryTier *self,
 
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), KV_LOOKUP_RESULT_MISS);
   g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
+  OWNER_CHECK (self, KV_LOOKUP_RESULT_MISS);
 
   value = g_hash_table_lookup (self->entries, key);
   if (value == NULL)
@@ -729,6 +750,7 @@ kv_primary_tier_prepare_load (KvPrimaryTier  *self,
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
   g_return_val_if_fail (keys != NULL || n_keys == 0, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  OWNER_CHECK (self, FALSE);
 
   return primary_pin (self, keys, n_keys, chunk_ids, error);
 }
@@ -763,6 +785,7 @@ kv_primary_tier_prepare_read (KvPrimaryTier  *self,
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
   g_return_val_if_fail (keys != NULL || n_keys == 0, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  OWNER_CHECK (self, FALSE);
 
   return primary_pin (self, keys, n_keys, chunk_ids, error);
 }
@@ -787,6 +810,7 @@ kv_primary_tier_complete_load (KvPrimaryTier *self,
 {
   g_return_if_fail (KV_IS_PRIMARY_TIER (self));
   g_return_if_fail (keys != NULL || n_keys == 0);
+  OWNER_CHECK (self, );
 
   for (guint i = 0; i < n_keys; i++)
     {
@@ -825,6 +849,7 @@ kv_primary_tier_touch (KvPrimaryTier *self,
 {
   g_return_if_fail (KV_IS_PRIMARY_TIER (self));
   g_return_if_fail (keys != NULL || n_keys == 0);
+  OWNER_CHECK (self, );
 
   self->policy_iface->touch (self->policy, keys, n_keys);
 }
@@ -1039,6 +1064,7 @@ kv_primary_tier_prepare_store (KvPrimaryTier  *self,
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
   g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+  OWNER_CHECK (self, NULL);
 
   if (n_keys > KV_STACK_KEYS)
     {
@@ -1082,6 +1108,7 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
 
   g_return_if_fail (KV_IS_PRIMARY_TIER (self));
   g_return_if_fail (keys != NULL || n_keys == 0);
+  OWNER_CHECK (self, );
 
   if (success && self->enable_events)
     stored = g_ptr_array_sized_new (n_keys);
@@ -1171,6 +1198,7 @@ kv_primary_tier_on_request_finished (KvPrimaryTier *self,
 {
   g_return_if_fail (KV_IS_PRIMARY_TIER (self));
   g_return_if_fail (KV_IS_REQUEST (request));
+  OWNER_CHECK (self, );
 }
 
 /**
@@ -1189,6 +1217,7 @@ kv_primary_tier_take_events (KvPrimaryTier *self)
   GPtrArray *events;
 
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
+  OWNER_CHECK (self, NULL);
 
   events = g_steal_pointer (&self->events);
   self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
@@ -1210,6 +1239,7 @@ void
 kv_primary_tier_reset (KvPrimaryTier *self)
 {
   g_return_if_fail (KV_IS_PRIMARY_TIER (self));
+  OWNER_CHECK (self, );
 
   self->policy_iface->clear (self->policy);
   primary_clear_entries (self);
@@ -1240,6 +1270,7 @@ kv_primary_tier_get_ref_count (KvPrimaryTier *self,
 
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
   g_return_val_if_fail (key != NULL, FALSE);
+  OWNER_CHECK (self, FALSE);
 
   entry = primary_get_entry (self, key);
   if (entry == NULL)
@@ -1268,6 +1299,7 @@ kv_primary_tier_get_chunk_id (KvPrimaryTier *self,
 
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
   g_return_val_if_fail (key != NULL, FALSE);
+  OWNER_CHECK (self, FALSE);
 
   entry = primary_get_entry (self, key);
   if (entry == NULL)
@@ -1289,6 +1321,7 @@ guint
 kv_primary_tier_get_n_free (KvPrimaryTier *self)
 {
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+  OWNER_CHECK (self, 0);
 
   return primary_n_free (self);
 }
@@ -1306,6 +1339,7 @@ guint
 kv_primary_tier_get_n_allocated (KvPrimaryTier *self)
 {
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+  OWNER_CHECK (self, 0);
 
   return self->n_bumped - self->n_free_list;
 }
@@ -1322,6 +1356,7 @@ guint
 kv_primary_tier_get_n_stored (KvPrimaryTier *self)
 {
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+  OWNER_CHECK (self, 0);
 
   return g_hash_table_size (self->entries);
 }
@@ -1338,6 +1373,7 @@ guint
 kv_primary_tier_get_n_evictable (KvPrimaryTier *self)
 {
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+  OWNER_CHECK (self, 0);
 
   return self->n_evictable;
 }
@@ -1355,6 +1391,7 @@ guint
 kv_primary_tier_get_n_write_pending (KvPrimaryTier *self)
 {
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
+  OWNER_CHECK (self, 0);
 
   return self->n_write_pending;
 }

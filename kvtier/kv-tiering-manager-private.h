@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #pragma once
 
+#include <pthread.h>
+
 #include "kv-tiering-manager.h"
 
 G_BEGIN_DECLS
@@ -27,6 +29,46 @@ KvTransferJob  *_kv_tiering_manager_create_store_job              (KvTieringMana
 void            _kv_tiering_manager_on_request_finished_excluding (KvTieringManager *self,
                                                                    KvRequest        *request,
                                                                    guint             exclude_tier);
+
+/* The owner thread of a manager (and of its primary tier): the first
+ * thread that calls one of its serving entry points after construction.
+ * Checking it costs one pthread_self() and a compare; the critical of a
+ * call from another thread names the function and both threads. */
+typedef struct
+{
+  gint       state;       /* (atomic) 0 unbound, 1 binding, 2 bound */
+  pthread_t  thread;
+  GThread   *gthread;
+  char       name[16];
+} KvOwnerThread;
+
+G_GNUC_INTERNAL
+gboolean _kv_owner_thread_check_slow (KvOwnerThread *owner,
+                                      const char    *function,
+                                      const char    *what,
+                                      gboolean       bind);
+
+/* TRUE when the caller is the owner thread (binding it when @bind and no
+ * thread owns @owner yet); otherwise a critical and FALSE. */
+static inline gboolean
+_kv_owner_thread_check (KvOwnerThread *owner,
+                        const char    *function,
+                        const char    *what,
+                        gboolean       bind)
+{
+  if (G_LIKELY (g_atomic_int_get (&owner->state) == 2 &&
+                pthread_equal (owner->thread, pthread_self ())))
+    return TRUE;
+  return _kv_owner_thread_check_slow (owner, function, what, bind);
+}
+
+/* Returns @val from the calling function, without touching any state, when
+ * the caller is not the manager's owner thread. */
+#define KV_OWNER_CHECK_RETURN(owner, what, bind, val) \
+  G_STMT_START { \
+    if (G_UNLIKELY (!_kv_owner_thread_check ((owner), G_STRFUNC, (what), (bind)))) \
+      return val; \
+  } G_STMT_END
 
 /* What the manager reports about its work, through one hook: every event
  * that vLLM's metrics count. The manager calls the hook only when it has

@@ -46,6 +46,18 @@
  * from any thread; when they do, the fd returned by
  * [method@Kv.TieringManager.get_wakeup_fd] becomes readable, so an idle
  * engine can sleep until work arrives instead of polling.
+ *
+ * The owner thread is the first thread that calls one of the manager's
+ * serving methods (a request, a lookup, a store or load, a step, events,
+ * reset or shutdown) after construction; a manager may be built and
+ * configured ([method@Kv.TieringManager.add_tier] and the getters) on
+ * another thread before that. From then on every method, and every method
+ * of its [class@Kv.PrimaryTier] except the getters of construction
+ * values, checks the calling thread: a call from another thread does
+ * nothing, logs a critical naming the function and both threads, and
+ * returns a failure value. [method@Kv.TieringManager.get_primary],
+ * [method@Kv.TieringManager.get_wakeup_fd] and
+ * [method@Kv.TieringManager.create_source] may be called from any thread.
  */
 
 typedef struct
@@ -118,6 +130,8 @@ struct _KvTieringManager
   /* slots of promotions failed at their deadline that the tier may still
    * write: guint64* job id → HeldSlots, until the tier answers */
   GHashTable *held_slots;
+
+  KvOwnerThread owner;      /* shared with the primary tier */
 };
 
 typedef struct
@@ -146,6 +160,46 @@ enum {
 static GParamSpec *properties[N_PROPS];
 
 G_DEFINE_FINAL_TYPE (KvTieringManager, kv_tiering_manager, G_TYPE_OBJECT)
+
+/* The checks of the public entry points. OWNER_SERVE binds the owner
+ * thread at the first call; OWNER_SETUP (configuration and getters) only
+ * checks once a thread owns the manager, so that a manager may be built and
+ * configured on one thread and driven from another. */
+#define OWNER_SERVE(self, val) KV_OWNER_CHECK_RETURN (&(self)->owner, "KvTieringManager", TRUE, val)
+#define OWNER_SETUP(self, val) KV_OWNER_CHECK_RETURN (&(self)->owner, "KvTieringManager", FALSE, val)
+
+gboolean
+_kv_owner_thread_check_slow (KvOwnerThread *owner,
+                             const char    *function,
+                             const char    *what,
+                             gboolean       bind)
+{
+  pthread_t caller = pthread_self ();
+  char caller_name[16] = "";
+
+  if (bind && g_atomic_int_compare_and_exchange (&owner->state, 0, 1))
+    {
+      owner->thread = caller;
+      owner->gthread = g_thread_self ();
+      if (pthread_getname_np (caller, owner->name, sizeof owner->name) != 0)
+        owner->name[0] = '\0';
+      g_atomic_int_set (&owner->state, 2);
+      return TRUE;
+    }
+  /* another thread's first call is binding it */
+  while (g_atomic_int_get (&owner->state) == 1)
+    g_thread_yield ();
+  if (g_atomic_int_get (&owner->state) == 0 || pthread_equal (owner->thread, caller))
+    return TRUE;
+
+  if (pthread_getname_np (caller, caller_name, sizeof caller_name) != 0)
+    caller_name[0] = '\0';
+  g_critical ("%s: called from thread %p \"%s\", but this %s belongs to thread %p \"%s\" "
+              "(the first thread that used it); every call must come from that thread",
+              function, (gpointer) g_thread_self (), caller_name, what,
+              (gpointer) owner->gthread, owner->name);
+  return FALSE;
+}
 
 /* Reports an event to the hook, if there is one. */
 #define HOOK(self, event, ...) \
@@ -249,6 +303,8 @@ kv_tiering_manager_dispose (GObject *object)
     }
   g_clear_pointer (&self->jobs, g_hash_table_unref);
   g_clear_pointer (&self->requests, g_hash_table_unref);
+  if (self->primary != NULL)
+    _kv_primary_tier_set_owner (self->primary, NULL);
   if (self->metrics != NULL && self->primary != NULL)
     _kv_primary_tier_set_stamp_drop_func (self->primary, NULL, NULL);
   self->hooks = NULL;
@@ -334,6 +390,8 @@ kv_tiering_manager_constructed (GObject *object)
       g_critical ("KvTieringManager needs a primary tier (the construct property \"primary\")");
       return;
     }
+
+  _kv_primary_tier_set_owner (self->primary, &self->owner);
 
   /* From construction on, so that a scrape before the first request
    * already sees every series; tiers add their labels as they are added. */
@@ -459,6 +517,7 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (tier), FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  OWNER_SETUP (self, FALSE);
 
   if (self->started || self->shut_down)
     {
@@ -537,6 +596,7 @@ guint
 kv_tiering_manager_get_n_tiers (KvTieringManager *self)
 {
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), 0);
+  OWNER_SETUP (self, 0);
   return self->tiers->len;
 }
 
@@ -557,6 +617,7 @@ kv_tiering_manager_get_tier (KvTieringManager *self,
 {
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
   g_return_val_if_fail (index < self->tiers->len, NULL);
+  OWNER_SETUP (self, NULL);
   return tier_slot (self, index)->tier;
 }
 
@@ -573,6 +634,7 @@ KvClock *
 kv_tiering_manager_get_clock (KvTieringManager *self)
 {
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  OWNER_SETUP (self, NULL);
   return self->clock;
 }
 
@@ -976,6 +1038,7 @@ kv_tiering_manager_on_new_request (KvTieringManager *self,
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), KV_OFFLOAD_POLICY_CHUNK_LEVEL);
   g_return_val_if_fail (KV_IS_REQUEST (request), KV_OFFLOAD_POLICY_CHUNK_LEVEL);
   g_return_val_if_fail (!self->shut_down, KV_OFFLOAD_POLICY_CHUNK_LEVEL);
+  OWNER_SERVE (self, KV_OFFLOAD_POLICY_CHUNK_LEVEL);
 
   return _kv_tiering_manager_on_new_request_excluding (self, request, KV_TIER_INDEX_NONE);
 }
@@ -1021,6 +1084,7 @@ kv_tiering_manager_on_request_finished (KvTieringManager *self,
   g_return_if_fail (KV_IS_TIERING_MANAGER (self));
   g_return_if_fail (KV_IS_REQUEST (request));
   g_return_if_fail (!self->shut_down);
+  OWNER_SERVE (self, );
 
   _kv_tiering_manager_on_request_finished_excluding (self, request, KV_TIER_INDEX_NONE);
 }
@@ -1192,6 +1256,7 @@ kv_tiering_manager_lookup (KvTieringManager *self,
   g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
   g_return_val_if_fail (KV_IS_REQUEST (request), KV_LOOKUP_RESULT_MISS);
   g_return_val_if_fail (!self->shut_down, KV_LOOKUP_RESULT_MISS);
+  OWNER_SERVE (self, KV_LOOKUP_RESULT_MISS);
 
   return _kv_tiering_manager_lookup_excluding (self, key, request, KV_TIER_INDEX_NONE);
 }
@@ -1222,6 +1287,7 @@ kv_tiering_manager_lookup_many (KvTieringManager *self,
   g_return_if_fail (KV_IS_REQUEST (request));
   g_return_if_fail (results != NULL || n_keys == 0);
   g_return_if_fail (!self->shut_down);
+  OWNER_SERVE (self, );
 
   for (guint i = 0; i < n_keys; i++)
     results[i] = _kv_tiering_manager_lookup_excluding (self, keys[i], request, KV_TIER_INDEX_NONE);
@@ -1288,6 +1354,7 @@ kv_tiering_manager_prepare_load (KvTieringManager  *self,
   g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
   g_return_val_if_fail (KV_IS_REQUEST (request), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+  OWNER_SERVE (self, NULL);
 
   /* never NULL on success, even for no key */
   chunk_ids = g_new (guint32, MAX (n_keys, 1));
@@ -1317,6 +1384,7 @@ kv_tiering_manager_touch (KvTieringManager *self,
   g_return_if_fail (KV_IS_TIERING_MANAGER (self));
   g_return_if_fail (keys != NULL || n_keys == 0);
   g_return_if_fail (KV_IS_REQUEST (request));
+  OWNER_SERVE (self, );
 
   kv_primary_tier_touch (self->primary, keys, n_keys);
   for (guint i = 0; i < self->tiers->len; i++)
@@ -1341,6 +1409,7 @@ kv_tiering_manager_complete_load (KvTieringManager *self,
 {
   g_return_if_fail (KV_IS_TIERING_MANAGER (self));
   g_return_if_fail (keys != NULL || n_keys == 0);
+  OWNER_SERVE (self, );
 
   kv_primary_tier_complete_load (self->primary, keys, n_keys);
 }
@@ -1429,6 +1498,7 @@ kv_tiering_manager_prepare_store (KvTieringManager  *self,
   g_return_val_if_fail (KV_IS_REQUEST (request), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
   g_return_val_if_fail (!self->shut_down, NULL);
+  OWNER_SERVE (self, NULL);
 
   maybe_process_finished_jobs (self);
 
@@ -1495,6 +1565,7 @@ kv_tiering_manager_complete_store (KvTieringManager *self,
   g_return_if_fail (keys != NULL || n_keys == 0);
   g_return_if_fail (KV_IS_REQUEST (request));
   g_return_if_fail (!self->shut_down);
+  OWNER_SERVE (self, );
 
   ensure_started (self);
   kv_primary_tier_complete_store (self->primary, keys, n_keys, success);
@@ -1566,6 +1637,7 @@ kv_tiering_manager_on_schedule_end (KvTieringManager *self,
   g_return_if_fail (KV_IS_TIERING_MANAGER (self));
   g_return_if_fail (schedule_end != NULL);
   g_return_if_fail (!self->shut_down);
+  OWNER_SERVE (self, );
 
   maybe_process_finished_jobs (self);
 
@@ -1608,6 +1680,7 @@ gboolean
 kv_tiering_manager_has_pending_work (KvTieringManager *self)
 {
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
+  OWNER_SERVE (self, FALSE);
 
   if (g_hash_table_size (self->jobs) > 0 || self->n_parked_requests > 0)
     return TRUE;
@@ -1631,6 +1704,7 @@ guint
 kv_tiering_manager_get_n_active_jobs (KvTieringManager *self)
 {
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), 0);
+  OWNER_SETUP (self, 0);
   return g_hash_table_size (self->jobs);
 }
 
@@ -1650,6 +1724,7 @@ kv_tiering_manager_take_events (KvTieringManager *self)
   KvEvent **events;
 
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  OWNER_SERVE (self, NULL);
 
   all = g_ptr_array_new ();
   events = kv_primary_tier_take_events (self->primary);
@@ -1694,6 +1769,7 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
   KvStats *stats;
 
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  OWNER_SETUP (self, NULL);
 
   if (self->metrics != NULL)
     {
@@ -1744,6 +1820,7 @@ kv_tiering_manager_create_metric_registry (KvTieringManager  *self,
 
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+  OWNER_SETUP (self, NULL);
 
   if (!kv_tiering_metrics_register (registry, error))
     return NULL;
@@ -1787,6 +1864,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
   g_return_val_if_fail (!self->shut_down, FALSE);
+  OWNER_SERVE (self, FALSE);
 
   for (guint i = 0; i < self->tiers->len; i++)
     {
@@ -1894,6 +1972,7 @@ kv_tiering_manager_shutdown (KvTieringManager  *self,
 
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+  OWNER_SERVE (self, FALSE);
 
   if (self->shut_down)
     return TRUE;

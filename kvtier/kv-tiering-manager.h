@@ -26,6 +26,13 @@ G_BEGIN_DECLS
 KVTIER_AVAILABLE_IN_ALL
 G_DECLARE_FINAL_TYPE (KvTieringManager, kv_tiering_manager, KV, TIERING_MANAGER, GObject)
 
+/* Owner thread: the first thread that calls a serving method (anything but
+ * construction, add_tier and the getters) owns the manager and its primary
+ * tier; calls from any other thread log a critical naming both threads and
+ * return without touching state. get_primary, get_wakeup_fd and
+ * create_source may be called from any thread. See the KvTieringManager
+ * documentation and doc/threading.md. */
+
 KVTIER_AVAILABLE_IN_ALL
 KvTieringManager     *kv_tiering_manager_new                 (KvPrimaryTier    *primary);
 KVTIER_AVAILABLE_IN_ALL

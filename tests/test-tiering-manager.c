@@ -1396,6 +1396,137 @@ test_wakeup_source (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
+/* ---- owner thread --------------------------------------------------------- */
+
+typedef struct
+{
+  KvTieringManager *manager;
+  KvPrimaryTier *primary;
+  KvKey *key;
+  KvRequest *request;
+  KvRequest *intruder_request;
+} OwnerCase;
+
+/* Every call from this thread must fail at once, with a critical, and
+ * change nothing. */
+static gpointer
+intruder_main (gpointer data)
+{
+  OwnerCase *c = data;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+
+  g_assert_cmpint (kv_tiering_manager_lookup (c->manager, c->key, c->request), ==,
+                   KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (kv_tiering_manager_on_new_request (c->manager, c->intruder_request), ==,
+                   KV_OFFLOAD_POLICY_CHUNK_LEVEL);
+  g_assert_null (kv_tiering_manager_prepare_store (c->manager, &c->key, 1, c->request, &error));
+  g_assert_no_error (error);
+  kv_tiering_manager_on_schedule_end (c->manager, end);
+  kv_tiering_manager_on_request_finished (c->manager, c->request);
+  g_assert_false (kv_tiering_manager_shutdown (c->manager, &error));
+  g_assert_no_error (error);
+  /* the primary tier belongs to the manager's owner thread too */
+  g_assert_null (kv_primary_tier_prepare_store (c->primary, &c->key, 1, &error));
+  g_assert_no_error (error);
+  g_assert_cmpint (kv_primary_tier_lookup (c->primary, c->key), ==, KV_LOOKUP_RESULT_MISS);
+  return NULL;
+}
+
+/* A call from a thread other than the owner is caught: a critical naming
+ * the function and both threads, no state touched, no crash; the owner
+ * thread goes on as if nothing happened. */
+static void
+test_owner_thread_check (void)
+{
+  if (g_test_subprocess ())
+    {
+      g_autoptr(GError) error = NULL;
+      g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (4, SLOT_SIZE, &error);
+      g_autoptr(KvPrimaryTier) primary = kv_primary_tier_new (buffer, NULL, FALSE);
+      g_autoptr(KvTieringManager) manager = kv_tiering_manager_new (primary);
+      g_autoptr(KvKey) key = make_key (7);
+      g_autoptr(KvRequest) request = kv_request_new ("owned", NULL);
+      g_autoptr(KvRequest) intruder_request = kv_request_new ("intruder", NULL);
+      g_autoptr(KvPrepareStoreResult) prepared = NULL;
+      OwnerCase c = { manager, primary, key, request, intruder_request };
+      KvKey * const *to_store;
+      guint n = 0;
+
+      /* the criticals are the point: print them, do not abort */
+      g_log_set_always_fatal (G_LOG_FATAL_MASK);
+      g_log_set_fatal_mask ("GLib", G_LOG_FATAL_MASK);
+      g_log_set_fatal_mask (G_LOG_DOMAIN, G_LOG_FATAL_MASK);
+
+      /* the first serving call makes this thread the owner */
+      kv_tiering_manager_on_new_request (manager, request);
+      g_thread_join (g_thread_new ("kv-intruder", intruder_main, &c));
+
+      /* nothing changed: the intruder's request is unknown, the key is
+       * not stored, the manager is not shut down */
+      g_assert_null (kv_tiering_manager_prepare_store (manager, &key, 1, intruder_request, &error));
+      g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NOT_FOUND);
+      g_clear_error (&error);
+      g_assert_cmpuint (kv_primary_tier_get_n_stored (primary), ==, 0);
+      prepared = kv_tiering_manager_prepare_store (manager, &key, 1, request, &error);
+      g_assert_no_error (error);
+      to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n);
+      g_assert_cmpuint (n, ==, 1);
+      kv_tiering_manager_complete_store (manager, to_store, n, request, TRUE);
+      g_assert_cmpint (kv_tiering_manager_lookup (manager, key, request), ==, KV_LOOKUP_RESULT_HIT);
+      kv_tiering_manager_on_request_finished (manager, request);
+      g_assert_true (kv_tiering_manager_shutdown (manager, &error));
+      g_assert_no_error (error);
+      return;
+    }
+
+  g_test_trap_subprocess (NULL, 0, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+  g_test_trap_assert_stderr ("*CRITICAL*kv_tiering_manager_lookup: called from thread 0x*"
+                             " \"kv-intruder\", but this KvTieringManager belongs to thread 0x*"
+                             " \"test-tiering-ma\" (the first thread that used it)*");
+  g_test_trap_assert_stderr ("*kv_tiering_manager_on_new_request: called from thread*");
+  g_test_trap_assert_stderr ("*kv_tiering_manager_prepare_store: called from thread*");
+  g_test_trap_assert_stderr ("*kv_tiering_manager_on_schedule_end: called from thread*");
+  g_test_trap_assert_stderr ("*kv_tiering_manager_on_request_finished: called from thread*");
+  g_test_trap_assert_stderr ("*kv_tiering_manager_shutdown: called from thread*");
+  g_test_trap_assert_stderr ("*kv_primary_tier_prepare_store: called from thread* \"kv-intruder\", "
+                             "but this KvPrimaryTier (owned by a KvTieringManager) belongs to*");
+  g_test_trap_assert_stderr ("*kv_primary_tier_lookup: called from thread*");
+}
+
+/* Built and configured on one thread, driven from another: the owner is
+ * the thread of the first serving call. */
+static gpointer
+drive_main (gpointer data)
+{
+  KvTieringManager *manager = data;
+  g_autoptr(KvRequest) request = kv_request_new ("driven", NULL);
+  g_autoptr(KvKey) key = make_key (3);
+
+  kv_tiering_manager_on_new_request (manager, request);
+  g_assert_cmpint (kv_tiering_manager_lookup (manager, key, request), ==, KV_LOOKUP_RESULT_MISS);
+  kv_tiering_manager_on_request_finished (manager, request);
+  g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
+  return NULL;
+}
+
+static void
+test_owner_is_first_serving_thread (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (4, SLOT_SIZE, &error);
+  g_autoptr(KvPrimaryTier) primary = kv_primary_tier_new (buffer, NULL, FALSE);
+  g_autoptr(KvTieringManager) manager = kv_tiering_manager_new (primary);
+  g_autoptr(KvDelayedTier) tier = g_object_new (KV_TYPE_DELAYED_TIER, "primary", buffer,
+                                                "tier-type", "delayed", NULL);
+
+  g_assert_true (kv_tiering_manager_add_tier (manager, KV_SECONDARY_TIER (tier), &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (kv_tiering_manager_get_n_tiers (manager), ==, 1);
+  g_thread_join (g_thread_new ("kv-driver", drive_main, manager));
+}
+
 #define ADD(path, setup, func) \
   g_test_add ("/kvtier/manager/" path, Fixture, NULL, setup, func, fixture_teardown)
 
@@ -1436,6 +1567,8 @@ main (int   argc,
   ADD ("shutdown-fault-tolerant", fixture_setup, test_shutdown_fault_tolerant);
   ADD ("wakeup-source", fixture_setup, test_wakeup_source);
   g_test_add_func ("/kvtier/manager/threaded-completions", test_threaded_completions);
+  g_test_add_func ("/kvtier/manager/owner-thread-check", test_owner_thread_check);
+  g_test_add_func ("/kvtier/manager/owner-is-first-serving-thread", test_owner_is_first_serving_thread);
 
   return g_test_run ();
 }

@@ -32,15 +32,29 @@ void            _kv_tiering_manager_on_request_finished_excluding (KvTieringMana
 
 /* The owner thread of a manager (and of its primary tier): the first
  * thread that calls one of its serving entry points after construction.
- * Checking it costs one pthread_self() and a compare; the critical of a
- * call from another thread names the function and both threads. */
+ * Checking it costs a load and a compare against the caller's thread
+ * pointer; the critical of a call from another thread names the function
+ * and both threads. */
 typedef struct
 {
-  gint       state;       /* (atomic) 0 unbound, 1 binding, 2 bound */
-  pthread_t  thread;
+  guintptr   id;          /* (atomic) the owner's _kv_thread_id(), 0 until bound */
+  gint       binding;     /* (atomic) a first call is binding it */
   GThread   *gthread;
   char       name[16];
 } KvOwnerThread;
+
+/* The calling thread's identity: its thread pointer (the TCB address
+ * pthread_self() returns too), read inline where the compiler can. */
+static inline guintptr
+_kv_thread_id (void)
+{
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11 && \
+    (defined(__x86_64__) || defined(__aarch64__))
+  return (guintptr) __builtin_thread_pointer ();
+#else
+  return (guintptr) pthread_self ();
+#endif
+}
 
 G_GNUC_INTERNAL
 gboolean _kv_owner_thread_check_slow (KvOwnerThread *owner,
@@ -56,8 +70,7 @@ _kv_owner_thread_check (KvOwnerThread *owner,
                         const char    *what,
                         gboolean       bind)
 {
-  if (G_LIKELY (g_atomic_int_get (&owner->state) == 2 &&
-                pthread_equal (owner->thread, pthread_self ())))
+  if (G_LIKELY ((guintptr) g_atomic_pointer_get (&owner->id) == _kv_thread_id ()))
     return TRUE;
   return _kv_owner_thread_check_slow (owner, function, what, bind);
 }

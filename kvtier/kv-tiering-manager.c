@@ -174,25 +174,28 @@ _kv_owner_thread_check_slow (KvOwnerThread *owner,
                              const char    *what,
                              gboolean       bind)
 {
-  pthread_t caller = pthread_self ();
+  guintptr caller = _kv_thread_id ();
+  guintptr id;
   char caller_name[16] = "";
 
-  if (bind && g_atomic_int_compare_and_exchange (&owner->state, 0, 1))
+  if (bind && g_atomic_pointer_get (&owner->id) == 0 &&
+      g_atomic_int_compare_and_exchange (&owner->binding, 0, 1))
     {
-      owner->thread = caller;
       owner->gthread = g_thread_self ();
-      if (pthread_getname_np (caller, owner->name, sizeof owner->name) != 0)
+      if (pthread_getname_np (pthread_self (), owner->name, sizeof owner->name) != 0)
         owner->name[0] = '\0';
-      g_atomic_int_set (&owner->state, 2);
+      /* published last: a thread that sees the id sees the name */
+      g_atomic_pointer_set (&owner->id, caller);
       return TRUE;
     }
-  /* another thread's first call is binding it */
-  while (g_atomic_int_get (&owner->state) == 1)
+  /* another thread's first call may be binding it */
+  while ((id = (guintptr) g_atomic_pointer_get (&owner->id)) == 0 &&
+         g_atomic_int_get (&owner->binding))
     g_thread_yield ();
-  if (g_atomic_int_get (&owner->state) == 0 || pthread_equal (owner->thread, caller))
+  if (id == 0 || id == caller)
     return TRUE;
 
-  if (pthread_getname_np (caller, caller_name, sizeof caller_name) != 0)
+  if (pthread_getname_np (pthread_self (), caller_name, sizeof caller_name) != 0)
     caller_name[0] = '\0';
   g_critical ("%s: called from thread %p \"%s\", but this %s belongs to thread %p \"%s\" "
               "(the first thread that used it); every call must come from that thread",
@@ -200,6 +203,16 @@ _kv_owner_thread_check_slow (KvOwnerThread *owner,
               (gpointer) owner->gthread, owner->name);
   return FALSE;
 }
+
+/* Both types are final: an exact match of the instance's class is the
+ * whole check, made without a get_type() call (set in class_init). */
+static GType manager_type;
+static GType request_type;
+#define IS_INSTANCE_OF_FINAL(instance, type) \
+  ((instance) != NULL && ((GTypeInstance *) (instance))->g_class != NULL && \
+   ((GTypeInstance *) (instance))->g_class->g_type == (type))
+#define IS_MANAGER(instance) IS_INSTANCE_OF_FINAL (instance, manager_type)
+#define IS_REQUEST(instance) IS_INSTANCE_OF_FINAL (instance, request_type)
 
 /* Reports an event to the hook, if there is one. */
 #define HOOK(self, event, ...) \
@@ -415,6 +428,9 @@ static void
 kv_tiering_manager_class_init (KvTieringManagerClass *klass)
 {
   GObjectClass *object_class = G_OBJECT_CLASS (klass);
+
+  manager_type = G_TYPE_FROM_CLASS (klass);
+  request_type = KV_TYPE_REQUEST;
 
   object_class->constructed = kv_tiering_manager_constructed;
   object_class->dispose = kv_tiering_manager_dispose;
@@ -1197,13 +1213,16 @@ lookup_secondary (KvTieringManager *self,
   return any_retry ? KV_LOOKUP_RESULT_RETRY : KV_LOOKUP_RESULT_MISS;
 }
 
-KvLookupResult
-_kv_tiering_manager_lookup_excluding (KvTieringManager *self,
-                                      KvKey            *key,
-                                      KvRequest        *request,
-                                      guint             exclude_tier)
+/* The lookup of one key, inlined into each entry point: a primary hit is
+ * one hash probe and, with metrics, one call to the hook. */
+static inline KvLookupResult
+lookup_one (KvTieringManager *self,
+            KvKey            *key,
+            KvRequest        *request,
+            guint             exclude_tier)
 {
   KvLookupResult result;
+  guint64 *stamp;
 
   maybe_process_finished_jobs (self);
 
@@ -1211,23 +1230,24 @@ _kv_tiering_manager_lookup_excluding (KvTieringManager *self,
    * the clock: it is not timed (its sync-delay sample is 0 s). The hook
    * gets the chunk's stamp, so that counting it once per request takes no
    * second probe. */
+  result = _kv_primary_tier_lookup_stamp (self->primary, key, &stamp);
   if (self->hooks != NULL)
-    {
-      guint64 *stamp;
-
-      result = _kv_primary_tier_lookup_stamp (self->primary, key, &stamp);
-      self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
-    }
-  else
-    {
-      result = kv_primary_tier_lookup (self->primary, key);
-    }
+    self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
   /* A pending primary key is being written or promoted already: asking the
    * secondary tiers again would promote it twice. */
-  if (result != KV_LOOKUP_RESULT_MISS)
+  if (G_LIKELY (result != KV_LOOKUP_RESULT_MISS))
     return result;
 
   return lookup_secondary (self, key, request, exclude_tier);
+}
+
+KvLookupResult
+_kv_tiering_manager_lookup_excluding (KvTieringManager *self,
+                                      KvKey            *key,
+                                      KvRequest        *request,
+                                      guint             exclude_tier)
+{
+  return lookup_one (self, key, request, exclude_tier);
 }
 
 /**
@@ -1252,13 +1272,14 @@ kv_tiering_manager_lookup (KvTieringManager *self,
                            KvKey            *key,
                            KvRequest        *request)
 {
-  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), KV_LOOKUP_RESULT_MISS);
+  /* per key: the type checks without a get_type() call */
+  g_return_val_if_fail (IS_MANAGER (self), KV_LOOKUP_RESULT_MISS);
   g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
-  g_return_val_if_fail (KV_IS_REQUEST (request), KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (IS_REQUEST (request), KV_LOOKUP_RESULT_MISS);
   g_return_val_if_fail (!self->shut_down, KV_LOOKUP_RESULT_MISS);
   OWNER_SERVE (self, KV_LOOKUP_RESULT_MISS);
 
-  return _kv_tiering_manager_lookup_excluding (self, key, request, KV_TIER_INDEX_NONE);
+  return lookup_one (self, key, request, KV_TIER_INDEX_NONE);
 }
 
 /**
@@ -1290,7 +1311,7 @@ kv_tiering_manager_lookup_many (KvTieringManager *self,
   OWNER_SERVE (self, );
 
   for (guint i = 0; i < n_keys; i++)
-    results[i] = _kv_tiering_manager_lookup_excluding (self, keys[i], request, KV_TIER_INDEX_NONE);
+    results[i] = lookup_one (self, keys[i], request, KV_TIER_INDEX_NONE);
 }
 
 static void

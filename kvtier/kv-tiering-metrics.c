@@ -40,6 +40,9 @@ typedef struct
   guint64 async_counts[N_ASYNC_BUCKETS + 1];
   guint64 async_n;
   gdouble async_sum;
+  /* hits counted through a primary stamp: one query, one hit and a 0 s
+   * sync-delay sample each, folded into the above when stats are taken */
+  guint64 stamped_hits;
   /* jobs in flight */
   guint64 active_promotions;
   guint64 active_cascades;
@@ -493,17 +496,39 @@ primary_spill (KvTieringMetrics *m,
   owner->primary_in_table = TRUE;
 }
 
-void
-kv_tiering_metrics_on_primary_lookup (KvTieringMetrics *m,
-                                      KvRequest        *request,
-                                      KvKey            *key,
-                                      KvLookupResult    result,
-                                      guint64          *stamp)
+/* A primary hit whose stamp is not the request's: the table decides when
+ * the request may have counted the chunk before (see RequestState). */
+G_GNUC_NO_INLINE static void
+primary_hit_taken_over (KvTieringMetrics *m,
+                        RequestState     *state,
+                        KvKey            *key,
+                        guint64           previous)
+{
+  if (previous != 0)
+    primary_spill (m, key, previous);
+
+  if (state->primary_in_table)
+    {
+      Observation *head = g_hash_table_lookup (m->observed[0], key);
+
+      for (Observation *obs = head; obs != NULL; obs = obs->next)
+        if (obs->serial == state->serial)
+          return;   /* a primary label observation is always resolved */
+    }
+  m->label_state[0].stamped_hits += 1;
+}
+
+static inline void
+on_primary_lookup (KvTieringMetrics *m,
+                   KvRequest        *request,
+                   KvKey            *key,
+                   KvLookupResult    result,
+                   guint64          *stamp)
 {
   RequestState *state;
   guint64 previous;
 
-  if (result != KV_LOOKUP_RESULT_HIT)
+  if (G_UNLIKELY (result != KV_LOOKUP_RESULT_HIT))
     {
       /* A miss is rare on the hot path: the table, as for the tiers. */
       kv_tiering_metrics_on_lookup (m, request, key, 0, result, 0);
@@ -518,21 +543,24 @@ kv_tiering_metrics_on_primary_lookup (KvTieringMetrics *m,
 
   previous = *stamp;
   *stamp = state->serial;
-  if (previous != 0)
-    primary_spill (m, key, previous);
-
-  if (G_UNLIKELY (state->primary_in_table))
-    {
-      Observation *head = g_hash_table_lookup (m->observed[0], key);
-
-      for (Observation *obs = head; obs != NULL; obs = obs->next)
-        if (obs->serial == state->serial)
-          return;   /* a primary label observation is always resolved */
-    }
-
   /* A primary lookup is one hash probe, far below the 1 µs resolution of
-   * the clock: its sync-delay sample is 0 s. */
-  count_answer (&m->label_state[0], TRUE, 0.0);
+   * the clock: its sync-delay sample is 0 s. The previous owner is most
+   * often a request that stopped counting. */
+  if (G_LIKELY (!state->primary_in_table &&
+                (previous < m->oldest_live || previous == m->known_dead)))
+    m->label_state[0].stamped_hits += 1;
+  else
+    primary_hit_taken_over (m, state, key, previous);
+}
+
+void
+kv_tiering_metrics_on_primary_lookup (KvTieringMetrics *m,
+                                      KvRequest        *request,
+                                      KvKey            *key,
+                                      KvLookupResult    result,
+                                      guint64          *stamp)
+{
+  on_primary_lookup (m, request, key, result, stamp);
 }
 
 void
@@ -776,6 +804,12 @@ kv_tiering_metrics_take_stats (KvTieringMetrics *m)
       LabelState *ls = &m->label_state[i];
       const char * const *labels = m->label_values[i];
 
+      ls->queries += ls->stamped_hits;
+      ls->hits += ls->stamped_hits;
+      ls->sync_counts[0] += ls->stamped_hits;
+      ls->sync_n += ls->stamped_hits;
+      ls->stamped_hits = 0;
+
       if (ls->queries > 0)
         kv_stats_increase_counter (stats, KV_METRIC_CHUNK_QUERIES, ls->queries, labels);
       if (ls->hits > 0)
@@ -930,7 +964,7 @@ hook_primary_lookup (gpointer        data,
                      KvLookupResult  result,
                      guint64        *stamp)
 {
-  kv_tiering_metrics_on_primary_lookup (data, request, key, result, stamp);
+  on_primary_lookup (data, request, key, result, stamp);
 }
 
 static void

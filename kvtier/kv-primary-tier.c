@@ -32,6 +32,28 @@ struct _KvEntry
   };
 };
 
+/* The tier's index: open addressing with linear probing over the keys'
+ * own hashes (computed once per key), and deletion by backward shift, so
+ * that the steady churn of stores and evictions leaves no tombstones to
+ * rehash; the table only grows, while the tier fills. One bucket holds the
+ * hash and the entry pointer, tagged while the entry is being written
+ * (see KV_ENTRY_PENDING_TAG): a probe touches one bucket line and the key.
+ * At most half full. */
+typedef struct
+{
+  guint    hash;
+  gpointer value;     /* tagged KvEntry *, NULL when empty */
+} KvBucket;
+
+typedef struct
+{
+  KvBucket *buckets;
+  guint     mask;     /* capacity - 1 */
+  guint     n_entries;
+} KvEntryTable;
+
+#define KV_ENTRY_TABLE_MIN_CAPACITY 64
+
 /**
  * KvPrimaryTier:
  *
@@ -77,9 +99,8 @@ struct _KvPrimaryTier
   guint n_slots;
   gsize slot_size;
 
-  /* KvKey (the entry's own key) → KvEntry, tagged while pending. No destroy
-   * functions: replacing the tagged value must not free the entry. */
-  GHashTable *entries;
+  /* KvKey (the entry's own key) → KvEntry, tagged while pending */
+  KvEntryTable entries;
   /* KvEntry structs of removed chunks, reused by the next stores */
   KvEntry *spare_entries;
 
@@ -146,11 +167,114 @@ entry_from_value (gpointer value)
   return (KvEntry *) ((guintptr) value & ~KV_ENTRY_PENDING_TAG);
 }
 
+static void
+entry_table_init (KvEntryTable *table)
+{
+  table->buckets = g_new0 (KvBucket, KV_ENTRY_TABLE_MIN_CAPACITY);
+  table->mask = KV_ENTRY_TABLE_MIN_CAPACITY - 1;
+  table->n_entries = 0;
+}
+
+/* The bucket of @key, or NULL. */
+static inline KvBucket *
+entry_table_find (KvEntryTable *table,
+                  const KvKey  *key)
+{
+  guint hash = kv_key_hash (key);
+
+  for (guint i = hash & table->mask;; i = (i + 1) & table->mask)
+    {
+      KvBucket *bucket = &table->buckets[i];
+
+      if (bucket->value == NULL)
+        return NULL;
+      if (bucket->hash == hash && kv_key_equal (entry_from_value (bucket->value)->key, key))
+        return bucket;
+    }
+}
+
+static inline gpointer
+entry_table_lookup (KvEntryTable *table,
+                    const KvKey  *key)
+{
+  KvBucket *bucket = entry_table_find (table, key);
+
+  return bucket != NULL ? bucket->value : NULL;
+}
+
+static void
+entry_table_place (KvEntryTable *table,
+                   guint         hash,
+                   gpointer      value)
+{
+  guint i = hash & table->mask;
+
+  while (table->buckets[i].value != NULL)
+    i = (i + 1) & table->mask;
+  table->buckets[i].hash = hash;
+  table->buckets[i].value = value;
+}
+
+/* Adds @value (the tagged entry of a key not in the table). */
+static void
+entry_table_add (KvEntryTable *table,
+                 gpointer      value)
+{
+  if (G_UNLIKELY ((table->n_entries + 1) * 2 > table->mask + 1))
+    {
+      KvBucket *old = table->buckets;
+      guint old_capacity = table->mask + 1;
+
+      table->buckets = g_new0 (KvBucket, old_capacity * 2);
+      table->mask = old_capacity * 2 - 1;
+      for (guint i = 0; i < old_capacity; i++)
+        if (old[i].value != NULL)
+          entry_table_place (table, old[i].hash, old[i].value);
+      g_free (old);
+    }
+  entry_table_place (table, kv_key_hash (entry_from_value (value)->key), value);
+  table->n_entries++;
+}
+
+/* Empties @bucket and shifts back the entries that probed past it, so
+ * every key stays reachable from its home bucket without tombstones. */
+static void
+entry_table_remove_bucket (KvEntryTable *table,
+                           KvBucket     *bucket)
+{
+  guint hole = (guint) (bucket - table->buckets);
+
+  for (guint j = (hole + 1) & table->mask; table->buckets[j].value != NULL; j = (j + 1) & table->mask)
+    {
+      guint home = table->buckets[j].hash & table->mask;
+
+      /* the entry at j may move into the hole unless its home lies
+       * cyclically in (hole, j] */
+      if (((j - home) & table->mask) >= ((j - hole) & table->mask))
+        {
+          table->buckets[hole] = table->buckets[j];
+          hole = j;
+        }
+    }
+  table->buckets[hole].value = NULL;
+  table->n_entries--;
+}
+
+static void
+entry_table_remove (KvEntryTable *table,
+                    const KvKey  *key)
+{
+  KvBucket *bucket = entry_table_find (table, key);
+
+  if (bucket != NULL)
+    entry_table_remove_bucket (table, bucket);
+}
+
 static inline KvEntry *
 primary_get_entry (KvPrimaryTier *self,
                    const KvKey   *key)
 {
-  return entry_from_value (g_hash_table_lookup (self->entries, key));
+  return entry_from_value (entry_table_lookup (&self->entries, key));
 }
 
 static KvEntry *
@@ -284,22 +408,25 @@ primary_remove_entry (KvPrimaryTier *self,
 
   g_assert (self->n_free_list < self->n_slots);
   self->free_list[self->n_free_list++] = entry->slot;
-  g_hash_table_remove (self->entries, entry->key);
+  entry_table_remove (&self->entries, entry->key);
   primary_release_entry (self, entry);
 }
 
 static void
 primary_clear_entries (KvPrimaryTier *self)
 {
-  GHashTableIter iter;
-  gpointer value;
+  KvEntryTable *table = &self->entries;
 
-  g_hash_table_iter_init (&iter, self->entries);
-  while (g_hash_table_iter_next (&iter, NULL, &value))
+  for (guint i = 0; i <= table->mask; i++)
     {
-      g_hash_table_iter_steal (&iter);
+      gpointer value = table->buckets[i].value;
+
+      if (value == NULL)
+        continue;
+      table->buckets[i].value = NULL;
       primary_release_entry (self, entry_from_value (value));
     }
+  table->n_entries = 0;
 }
 
 static void
@@ -367,7 +494,7 @@ kv_primary_tier_finalize (GObject *object)
 
   self->stamp_drop_func = NULL;
   primary_clear_entries (self);
-  g_clear_pointer (&self->entries, g_hash_table_unref);
+  g_clear_pointer (&self->entries.buckets, g_free);
   while (self->spare_entries != NULL)
     {
       KvEntry *next = self->spare_entries->next_spare;
@@ -512,7 +639,7 @@ kv_primary_tier_class_init (KvPrimaryTierClass *klass)
 static void
 kv_primary_tier_init (KvPrimaryTier *self)
 {
-  self->entries = g_hash_table_new (kv_key_hash, kv_key_equal);
+  entry_table_init (&self->entries);
   self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
 }
 
@@ -628,7 +755,7 @@ kv_primary_tier_lookup (KvPrimaryTier *self,
   g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
   OWNER_CHECK (self, KV_LOOKUP_RESULT_MISS);
 
-  value = g_hash_table_lookup (self->entries, key);
+  value = entry_table_lookup (&self->entries, key);
   if (value == NULL)
     return KV_LOOKUP_RESULT_MISS;
   if (((guintptr) value & KV_ENTRY_PENDING_TAG) != 0)
@@ -641,7 +768,7 @@ _kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
                                const KvKey    *key,
                                guint64       **stamp)
 {
-  gpointer value = g_hash_table_lookup (self->entries, key);
+  gpointer value = entry_table_lookup (&self->entries, key);
 
   *stamp = NULL;
   if (value == NULL)
@@ -657,17 +784,14 @@ _kv_primary_tier_set_stamp_drop_func (KvPrimaryTier          *self,
                                       KvPrimaryStampDropFunc  func,
                                       gpointer                user_data)
 {
-  GHashTableIter iter;
-  gpointer value;
-
   g_return_if_fail (KV_IS_PRIMARY_TIER (self));
 
   self->stamp_drop_func = func;
   self->stamp_drop_data = user_data;
   /* stamps belong to whoever installed the function */
-  g_hash_table_iter_init (&iter, self->entries);
-  while (g_hash_table_iter_next (&iter, NULL, &value))
-    entry_from_value (value)->stamp = 0;
+  for (guint i = 0; i <= self->entries.mask; i++)
+    if (self->entries.buckets[i].value != NULL)
+      entry_from_value (self->entries.buckets[i].value)->stamp = 0;
 }
 
 static gboolean
@@ -863,7 +987,7 @@ primary_unclaim (KvPrimaryTier *self,
 {
   for (guint i = 0; i < n_fresh; i++)
     {
-      g_hash_table_remove (self->entries, fresh[i]->key);
+      entry_table_remove (&self->entries, fresh[i]->key);
       primary_release_entry (self, fresh[i]);
     }
 }
@@ -909,12 +1033,11 @@ _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
     {
       KvEntry *entry;
 
-      if (g_hash_table_lookup (self->entries, keys[i]) != NULL)
+      if (entry_table_lookup (&self->entries, keys[i]) != NULL)
         continue;
 
       entry = primary_take_entry (self, keys[i]);
-      g_hash_table_insert (self->entries, entry->key,
-                           (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
+      entry_table_add (&self->entries, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
       fresh[n_fresh++] = entry;
     }
 
@@ -1115,7 +1238,8 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
 
   for (guint i = 0; i < n_keys; i++)
     {
-      KvEntry *entry = primary_get_entry (self, keys[i]);
+      KvBucket *bucket = entry_table_find (&self->entries, keys[i]);
+      KvEntry *entry = bucket != NULL ? entry_from_value (bucket->value) : NULL;
 
       if (entry == NULL || entry->ref_cnt >= 0)
         continue;
@@ -1123,8 +1247,8 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
       if (success)
         {
           entry->ref_cnt = 0;
-          /* Same key: only the value (now untagged) is replaced. */
-          g_hash_table_insert (self->entries, entry->key, entry);
+          /* ready: the bucket's value loses its tag */
+          bucket->value = entry;
           self->n_write_pending--;
           self->n_evictable++;
           policy_mark_evictable (self, entry);
@@ -1163,7 +1287,7 @@ _kv_primary_tier_drop_pending_keep_slots (KvPrimaryTier *self,
       self->n_write_pending--;
       /* Not on the free list: the slot stays allocated, to nobody. */
       slots[n++] = entry->slot;
-      g_hash_table_remove (self->entries, entry->key);
+      entry_table_remove (&self->entries, entry->key);
       primary_release_entry (self, entry);
     }
   return n;
@@ -1358,7 +1482,7 @@ kv_primary_tier_get_n_stored (KvPrimaryTier *self)
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
   OWNER_CHECK (self, 0);
 
-  return g_hash_table_size (self->entries);
+  return self->entries.n_entries;
 }
 
 /**

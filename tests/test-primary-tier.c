@@ -790,6 +790,89 @@ test_arc_policy (Fixture       *fx,
   assert_counts (fx, 3, 0, 3, 0);
 }
 
+/* The tier's index under churn: random batches stored, failed, pinned and
+ * evicted over a pool of keys several times the slot count, checked
+ * against a model after every step (the index deletes without tombstones
+ * and grows while the tier fills: every key stays reachable, no key is
+ * found that is not stored, slots stay unique). */
+static void
+test_index_churn (void)
+{
+  const guint n_slots = 200, n_pool = 1000, n_rounds = 6000;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (n_slots, SLOT, &error);
+  g_autoptr(KvPrimaryTier) tier = kv_primary_tier_new (buffer, NULL, FALSE);
+  g_autoptr(GHashTable) model = g_hash_table_new (kv_key_hash, kv_key_equal);
+  g_autoptr(GRand) rand = g_rand_new_with_seed (42);
+  g_autofree KvKey **pool = g_new (KvKey *, n_pool);
+  g_autofree guint8 *slot_used = g_new0 (guint8, n_slots);
+
+  for (guint i = 0; i < n_pool; i++)
+    {
+      guint8 hash[16] = { 0 };
+
+      hash[0] = (guint8) i;
+      hash[1] = (guint8) (i >> 8);
+      pool[i] = kv_key_new (hash, sizeof hash, i % 2);
+    }
+
+  for (guint round = 0; round < n_rounds; round++)
+    {
+      KvKey *batch[8];
+      guint n = g_rand_int_range (rand, 1, G_N_ELEMENTS (batch) + 1);
+      g_autoptr(KvPrepareStoreResult) prepared = NULL;
+      KvKey * const *to_store, * const *evicted;
+      guint n_to_store, n_evicted;
+      gboolean success = g_rand_int_range (rand, 0, 10) != 0;
+
+      for (guint i = 0; i < n; i++)
+        batch[i] = pool[g_rand_int_range (rand, 0, n_pool)];
+      prepared = kv_primary_tier_prepare_store (tier, batch, n, &error);
+      g_assert_no_error (error);
+      to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+      evicted = kv_prepare_store_result_get_evicted_keys (prepared, &n_evicted);
+      for (guint i = 0; i < n_evicted; i++)
+        g_assert_true (g_hash_table_remove (model, evicted[i]));
+      for (guint i = 0; i < n_to_store; i++)
+        {
+          g_assert_false (g_hash_table_contains (model, to_store[i]));
+          g_assert_cmpint (kv_primary_tier_lookup (tier, to_store[i]), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+        }
+      kv_primary_tier_complete_store (tier, to_store, n_to_store, success);
+      for (guint i = 0; success && i < n_to_store; i++)
+        g_hash_table_add (model, to_store[i]);
+
+      if (round % 50 != 0 && round != n_rounds - 1)
+        continue;
+      memset (slot_used, 0, n_slots);
+      for (guint i = 0; i < n_pool; i++)
+        {
+          KvLookupResult r = kv_primary_tier_lookup (tier, pool[i]);
+          guint32 slot = G_MAXUINT32;
+
+          if (!g_hash_table_contains (model, pool[i]))
+            {
+              g_assert_cmpint (r, ==, KV_LOOKUP_RESULT_MISS);
+              continue;
+            }
+          g_assert_cmpint (r, ==, KV_LOOKUP_RESULT_HIT);
+          g_assert_true (kv_primary_tier_get_chunk_id (tier, pool[i], &slot));
+          g_assert_cmpuint (slot, <, n_slots);
+          g_assert_false (slot_used[slot]);
+          slot_used[slot] = TRUE;
+        }
+      g_assert_cmpuint (kv_primary_tier_get_n_stored (tier), ==, g_hash_table_size (model));
+    }
+
+  kv_primary_tier_reset (tier);
+  for (guint i = 0; i < n_pool; i++)
+    {
+      g_assert_cmpint (kv_primary_tier_lookup (tier, pool[i]), ==, KV_LOOKUP_RESULT_MISS);
+      kv_key_unref (pool[i]);
+    }
+  g_assert_cmpuint (kv_primary_tier_get_n_stored (tier), ==, 0);
+}
+
 int
 main (int    argc,
       char **argv)
@@ -817,6 +900,8 @@ main (int    argc,
   ADD ("arc-policy", test_arc_policy);
 
 #undef ADD
+
+  g_test_add_func ("/kvtier/primary-tier/index-churn", test_index_churn);
 
   return g_test_run ();
 }

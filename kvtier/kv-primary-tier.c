@@ -21,9 +21,6 @@ struct _KvEntry
   KvKey     *key;
   guint32    slot;
   gint32     ref_cnt;
-  /* The manager's lookup accounting: the serial of the last request that
-   * counted this chunk (see _kv_primary_tier_lookup_stamp()); 0 for none. */
-  guint64    stamp;
   union {
     /* the key's node in the built-in LRU policy (see self->lru) */
     KvLruNode *lru_node;
@@ -35,14 +32,19 @@ struct _KvEntry
 /* The tier's index: open addressing with linear probing over the keys'
  * own hashes (computed once per key), and deletion by backward shift, so
  * that the steady churn of stores and evictions leaves no tombstones to
- * rehash; the table only grows, while the tier fills. One bucket holds the
- * hash and the entry pointer, tagged while the entry is being written
- * (see KV_ENTRY_PENDING_TAG): a probe touches one bucket line and the key.
- * At most half full. */
+ * rehash; the table only grows, while the tier fills. At most half full.
+ *
+ * A bucket holds all a lookup needs: the hash, the key, the entry pointer
+ * tagged while the entry is being written (see KV_ENTRY_PENDING_TAG), and
+ * the manager's stamp (the serial of the last request that counted the
+ * chunk, see _kv_primary_tier_lookup_stamp(); 0 for none). A hit, metrics
+ * included, reads one bucket and never the entry. */
 typedef struct
 {
   guint    hash;
+  KvKey   *key;       /* the entry's key */
   gpointer value;     /* tagged KvEntry *, NULL when empty */
+  guint64  stamp;
 } KvBucket;
 
 typedef struct
@@ -188,7 +190,7 @@ entry_table_find (KvEntryTable *table,
 
       if (bucket->value == NULL)
         return NULL;
-      if (bucket->hash == hash && kv_key_equal (entry_from_value (bucket->value)->key, key))
+      if (bucket->hash == hash && kv_key_equal (bucket->key, key))
         return bucket;
     }
 }
@@ -203,16 +205,14 @@ entry_table_lookup (KvEntryTable *table,
 }
 
 static void
-entry_table_place (KvEntryTable *table,
-                   guint         hash,
-                   gpointer      value)
+entry_table_place (KvEntryTable   *table,
+                   const KvBucket *from)
 {
-  guint i = hash & table->mask;
+  guint i = from->hash & table->mask;
 
   while (table->buckets[i].value != NULL)
     i = (i + 1) & table->mask;
-  table->buckets[i].hash = hash;
-  table->buckets[i].value = value;
+  table->buckets[i] = *from;
 }
 
 /* Adds @value (the tagged entry of a key not in the table). */
@@ -229,10 +229,15 @@ entry_table_add (KvEntryTable *table,
       table->mask = old_capacity * 2 - 1;
       for (guint i = 0; i < old_capacity; i++)
         if (old[i].value != NULL)
-          entry_table_place (table, old[i].hash, old[i].value);
+          entry_table_place (table, &old[i]);
       g_free (old);
     }
-  entry_table_place (table, kv_key_hash (entry_from_value (value)->key), value);
+  {
+    KvKey *key = entry_from_value (value)->key;
+    KvBucket bucket = { kv_key_hash (key), key, value, 0 };
+
+    entry_table_place (table, &bucket);
+  }
   table->n_entries++;
 }
 
@@ -270,6 +275,20 @@ entry_table_remove (KvEntryTable *table,
     entry_table_remove_bucket (table, bucket);
 }
 
+/* Removes @key's entry from the index, telling the stamps' owner first. */
+static void
+primary_unindex (KvPrimaryTier *self,
+                 KvKey         *key)
+{
+  KvBucket *bucket = entry_table_find (&self->entries, key);
+
+  if (bucket == NULL)
+    return;
+  if (bucket->stamp != 0 && self->stamp_drop_func != NULL)
+    self->stamp_drop_func (bucket->key, bucket->stamp, self->stamp_drop_data);
+  entry_table_remove_bucket (&self->entries, bucket);
+}
+
 static inline KvEntry *
 primary_get_entry (KvPrimaryTier *self,
                    const KvKey   *key)
@@ -291,7 +310,6 @@ primary_take_entry (KvPrimaryTier *self,
   entry->key = kv_key_ref (key);
   entry->slot = G_MAXUINT32;
   entry->ref_cnt = -1;
-  entry->stamp = 0;
   entry->lru_node = NULL;
   return entry;
 }
@@ -301,8 +319,6 @@ static void
 primary_release_entry (KvPrimaryTier *self,
                        KvEntry       *entry)
 {
-  if (entry->stamp != 0 && self->stamp_drop_func != NULL)
-    self->stamp_drop_func (entry->key, entry->stamp, self->stamp_drop_data);
   g_clear_pointer (&entry->key, kv_key_unref);
   entry->next_spare = self->spare_entries;
   self->spare_entries = entry;
@@ -408,7 +424,7 @@ primary_remove_entry (KvPrimaryTier *self,
 
   g_assert (self->n_free_list < self->n_slots);
   self->free_list[self->n_free_list++] = entry->slot;
-  entry_table_remove (&self->entries, entry->key);
+  primary_unindex (self, entry->key);
   primary_release_entry (self, entry);
 }
 
@@ -419,11 +435,14 @@ primary_clear_entries (KvPrimaryTier *self)
 
   for (guint i = 0; i <= table->mask; i++)
     {
-      gpointer value = table->buckets[i].value;
+      KvBucket *bucket = &table->buckets[i];
+      gpointer value = bucket->value;
 
       if (value == NULL)
         continue;
-      table->buckets[i].value = NULL;
+      if (bucket->stamp != 0 && self->stamp_drop_func != NULL)
+        self->stamp_drop_func (bucket->key, bucket->stamp, self->stamp_drop_data);
+      bucket->value = NULL;
       primary_release_entry (self, entry_from_value (value));
     }
   table->n_entries = 0;
@@ -768,14 +787,14 @@ _kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
                                const KvKey    *key,
                                guint64       **stamp)
 {
-  gpointer value = entry_table_lookup (&self->entries, key);
+  KvBucket *bucket = entry_table_find (&self->entries, key);
 
   *stamp = NULL;
-  if (value == NULL)
+  if (bucket == NULL)
     return KV_LOOKUP_RESULT_MISS;
-  if (((guintptr) value & KV_ENTRY_PENDING_TAG) != 0)
+  if (((guintptr) bucket->value & KV_ENTRY_PENDING_TAG) != 0)
     return KV_LOOKUP_RESULT_HIT_PENDING;
-  *stamp = &((KvEntry *) value)->stamp;
+  *stamp = &bucket->stamp;
   return KV_LOOKUP_RESULT_HIT;
 }
 
@@ -790,8 +809,7 @@ _kv_primary_tier_set_stamp_drop_func (KvPrimaryTier          *self,
   self->stamp_drop_data = user_data;
   /* stamps belong to whoever installed the function */
   for (guint i = 0; i <= self->entries.mask; i++)
-    if (self->entries.buckets[i].value != NULL)
-      entry_from_value (self->entries.buckets[i].value)->stamp = 0;
+    self->entries.buckets[i].stamp = 0;
 }
 
 static gboolean
@@ -1287,7 +1305,7 @@ _kv_primary_tier_drop_pending_keep_slots (KvPrimaryTier *self,
       self->n_write_pending--;
       /* Not on the free list: the slot stays allocated, to nobody. */
       slots[n++] = entry->slot;
-      entry_table_remove (&self->entries, entry->key);
+      primary_unindex (self, entry->key);
       primary_release_entry (self, entry);
     }
   return n;

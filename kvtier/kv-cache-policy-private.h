@@ -46,6 +46,13 @@ void     kv_protected_set_clear    (KvProtectedSet *set);
  * inserted through the interface), so that the tier finds its entries
  * without a lookup either.
  *
+ * Protection is by epoch rather than by a set of keys: the tier calls
+ * _kv_lru_policy_protect_begin(), then _kv_lru_policy_protect_node() for
+ * each key of its batch that the policy may track (a key the tier has just
+ * claimed has no node yet and needs none), then at most one
+ * _kv_lru_policy_evict_into(), which skips the nodes protected since the
+ * last begin and ends the protection.
+ *
  * A tier that attaches itself also answers the policy's lookups by key
  * (the resolver returns the node it keeps for @key, or NULL): the nodes it
  * inserts then stay out of the policy's own table, so a store costs no
@@ -70,12 +77,16 @@ KvLruNode *_kv_lru_policy_insert_node        (KvLruPolicy *self,
                                               gboolean     evictable,
                                               gpointer     user_data);
 G_GNUC_INTERNAL
-gboolean   _kv_lru_policy_evict_into         (KvLruPolicy   *self,
-                                              guint          n,
-                                              KvKey * const *protected_keys,
-                                              guint          n_protected,
-                                              KvKey        **keys,
-                                              gpointer      *user_data);
+void       _kv_lru_policy_protect_begin      (KvLruPolicy *self);
+G_GNUC_INTERNAL
+void       _kv_lru_policy_protect_node       (KvLruPolicy *self,
+                                              KvLruNode   *node,
+                                              KvKey       *key);
+G_GNUC_INTERNAL
+gboolean   _kv_lru_policy_evict_into         (KvLruPolicy  *self,
+                                              guint         n,
+                                              KvKey       **keys,
+                                              gpointer     *user_data);
 G_GNUC_INTERNAL
 void       _kv_lru_policy_set_node_evictable (KvLruPolicy *self,
                                               KvLruNode   *node,

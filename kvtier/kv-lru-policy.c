@@ -6,15 +6,21 @@
 
 #include "kv-cache-policy-private.h"
 
-/* One tracked key. The list link is embedded so that touching, pinning and
- * releasing a key never allocates. Nodes of keys no longer tracked are kept
- * (key NULL) in a spare list and reused by the next insert, so a steady
- * store/evict cycle does not allocate either. */
+/* One tracked key. The list links are embedded (an intrusive list), so
+ * that touching, pinning and releasing a key never allocates nor calls out
+ * of this file. Nodes are allocated in blocks; nodes of keys no longer
+ * tracked are kept (key NULL) in a spare list and reused by the next
+ * insert, so a steady store/evict cycle does not allocate either. */
 struct _KvLruNode
 {
   KvKey    *key;
-  /* in the evictable queue (in_list) or, untracked, the next spare node */
-  GList     link;
+  /* in the evictable order (in_list): the less and the more recent
+   * neighbours; untracked: next is the next spare node */
+  KvLruNode *prev;
+  KvLruNode *next;
+  /* the policy's protection epoch this node was protected in: it is
+   * protected from eviction while that epoch is the current one */
+  guint64   protect_epoch;
   gboolean  in_list;
   /* TRUE: found through the policy's table; FALSE: inserted by the
    * attached primary tier and found through its resolver */
@@ -51,13 +57,23 @@ struct _KvLruPolicy
   /* KvKey (the node's own key) → LruNode, for keys inserted through the
    * interface; no destroy functions: nodes go back to the spare list */
   GHashTable *nodes;
-  /* evictable nodes only; head = least recently used */
-  GQueue evictable;
-  /* untracked nodes, ready for reuse, chained by link.next */
-  GList *spare;
-  /* every node allocated: the tracked ones that are not in the table are
+  /* evictable nodes only, chained by prev/next; head = least recently
+   * used */
+  LruNode *head;
+  LruNode *tail;
+  guint n_evictable;
+  /* untracked nodes, ready for reuse, chained by next */
+  LruNode *spare;
+  /* every node allocated, LRU_BLOCK_SIZE to a block (the last one used up
+   * to last_block_used): the tracked ones that are not in the table are
    * found here by clear() and detach */
-  GPtrArray *all_nodes;
+  GPtrArray *blocks;
+  guint last_block_used;
+  /* Protection from eviction: a node stamped with the current epoch is
+   * protected. Each evict() starts a new epoch, so a batch's protection
+   * costs one stamp per protected key that is tracked, and never outlives
+   * the batch. 64 bits never wrap. */
+  guint64 epoch;
 
   /* The primary tier this policy is attached to finds the nodes of its
    * keys in its own table (see _kv_lru_policy_attach()); those nodes are
@@ -68,6 +84,26 @@ struct _KvLruPolicy
 
 static void kv_lru_policy_iface_init (KvCachePolicyInterface *iface);
 
+#define LRU_BLOCK_SIZE 256
+
+/* The @i-th node ever allocated (i < lru_n_nodes()). */
+static inline LruNode *
+lru_node_at (KvLruPolicy *self,
+             guint        i)
+{
+  LruNode *block = g_ptr_array_index (self->blocks, i / LRU_BLOCK_SIZE);
+
+  return &block[i % LRU_BLOCK_SIZE];
+}
+
+static inline guint
+lru_n_nodes (KvLruPolicy *self)
+{
+  if (self->blocks->len == 0)
+    return 0;
+  return (self->blocks->len - 1) * LRU_BLOCK_SIZE + self->last_block_used;
+}
+
 G_DEFINE_FINAL_TYPE_WITH_CODE (KvLruPolicy, kv_lru_policy, G_TYPE_OBJECT,
                                G_IMPLEMENT_INTERFACE (KV_TYPE_CACHE_POLICY,
                                                       kv_lru_policy_iface_init))
@@ -76,30 +112,33 @@ static LruNode *
 lru_node_take (KvLruPolicy *self,
                KvKey       *key)
 {
-  GList *link = self->spare;
-  LruNode *node;
+  LruNode *node = self->spare;
 
-  if (link != NULL)
+  if (node != NULL)
     {
-      node = link->data;
-      self->spare = link->next;
-      link->next = NULL;
+      self->spare = node->next;
     }
   else
     {
-      node = g_new0 (LruNode, 1);
-      node->link.data = node;
-      g_ptr_array_add (self->all_nodes, node);
+      if (self->blocks->len == 0 || self->last_block_used == LRU_BLOCK_SIZE)
+        {
+          g_ptr_array_add (self->blocks, g_new0 (LruNode, LRU_BLOCK_SIZE));
+          self->last_block_used = 0;
+        }
+      node = &((LruNode *) g_ptr_array_index (self->blocks, self->blocks->len - 1))[self->last_block_used++];
     }
   node->key = kv_key_ref (key);
+  node->prev = NULL;
+  node->next = NULL;
+  node->protect_epoch = 0;
   node->in_list = FALSE;
   node->in_table = FALSE;
   node->user_data = NULL;
   return node;
 }
 
-/* The node must be out of the table and of the evictable queue (or that
- * whole queue must have been forgotten, as clear() does). */
+/* The node must be out of the table and of the evictable order (or that
+ * whole order must have been forgotten, as clear() does). */
 static void
 lru_node_release (KvLruPolicy *self,
                   LruNode     *node)
@@ -108,24 +147,42 @@ lru_node_release (KvLruPolicy *self,
   node->in_list = FALSE;
   node->in_table = FALSE;
   node->user_data = NULL;
-  node->link.prev = NULL;
-  node->link.next = self->spare;
-  self->spare = &node->link;
+  node->prev = NULL;
+  node->next = self->spare;
+  self->spare = node;
 }
 
-static void
+/* Appends @node at the most recent end. */
+static inline void
 lru_link (KvLruPolicy *self,
           LruNode     *node)
 {
-  g_queue_push_tail_link (&self->evictable, &node->link);
+  node->prev = self->tail;
+  node->next = NULL;
+  if (self->tail != NULL)
+    self->tail->next = node;
+  else
+    self->head = node;
+  self->tail = node;
+  self->n_evictable++;
   node->in_list = TRUE;
 }
 
-static void
+static inline void
 lru_unlink (KvLruPolicy *self,
             LruNode     *node)
 {
-  g_queue_unlink (&self->evictable, &node->link);
+  if (node->prev != NULL)
+    node->prev->next = node->next;
+  else
+    self->head = node->next;
+  if (node->next != NULL)
+    node->next->prev = node->prev;
+  else
+    self->tail = node->prev;
+  node->prev = NULL;
+  node->next = NULL;
+  self->n_evictable--;
   node->in_list = FALSE;
 }
 
@@ -255,38 +312,38 @@ kv_lru_policy_mark_non_evictable (KvCachePolicy *policy,
     lru_unlink (self, node);
 }
 
-/* Evicts @n keys into @keys (room for n + 1; the node references move
- * there) or changes nothing. @user_data: (nullable): room for n pointers,
- * filled with the victims' user data. */
-static gboolean
-lru_evict (KvLruPolicy   *self,
-           guint          n,
-           KvKey * const *protected_keys,
-           guint          n_protected,
-           KvKey        **keys,
-           gpointer      *user_data)
+/* Starts a new protection epoch: every earlier protection ends. */
+static inline void
+lru_protect_begin (KvLruPolicy *self)
 {
-  KvProtectedSet protect;
+  self->epoch++;
+}
+
+/* Evicts @n keys that were not protected in the current epoch into @keys
+ * (room for n + 1; the node references move there) or changes nothing.
+ * @user_data: (nullable): room for n pointers, filled with the victims'
+ * user data. Ends the epoch. */
+static gboolean
+lru_evict (KvLruPolicy  *self,
+           guint         n,
+           KvKey       **keys,
+           gpointer     *user_data)
+{
   LruNode *stack_victims[64];
   g_autofree LruNode **heap_victims = NULL;
   LruNode **victims = stack_victims;
+  guint64 epoch = self->epoch++;
   guint found = 0;
 
-  if (n > self->evictable.length)
+  if (n > self->n_evictable)
     return FALSE;
 
   /* Choose first, change nothing until all n are found. */
   if (n > G_N_ELEMENTS (stack_victims))
     victims = heap_victims = g_new (LruNode *, n);
-  kv_protected_set_init (&protect, protected_keys, n_protected);
-  for (GList *l = self->evictable.head; l != NULL && found < n; l = l->next)
-    {
-      LruNode *node = l->data;
-
-      if (n_protected == 0 || !kv_protected_set_contains (&protect, node->key))
-        victims[found++] = node;
-    }
-  kv_protected_set_clear (&protect);
+  for (LruNode *node = self->head; node != NULL && found < n; node = node->next)
+    if (node->protect_epoch != epoch)
+      victims[found++] = node;
 
   if (found < n)
     return FALSE;
@@ -314,9 +371,18 @@ kv_lru_policy_evict (KvCachePolicy *policy,
                      KvKey * const *protected_keys,
                      guint          n_protected)
 {
+  KvLruPolicy *self = KV_LRU_POLICY (policy);
   KvKey **keys = g_new (KvKey *, n + 1);
 
-  if (!lru_evict (KV_LRU_POLICY (policy), n, protected_keys, n_protected, keys, NULL))
+  lru_protect_begin (self);
+  for (guint i = 0; i < n_protected; i++)
+    {
+      LruNode *node = lru_find (self, protected_keys[i]);
+
+      if (node != NULL)
+        node->protect_epoch = self->epoch;
+    }
+  if (!lru_evict (self, n, keys, NULL))
     g_clear_pointer (&keys, g_free);
   return keys;
 }
@@ -326,12 +392,15 @@ kv_lru_policy_clear (KvCachePolicy *policy)
 {
   KvLruPolicy *self = KV_LRU_POLICY (policy);
 
+  guint n_nodes = lru_n_nodes (self);
+
   /* The links live in the nodes: forget the order before reusing them. */
-  g_queue_init (&self->evictable);
+  self->head = self->tail = NULL;
+  self->n_evictable = 0;
   g_hash_table_steal_all (self->nodes);
-  for (guint i = 0; i < self->all_nodes->len; i++)
+  for (guint i = 0; i < n_nodes; i++)
     {
-      LruNode *node = g_ptr_array_index (self->all_nodes, i);
+      LruNode *node = lru_node_at (self, i);
 
       if (node->key != NULL)
         lru_node_release (self, node);
@@ -343,7 +412,7 @@ kv_lru_policy_get_n_evictable (KvCachePolicy *policy)
 {
   KvLruPolicy *self = KV_LRU_POLICY (policy);
 
-  return self->evictable.length;
+  return self->n_evictable;
 }
 
 static void
@@ -366,7 +435,7 @@ kv_lru_policy_finalize (GObject *object)
 
   kv_lru_policy_clear (KV_CACHE_POLICY (self));
   self->spare = NULL;
-  g_clear_pointer (&self->all_nodes, g_ptr_array_unref);
+  g_clear_pointer (&self->blocks, g_ptr_array_unref);
   g_clear_pointer (&self->nodes, g_hash_table_unref);
 
   G_OBJECT_CLASS (kv_lru_policy_parent_class)->finalize (object);
@@ -384,8 +453,7 @@ static void
 kv_lru_policy_init (KvLruPolicy *self)
 {
   self->nodes = g_hash_table_new (kv_key_hash, kv_key_equal);
-  g_queue_init (&self->evictable);
-  self->all_nodes = g_ptr_array_new_with_free_func (g_free);
+  self->blocks = g_ptr_array_new_with_free_func (g_free);
 }
 
 /**
@@ -421,13 +489,16 @@ _kv_lru_policy_attach (KvLruPolicy      *self,
 void
 _kv_lru_policy_detach (KvLruPolicy *self)
 {
+  guint n_nodes;
+
   g_return_if_fail (KV_IS_LRU_POLICY (self));
 
   /* The policy may outlive the tier: its keys stay findable by key (when
    * the tier holds the last reference, finalize releases them instead). */
-  for (guint i = 0; G_OBJECT (self)->ref_count > 1 && i < self->all_nodes->len; i++)
+  n_nodes = lru_n_nodes (self);
+  for (guint i = 0; G_OBJECT (self)->ref_count > 1 && i < n_nodes; i++)
     {
-      LruNode *node = g_ptr_array_index (self->all_nodes, i);
+      LruNode *node = lru_node_at (self, i);
 
       if (node->key == NULL || node->in_table)
         continue;
@@ -479,15 +550,29 @@ _kv_lru_policy_insert_node (KvLruPolicy *self,
   return node;
 }
 
-gboolean
-_kv_lru_policy_evict_into (KvLruPolicy   *self,
-                           guint          n,
-                           KvKey * const *protected_keys,
-                           guint          n_protected,
-                           KvKey        **keys,
-                           gpointer      *user_data)
+void
+_kv_lru_policy_protect_begin (KvLruPolicy *self)
 {
-  return lru_evict (self, n, protected_keys, n_protected, keys, user_data);
+  lru_protect_begin (self);
+}
+
+void
+_kv_lru_policy_protect_node (KvLruPolicy *self,
+                             KvLruNode   *node,
+                             KvKey       *key)
+{
+  node = lru_node_for (self, node, key);
+  if (node != NULL)
+    node->protect_epoch = self->epoch;
+}
+
+gboolean
+_kv_lru_policy_evict_into (KvLruPolicy  *self,
+                           guint         n,
+                           KvKey       **keys,
+                           gpointer     *user_data)
+{
+  return lru_evict (self, n, keys, user_data);
 }
 
 void

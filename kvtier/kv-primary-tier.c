@@ -1047,12 +1047,25 @@ _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
    * a slot yet: a key repeated in the batch then finds its first
    * occurrence, so deduplication costs nothing more than the presence
    * check. The policy hears about the new keys only once they fit. */
+  if (self->lru != NULL)
+    _kv_lru_policy_protect_begin (self->lru);
   for (guint i = 0; i < n_keys; i++)
     {
       KvEntry *entry;
+      gpointer value = entry_table_lookup (&self->entries, keys[i]);
 
-      if (entry_table_lookup (&self->entries, keys[i]) != NULL)
-        continue;
+      if (value != NULL)
+        {
+          /* A key of the batch the tier holds must not be evicted for
+           * it; the keys claimed below have no policy node yet. */
+          if (self->lru != NULL)
+            {
+              KvEntry *present = entry_from_value (value);
+
+              _kv_lru_policy_protect_node (self->lru, present->lru_node, present->key);
+            }
+          continue;
+        }
 
       entry = primary_take_entry (self, keys[i]);
       entry_table_add (&self->entries, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
@@ -1084,7 +1097,7 @@ _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
           victims = stack_victims;
           if (need > G_N_ELEMENTS (stack_victims))
             victims = heap_victims = g_new (gpointer, need);
-          chosen = _kv_lru_policy_evict_into (self->lru, need, keys, n_keys, evicted, victims);
+          chosen = _kv_lru_policy_evict_into (self->lru, need, evicted, victims);
         }
       else
         {

@@ -219,6 +219,74 @@ test_lru_protected (Fixture       *fx,
   assert_evict (fx, policy, 3, NULL, 0, "def");
 }
 
+/* A key protected in one evict() is not protected in the next, even when
+ * that first call changed nothing, and protecting an untracked key
+ * protects nothing. */
+static void
+test_lru_protection_per_call (Fixture       *fx,
+                              gconstpointer  data)
+{
+  g_autoptr(KvCachePolicy) policy = kv_lru_policy_new ();
+  KvKey *protect_a[] = { K ('a') };
+  KvKey *protect_b[] = { K ('b') };
+
+  insert_all (fx, policy, "abc", TRUE);
+  g_assert_null (kv_cache_policy_evict (policy, 3, protect_a, 1));
+  assert_evict (fx, policy, 1, NULL, 0, "a");
+
+  assert_evict (fx, policy, 1, protect_b, 1, "c");
+  assert_evict (fx, policy, 1, NULL, 0, "b");
+
+  /* d and e reuse the nodes of evicted keys; protecting a key no longer
+   * tracked protects nothing. */
+  insert_all (fx, policy, "de", TRUE);
+  assert_evict (fx, policy, 2, protect_b, 1, "de");
+}
+
+/* Many more keys than one block of nodes: order, removal, reuse after
+ * clear and eviction all hold across blocks. */
+static void
+test_lru_many_keys (Fixture       *fx,
+                    gconstpointer  data)
+{
+  g_autoptr(KvCachePolicy) policy = kv_lru_policy_new ();
+  g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  guint n = 1000;
+
+  for (guint i = 0; i < n; i++)
+    {
+      guint8 hash[8] = { 0xbe, 0xef, 0, 0, 0, 0, (guint8) (i >> 8), (guint8) i };
+
+      g_ptr_array_add (keys, kv_key_new (hash, sizeof hash, 0));
+    }
+
+  for (guint round = 0; round < 2; round++)
+    {
+      g_autofree KvKey **evicted = NULL;
+      KvKey *protect[] = { keys->pdata[0], keys->pdata[n - 1] };
+
+      for (guint i = 0; i < n; i++)
+        kv_cache_policy_insert (policy, keys->pdata[i], TRUE);
+      /* Every odd key leaves; the even ones stay in order. */
+      for (guint i = 1; i < n; i += 2)
+        kv_cache_policy_remove (policy, keys->pdata[i]);
+      g_assert_cmpuint (kv_cache_policy_get_n_evictable (policy), ==, n / 2);
+
+      evicted = kv_cache_policy_evict (policy, n / 2 - 1, protect, G_N_ELEMENTS (protect));
+      g_assert_nonnull (evicted);
+      for (guint i = 0; i < n / 2 - 1; i++)
+        {
+          g_assert_true (kv_key_equal (evicted[i], keys->pdata[2 * (i + 1)]));
+          kv_key_unref (evicted[i]);
+        }
+      g_assert_null (evicted[n / 2 - 1]);
+      g_assert_cmpuint (kv_cache_policy_get_n_evictable (policy), ==, 1);
+
+      if (round == 0)
+        kv_cache_policy_clear (policy);
+    }
+}
+
 static void
 test_lru_atomic (Fixture       *fx,
                  gconstpointer  data)
@@ -591,6 +659,8 @@ main (int    argc,
   ADD ("lru/touch-reversed", test_lru_touch_reversed);
   ADD ("lru/touch-skips-pinned", test_lru_touch_skips_pinned);
   ADD ("lru/protected", test_lru_protected);
+  ADD ("lru/protection-per-call", test_lru_protection_per_call);
+  ADD ("lru/many-keys", test_lru_many_keys);
   ADD ("lru/atomic", test_lru_atomic);
   ADD ("lru/remove-clear", test_lru_remove_clear);
   g_test_add_func ("/kvtier/cache-policy/new-for-name", test_new_for_name);

@@ -577,6 +577,29 @@ test_protected_inputs (Fixture       *fx,
   assert_counts (fx, 3, 0, 2, 1);
 }
 
+/* Protection lasts for its own batch only, whether or not that batch
+ * evicted anything. */
+static void
+test_protection_ends_with_batch (Fixture       *fx,
+                                 gconstpointer  data)
+{
+  make_tier (fx, 4, NULL, FALSE);
+  store (fx, "abc");
+
+  /* a is in a batch that fits without evicting. */
+  assert_prepare_store (fx, "ad", "d", "3", "");
+  complete_store (fx, "d", TRUE);
+
+  /* a is the oldest and no longer protected. */
+  assert_prepare_store (fx, "e", "e", "0", "a");
+  complete_store (fx, "e", TRUE);
+
+  /* b is protected by a batch that evicts c; the next batch takes b. */
+  assert_prepare_store (fx, "bf", "f", "2", "c");
+  complete_store (fx, "f", TRUE);
+  assert_prepare_store (fx, "g", "g", "1", "b");
+}
+
 static void
 test_complete_store (Fixture       *fx,
                      gconstpointer  data)
@@ -890,6 +913,7 @@ main (int    argc,
   ADD ("prepare-store-filter", test_prepare_store_filter);
   ADD ("no-space-fail-fast", test_no_space_fail_fast);
   ADD ("protected-inputs", test_protected_inputs);
+  ADD ("protection-ends-with-batch", test_protection_ends_with_batch);
   ADD ("complete-store", test_complete_store);
   ADD ("events", test_events);
   ADD ("events-disabled", test_events_disabled);

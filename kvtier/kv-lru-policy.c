@@ -13,21 +13,21 @@
  * insert, so a steady store/evict cycle does not allocate either. */
 struct _KvLruNode
 {
-  KvKey    *key;
+  KvKey     *key;
   /* in the evictable order (in_list): the less and the more recent
    * neighbours; untracked: next is the next spare node */
   KvLruNode *prev;
   KvLruNode *next;
   /* the policy's protection epoch this node was protected in: it is
    * protected from eviction while that epoch is the current one */
-  guint64   protect_epoch;
-  gboolean  in_list;
+  guint64    protect_epoch;
+  gboolean   in_list;
   /* TRUE: found through the policy's table; FALSE: inserted by the
    * attached primary tier and found through its resolver */
-  gboolean  in_table;
+  gboolean   in_table;
   /* what the primary tier attached (its entry), NULL for keys inserted
    * through the interface */
-  gpointer  user_data;
+  gpointer   user_data;
 };
 typedef KvLruNode LruNode;
 
@@ -46,9 +46,10 @@ typedef KvLruNode LruNode;
  * released). Eviction takes the least recent keys first, skipping protected
  * ones.
  *
- * Every operation is O(1) per key without allocation, except
- * [method@Kv.CachePolicy.evict], which allocates its result. Owner thread
- * only.
+ * Every operation is O(1) per key, and none allocates once the policy has
+ * tracked as many keys at a time before (its list is intrusive and its
+ * nodes are reused), except [method@Kv.CachePolicy.evict], which allocates
+ * its result. Owner thread only.
  */
 struct _KvLruPolicy
 {
@@ -69,10 +70,12 @@ struct _KvLruPolicy
    * found here by clear() and detach */
   GPtrArray *blocks;
   guint last_block_used;
-  /* Protection from eviction: a node stamped with the current epoch is
-   * protected. Each evict() starts a new epoch, so a batch's protection
-   * costs one stamp per protected key that is tracked, and never outlives
-   * the batch. 64 bits never wrap. */
+  /* Protection from eviction, instead of a set of keys built per call: a
+   * node stamped with the current epoch is protected. A batch starts a new
+   * epoch (lru_protect_begin()) and its eviction ends it, so protection
+   * costs one stamp per protected key that is tracked, nothing per
+   * candidate but a compare, and never outlives the batch. 64 bits never
+   * wrap. */
   guint64 epoch;
 
   /* The primary tier this policy is attached to finds the nodes of its
@@ -125,7 +128,8 @@ lru_node_take (KvLruPolicy *self,
           g_ptr_array_add (self->blocks, g_new0 (LruNode, LRU_BLOCK_SIZE));
           self->last_block_used = 0;
         }
-      node = &((LruNode *) g_ptr_array_index (self->blocks, self->blocks->len - 1))[self->last_block_used++];
+      node = lru_node_at (self, lru_n_nodes (self));
+      self->last_block_used++;
     }
   node->key = kv_key_ref (key);
   node->prev = NULL;

@@ -27,13 +27,15 @@ tool_parse_size (const char  *text,
     { "gib", 1ULL << 30 }, { "tib", 1ULL << 40 },
   };
   g_autofree char *unit = NULL;
+  g_autofree char *unit_text = NULL;
   char *end = NULL;
   gdouble value;
 
   value = g_ascii_strtod (text, &end);
   if (end == text || !(value >= 0) || !isfinite (value))
     goto bad;
-  unit = g_ascii_strdown (g_strstrip (g_strdup (end)), -1);
+  unit_text = g_strstrip (g_strdup (end));
+  unit = g_ascii_strdown (unit_text, -1);
   for (guint i = 0; i < G_N_ELEMENTS (units); i++)
     if (g_str_equal (unit, units[i].unit))
       {

@@ -3,15 +3,25 @@
 #
 # One command from a fresh Debian 12 machine to a result:
 #   tools/quickstart.sh bench   install, build, run `kvtier bench` (the main job)
-#   tools/quickstart.sh test    install, build, run the whole test suite (then
-#                               the core C suites again under valgrind)
+#   tools/quickstart.sh test    install, build, run the whole test suite, then
+#                               the core C suites again under valgrind, the
+#                               whole suite again built with ASan and UBSan
+#                               (./build-asan), and each fuzz target for 20 s
+#                               (./build-fuzz, clang and libFuzzer)
+#   tools/quickstart.sh test ARGS...
+#                               only `meson test` in ./build with those
+#                               arguments (test names, --suite ...)
 #
 # It installs the Debian packages kvtier needs (apt-get, as root or through
-# sudo), configures ./build with meson, builds with ninja and runs.
+# sudo), configures ./build with meson, builds with ninja and runs. The test
+# command builds with -Dwerror=true and ends with the line
+# "N passed, N failed, N skipped" over every run.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${KVTIER_BUILD_DIR:-$here/build}"
+build_asan="${KVTIER_ASAN_BUILD_DIR:-$here/build-asan}"
+build_fuzz="${KVTIER_FUZZ_BUILD_DIR:-$here/build-fuzz}"
 
 packages=(
   meson ninja-build pkgconf gcc
@@ -21,6 +31,8 @@ packages=(
   liburing-dev libxxhash-dev libcairo2-dev
   python3-gi python3-pytest python3-numpy gjs gi-docgen
   valgrind
+  # the fuzz targets (tests/fuzz): clang's libFuzzer and sanitizer runtimes
+  clang libclang-rt-14-dev libfuzzer-14-dev
 )
 
 install_packages() {
@@ -36,27 +48,83 @@ install_packages() {
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-build_tree() {
-  if [ ! -f "$build/build.ninja" ]; then
-    meson setup "$build" "$here" --buildtype=debugoptimized
+# setup_build DIR [meson options...]: configure DIR once, then keep the
+# given options on it (a tree first configured by `bench` gets -Dwerror=true
+# when `test` runs).
+setup_build() {
+  local dir=$1
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    meson setup "$dir" "$here" --buildtype=debugoptimized "$@"
+  elif [ $# -gt 0 ]; then
+    meson configure "$dir" "$@" >/dev/null
   fi
-  ninja -C "$build"
+}
+
+banner() {
+  printf '\n=== %s ===\n' "$*"
+}
+
+have_libfuzzer() {
+  command -v clang >/dev/null 2>&1 || return 1
+  printf 'int LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n);\nint LLVMFuzzerTestOneInput(const unsigned char *d, unsigned long n) { return 0; }\n' |
+    clang -x c -fsanitize=fuzzer,address -o /dev/null - >/dev/null 2>&1
 }
 
 run_tests() {
   local rc=0
-  meson test -C "$build" --print-errorlogs --num-processes "$(nproc)" "$@" || rc=$?
-  if [ $# -eq 0 ]; then
-    # the library's own suites once more under valgrind: no invalid access,
-    # no definite leak (the fs suite is left out: valgrind 3.19 cannot run
-    # its io_uring engine)
-    meson test -C "$build" --setup valgrind --suite core --print-errorlogs \
-      --num-processes "$(nproc)" || rc=$?
-    /usr/bin/python3 "$here/tools/summarize-tests.py" "$build/meson-logs/testlog.json" \
-      "$build/meson-logs/testlog-valgrind.json" || rc=1
-  else
+  local jobs
+  jobs=$(nproc)
+  if [ $# -gt 0 ]; then
+    meson test -C "$build" --print-errorlogs --num-processes "$jobs" "$@" || rc=$?
     /usr/bin/python3 "$here/tools/summarize-tests.py" "$build/meson-logs/testlog.json" || rc=1
+    return $rc
   fi
+  local logs=("$build/meson-logs/testlog.json" "$build/meson-logs/testlog-valgrind.json")
+
+  banner "whole suite ($build)"
+  meson test -C "$build" --print-errorlogs --num-processes "$jobs" || rc=$?
+
+  # the library's own suites once more under valgrind: no invalid access,
+  # no definite leak (the fs suite is left out: valgrind 3.19 cannot run
+  # its io_uring engine)
+  banner "core suites under valgrind"
+  meson test -C "$build" --setup valgrind --suite core --print-errorlogs \
+    --num-processes "$jobs" || rc=$?
+
+  # the whole suite again, built with ASan and UBSan (gcc): memory errors,
+  # leaks and undefined behaviour anywhere the tests reach, the Python and
+  # GJS suites included (top meson.build, tests/lsan.supp)
+  banner "whole suite under ASan and UBSan ($build_asan)"
+  rm -f "$build_asan/meson-logs/testlog.json"
+  if setup_build "$build_asan" -Dwerror=true -Db_sanitize=address,undefined -Db_lundef=false &&
+     ninja -C "$build_asan"; then
+    meson test -C "$build_asan" --print-errorlogs --num-processes "$jobs" || rc=$?
+  else
+    rc=1
+  fi
+  logs+=("$build_asan/meson-logs/testlog.json")
+
+  # each libFuzzer target for a fixed time (tests/fuzz/README.md); their
+  # seed corpora also ran above, in both builds, as the fuzz-replay tests
+  if have_libfuzzer; then
+    banner "fuzz targets, ${KVTIER_FUZZ_SECONDS:-20} s each ($build_fuzz)"
+    rm -f "$build_fuzz/meson-logs/testlog.json"
+    if CC=clang setup_build "$build_fuzz" -Dfuzzing=enabled -Db_sanitize=address,undefined \
+         -Db_lundef=false -Dintrospection=disabled -Ddocs=disabled &&
+       ninja -C "$build_fuzz" fuzzers; then
+      meson test -C "$build_fuzz" --no-rebuild --suite fuzz --print-errorlogs \
+        --num-processes "$jobs" || rc=$?
+    else
+      rc=1
+    fi
+    logs+=("$build_fuzz/meson-logs/testlog.json")
+  else
+    echo "quickstart: clang with libFuzzer not found: the fuzz targets ran only as replay tests" >&2
+  fi
+
+  banner "summary"
+  /usr/bin/python3 "$here/tools/summarize-tests.py" "${logs[@]}" || rc=1
   return $rc
 }
 
@@ -65,14 +133,17 @@ shift || true
 case "$cmd" in
   bench)
     install_packages
-    build_tree
+    setup_build "$build"
+    ninja -C "$build"
     # run from the build tree: point the registry at the built plugins
     export KVTIER_PLUGIN_PATH="$build/plugins/fs:$build/plugins/example${KVTIER_PLUGIN_PATH:+:$KVTIER_PLUGIN_PATH}"
     exec "$build/tools/kvtier" bench "$@"
     ;;
   test)
     install_packages
-    build_tree
+    # warnings are errors in the tree the tests run on
+    setup_build "$build" -Dwerror=true
+    ninja -C "$build"
     run_tests "$@"
     ;;
   *)

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: LGPL-2.1-or-later
 """Print the one-line verdict CI reads, 'N passed, N failed, N skipped',
-from one or more meson testlog.json files; a missing file counts as a
+from one or more meson testlog.json files (with several, a line per file
+first; the total is always the last line); a missing file counts as a
 failure. TAP tests count their individual test cases, other tests count
 once. Exits non-zero on any failure or when nothing ran."""
 import json
@@ -41,8 +42,12 @@ for path in sys.argv[1:]:
         print(f"{path}: {e.strerror}", file=sys.stderr)
         totals[1] += 1
         continue
+    run = [0, 0, 0]
     for record in records:
-        totals = [t + c for t, c in zip(totals, count(record))]
+        run = [r + c for r, c in zip(run, count(record))]
+    totals = [t + r for t, r in zip(totals, run)]
+    if len(sys.argv) > 2:
+        print(f"{path}: {run[0]} passed, {run[1]} failed, {run[2]} skipped")
 
 passed, failed, skipped = totals
 print(f"{passed} passed, {failed} failed, {skipped} skipped")

@@ -171,14 +171,9 @@ kv_test_tier_init (GTypeInstance *instance,
 {
 }
 
-G_MODULE_EXPORT const guint32 kvtier_plugin_abi_version = KV_PLUGIN_ABI_VERSION;
-
-G_MODULE_EXPORT void kvtier_plugin_register (KvTierRegistry *registry,
-                                             GTypeModule    *module);
-
-G_MODULE_EXPORT void
-kvtier_plugin_register (KvTierRegistry *registry,
-                        GTypeModule    *module)
+static void
+kv_test_plugin_register (KvTierRegistry *registry,
+                         GTypeModule    *module)
 {
   const GTypeInfo info = {
     sizeof (KvTestTierClass), NULL, NULL,
@@ -193,6 +188,10 @@ kvtier_plugin_register (KvTierRegistry *registry,
   (void) kv_tier_registry_register_tier_type (registry, "test-good", kv_test_tier_type, NULL);
 }
 
+KV_PLUGIN_DEFINE (kv_test_plugin_register);
+
+/* The broken plugins below spell their exports out: KV_PLUGIN_DEFINE()
+ * cannot get them wrong. */
 #elif defined(TEST_PLUGIN_ABI)
 
 G_MODULE_EXPORT const guint32 kvtier_plugin_abi_version = KV_PLUGIN_ABI_VERSION + 1;

@@ -30,6 +30,8 @@ packages=(
   libjson-glib-dev gir1.2-json-1.0
   liburing-dev libxxhash-dev libcairo2-dev
   python3-gi python3-pytest python3-numpy gjs gi-docgen
+  # the gtk-doc reference and its undocumented-symbol check (-Dgtk_doc)
+  gtk-doc-tools
   valgrind
   # the fuzz targets (tests/fuzz): clang's libFuzzer and sanitizer runtimes
   clang libclang-rt-14-dev libfuzzer-14-dev
@@ -141,8 +143,9 @@ case "$cmd" in
     ;;
   test)
     install_packages
-    # warnings are errors in the tree the tests run on
-    setup_build "$build" -Dwerror=true
+    # warnings are errors in the tree the tests run on; the gtk-doc build
+    # checks that every public symbol of the headers is documented
+    setup_build "$build" -Dwerror=true -Dgtk_doc=enabled
     ninja -C "$build"
     run_tests "$@"
     ;;

@@ -63,8 +63,9 @@ setup_build() {
   fi
 }
 
+# a section header with the seconds since the script started
 banner() {
-  printf '\n=== %s ===\n' "$*"
+  printf '\n=== %s (at %d s) ===\n' "$*" "$SECONDS"
 }
 
 have_libfuzzer() {

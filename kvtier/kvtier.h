@@ -43,5 +43,6 @@
 /* issue 12: the engine-facing connector */
 #include "kv-prefix-lookup.h"
 #include "kv-connector.h"
+#include "kv-configurable.h"
 
 #undef KVTIER_INSIDE

@@ -1804,6 +1804,30 @@ load_key_file (KvConfig     *self,
   g_autoptr(GKeyFile) key_file = g_key_file_new ();
   g_autoptr(GPtrArray) scanned = NULL;
   g_autoptr(GError) local_error = NULL;
+  const char *nul = memchr (data, '\0', length);
+
+  /* GKeyFile and the scan below read C strings: text after a NUL byte
+   * would be seen by one and not the other, so neither may see any. */
+  if (nul != NULL)
+    {
+      guint line = 1;
+      const char *line_start = data;
+
+      for (const char *p = data; p < nul; p++)
+        if (*p == '\n')
+          {
+            line++;
+            line_start = p + 1;
+          }
+      {
+        Loc loc = { origin, line };
+
+        set_error (error, KV_CONFIG_ERROR_PARSE, &loc, NULL, NULL,
+                   "a NUL byte at column %u (a configuration is text)",
+                   (guint) (nul - line_start) + 1);
+      }
+      return FALSE;
+    }
 
   scanned = scan_key_file (data, length, origin, error);
   if (scanned == NULL)
@@ -1841,15 +1865,26 @@ load_key_file (KvConfig     *self,
       raw = g_new0 (RawKey, n_keys + 1);
       for (gsize k = 0; k < n_keys; k++)
         {
-          char *text = g_key_file_get_string (key_file, sc->title, keys[k], &local_error);
+          g_autoptr(GError) key_error = NULL;
+          char *text = g_key_file_get_string (key_file, sc->title, keys[k], &key_error);
 
-          if (text == NULL)
+          /* An invalid escape still returns text, with an error: the
+           * error is what counts. */
+          if (key_error != NULL || text == NULL)
             {
               Loc key_loc = { origin, GPOINTER_TO_UINT (g_hash_table_lookup (sc->keys, keys[k])) };
               Section probe = { .kind = kind, .name = name };
+              g_autofree char *raw_text = g_key_file_get_value (key_file, sc->title, keys[k], NULL);
 
-              set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
-                         "%s", local_error->message);
+              g_free (text);
+              if (raw_text != NULL &&
+                  g_error_matches (key_error, G_KEY_FILE_ERROR, G_KEY_FILE_ERROR_INVALID_VALUE))
+                set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
+                           "'%s' has an invalid escape sequence (accepted: \\s \\n \\t"
+                           " \\r \\\\)", raw_text);
+              else
+                set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
+                           "%s", key_error != NULL ? key_error->message : "no value");
               return FALSE;
             }
           g_ptr_array_add (texts, text);

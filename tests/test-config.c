@@ -46,18 +46,24 @@ enum {
 
 static GParamSpec *properties[N_PROPS];
 
+/* How many times a test tier was initialized (started). */
+static guint n_started;
+
 static void test_config_tier_initable_iface_init (GInitableIface *iface);
+static void test_config_tier_configurable_iface_init (KvConfigurableInterface *iface);
 
 G_DEFINE_FINAL_TYPE_WITH_CODE (TestConfigTier, test_config_tier, KV_TYPE_SECONDARY_TIER,
                                G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
-                                                      test_config_tier_initable_iface_init))
+                                                      test_config_tier_initable_iface_init)
+                               G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
+                                                      test_config_tier_configurable_iface_init))
 
+/* What init refuses before it starts anything: shared by check and init. */
 static gboolean
-test_config_tier_initable_init (GInitable     *initable,
-                                GCancellable  *cancellable,
-                                GError       **error)
+test_config_tier_check (KvConfigurable  *configurable,
+                        GError         **error)
 {
-  TestConfigTier *self = TEST_CONFIG_TIER (initable);
+  TestConfigTier *self = TEST_CONFIG_TIER (configurable);
 
   if (self->fail_start)
     {
@@ -65,6 +71,23 @@ test_config_tier_initable_init (GInitable     *initable,
                    "tier %s refuses to start", self->label);
       return FALSE;
     }
+  return TRUE;
+}
+
+static void
+test_config_tier_configurable_iface_init (KvConfigurableInterface *iface)
+{
+  iface->check = test_config_tier_check;
+}
+
+static gboolean
+test_config_tier_initable_init (GInitable     *initable,
+                                GCancellable  *cancellable,
+                                GError       **error)
+{
+  if (!test_config_tier_check (KV_CONFIGURABLE (initable), error))
+    return FALSE;
+  n_started++;
   return TRUE;
 }
 
@@ -900,6 +923,67 @@ test_file (void)
   g_rmdir (dir);
 }
 
+/* g_key_file_get_string() returns the text of a value with an invalid
+ * escape and sets an error: the error is what counts, for every key. */
+static void
+test_error_escape (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = NULL;
+  g_autofree char *label = NULL;
+
+  expect_error ("[primary]\nfile = /dev/shm/a\\qb\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:2: [primary] key 'file': '/dev/shm/a\\qb' has an invalid escape"
+                " sequence (accepted: \\s \\n \\t \\r \\\\)", NULL);
+  /* Two such keys: the first is reported (a reused GError would warn
+   * "GError set over the top" and report the second). */
+  expect_error ("[tier t]\ntype = test\nlabel = a\\q\nhosts = b\\z\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:3: [tier t] key 'label': 'a\\q' has an invalid escape", NULL);
+  expect_error ("[primary]\nsize = 1MiB\n\n[tier t]\ntype = test\nlabel = ok\n"
+                "hosts = b\\z\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:7: [tier t] key 'hosts': 'b\\z' has an invalid escape", NULL);
+  /* A key-file escape at the end of a line. */
+  expect_error ("[tier t]\ntype = test\nlabel = tail\\\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:3: [tier t] key 'label'", "invalid escape", NULL);
+
+  /* Valid escapes still mean what the key-file format says. */
+  config = parse ("[tier t]\ntype = test\nlabel = \\sa\\tb\\\\c\n", &error);
+  g_assert_no_error (error);
+  label = kv_config_get_value (config, "tier t", "label");
+  g_assert_cmpstr (label, ==, " a\tb\\c");
+}
+
+/* A NUL byte is refused with its line: the key-file parser and the scan
+ * that finds lines and duplicates must see the same text. */
+static void
+test_error_nul (void)
+{
+  static const char after_nul[] = "[primary]\nsize = 1MiB\n\0[bogus]\nx = 1\n";
+  static const char in_value[] = "[primary]\nsize = 1MiB\nslot-size = 4KiB\0 junk\n";
+  static const char in_last_line[] = "[primary]\nsize = 1MiB\n[tier t]\ntype = test\n\0";
+  const struct { const char *text; gsize length; const char *message; } cases[] = {
+    { after_nul, sizeof after_nul - 1,
+      "test.conf:3: a NUL byte at column 1 (a configuration is text)" },
+    { in_value, sizeof in_value - 1,
+      "test.conf:3: a NUL byte at column 17 (a configuration is text)" },
+    { in_last_line, sizeof in_last_line - 1,
+      "test.conf:5: a NUL byte at column 1 (a configuration is text)" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      g_autoptr(KvTierRegistry) registry = new_registry ();
+      g_autoptr(KvConfig) config = kv_config_new_from_data (registry, cases[i].text,
+                                                            (gssize) cases[i].length,
+                                                            "test.conf", &error);
+
+      g_assert_null (config);
+      g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_PARSE);
+      g_assert_cmpstr (error->message, ==, cases[i].message);
+    }
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -927,6 +1011,8 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/create-primary-errors", test_create_primary_errors);
   g_test_add_func ("/kvtier/config/set-value", test_set_value);
   g_test_add_func ("/kvtier/config/file", test_file);
+  g_test_add_func ("/kvtier/config/error/escape", test_error_escape);
+  g_test_add_func ("/kvtier/config/error/nul", test_error_nul);
 
   return g_test_run ();
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kv-arc-policy.h"
+#include "kv-configurable.h"
 #include "kv-drop-store-policy.h"
 #include "kv-ema-backpressure-detector.h"
 #include "kv-lru-policy.h"
@@ -2519,6 +2520,63 @@ kv_config_to_data (KvConfig *self,
 /* ------------------------------------------------------------------------ */
 /* Building the objects */
 
+static const char *
+config_origin (KvConfig *self)
+{
+  return self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
+}
+
+/* The slot count and size of `[primary]`, refused as building refuses
+ * them. */
+static gboolean
+primary_geometry (KvConfig  *self,
+                  guint     *out_n_slots,
+                  guint64   *out_slot_size,
+                  GError   **error)
+{
+  guint64 size = kv_config_get_primary_size (self);
+  guint64 slot_size = kv_config_get_slot_size (self);
+  guint64 n_slots = size / slot_size;
+  Loc loc = { config_origin (self), self->primary->line };
+
+  if (n_slots == 0 || n_slots > G_MAXUINT32)
+    {
+      g_autofree char *s = kv_config_format_size (size);
+      g_autofree char *ss = kv_config_format_size (slot_size);
+
+      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, self->primary, "size",
+                 "%s makes %" G_GUINT64_FORMAT " slots of %s (1 to %u accepted)",
+                 s, n_slots, ss, G_MAXUINT32);
+      return FALSE;
+    }
+  *out_n_slots = (guint) n_slots;
+  *out_slot_size = slot_size;
+  return TRUE;
+}
+
+static const char *
+primary_file (KvConfig *self)
+{
+  Entry *file = find_entry (self->primary, "file");
+
+  if (file == NULL || g_value_get_string (&file->value) == NULL ||
+      *g_value_get_string (&file->value) == '\0')
+    return NULL;
+  return g_value_get_string (&file->value);
+}
+
+static KvHostBufferBacking
+primary_backing (KvConfig *self)
+{
+  Entry *shared = find_entry (self->primary, "shared");
+
+  if (primary_file (self) != NULL)
+    return KV_HOST_BUFFER_BACKING_FILE;
+  if (shared != NULL && g_value_get_boolean (&shared->value))
+    return KV_HOST_BUFFER_BACKING_MEMFD;
+  return KV_HOST_BUFFER_BACKING_ANONYMOUS;
+}
+
 /**
  * kv_config_create_primary:
  * @self: a configuration
@@ -2537,47 +2595,33 @@ kv_config_create_primary (KvConfig  *self,
 {
   g_autoptr(KvHostBuffer) buffer = NULL;
   g_autoptr(KvCachePolicy) policy = NULL;
-  Entry *file;
-  Entry *shared;
   Entry *events;
-  guint64 size, slot_size, n_slots;
-  Loc loc;
+  guint64 slot_size;
+  guint n_slots;
 
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  loc.origin = self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
-  loc.line = self->primary->line;
+  if (!primary_geometry (self, &n_slots, &slot_size, error))
+    return NULL;
 
-  size = kv_config_get_primary_size (self);
-  slot_size = kv_config_get_slot_size (self);
-  n_slots = size / slot_size;
-  if (n_slots == 0 || n_slots > G_MAXUINT32)
+  switch (primary_backing (self))
     {
-      g_autofree char *s = kv_config_format_size (size);
-      g_autofree char *ss = kv_config_format_size (slot_size);
-
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, self->primary, "size",
-                 "%s makes %" G_GUINT64_FORMAT " slots of %s (1 to %u accepted)",
-                 s, n_slots, ss, G_MAXUINT32);
-      return NULL;
+    case KV_HOST_BUFFER_BACKING_FILE:
+      buffer = kv_host_buffer_new_for_file (primary_file (self), n_slots, slot_size, error);
+      break;
+    case KV_HOST_BUFFER_BACKING_MEMFD:
+      buffer = kv_host_buffer_new_shared (n_slots, slot_size, error);
+      break;
+    default:
+      buffer = kv_host_buffer_new (n_slots, slot_size, error);
+      break;
     }
-
-  file = find_entry (self->primary, "file");
-  shared = find_entry (self->primary, "shared");
-  if (file != NULL && g_value_get_string (&file->value) != NULL &&
-      *g_value_get_string (&file->value) != '\0')
-    buffer = kv_host_buffer_new_for_file (g_value_get_string (&file->value),
-                                          (guint) n_slots, slot_size, error);
-  else if (shared != NULL && g_value_get_boolean (&shared->value))
-    buffer = kv_host_buffer_new_shared ((guint) n_slots, slot_size, error);
-  else
-    buffer = kv_host_buffer_new ((guint) n_slots, slot_size, error);
   if (buffer == NULL)
     return NULL;
 
   if (entry_enum (self->primary, "policy", POLICY_LRU) == POLICY_ARC)
-    policy = kv_arc_policy_new ((guint) n_slots);
+    policy = kv_arc_policy_new (n_slots);
   else
     policy = kv_lru_policy_new ();
 
@@ -2586,21 +2630,176 @@ kv_config_create_primary (KvConfig  *self,
                               events != NULL && g_value_get_boolean (&events->value));
 }
 
-static GVariant *
-object_properties (const Section *section)
+/* Constructs the object of a `[device]` or `[tier NAME]` section with its
+ * properties. Building initializes it ([iface@Gio.Initable]); checking
+ * (@dry) runs only its [iface@Kv.Configurable] check, which must not touch
+ * files, devices or memory. Both see the same objects and properties, so
+ * a check refuses what building would. */
+static GObject *
+construct_section (KvConfig                *self,
+                   const Section           *section,
+                   KvHostBuffer            *buffer,
+                   KvBackpressureDetector  *detector,
+                   gboolean                 dry,
+                   GError                 **error)
 {
-  GVariantBuilder builder;
+  gboolean device = section->kind == SECTION_DEVICE;
+  g_autoptr(GPtrArray) names = g_ptr_array_new ();
+  g_autoptr(GArray) values = g_array_new (FALSE, TRUE, sizeof (GValue));
+  GObject *object;
+  GType type;
 
-  g_variant_builder_init (&builder, G_VARIANT_TYPE_VARDICT);
+  g_array_set_clear_func (values, (GDestroyNotify) g_value_unset);
+  type = device ? kv_tier_registry_lookup_device_type (self->registry, section->type_name, error)
+                : kv_tier_registry_lookup_tier_type (self->registry, section->type_name, error);
+  if (type == G_TYPE_INVALID)
+    return NULL;
+
+  g_ptr_array_add (names, (gpointer) "primary");
+  g_array_set_size (values, values->len + 1);
+  g_value_set_object (g_value_init (&g_array_index (values, GValue, values->len - 1),
+                                    KV_TYPE_HOST_BUFFER), buffer);
+  if (!device)
+    {
+      g_ptr_array_add (names, (gpointer) "tier-type");
+      g_array_set_size (values, values->len + 1);
+      g_value_set_string (g_value_init (&g_array_index (values, GValue, values->len - 1),
+                                        G_TYPE_STRING), section->type_name);
+    }
+  if (detector != NULL)
+    {
+      g_ptr_array_add (names, (gpointer) "backpressure-detector");
+      g_array_set_size (values, values->len + 1);
+      g_value_set_object (g_value_init (&g_array_index (values, GValue, values->len - 1),
+                                        KV_TYPE_BACKPRESSURE_DETECTOR), detector);
+    }
   for (guint i = 0; i < section->entries->len; i++)
     {
       const Entry *entry = g_ptr_array_index (section->entries, i);
+      GValue *value;
 
-      if (entry->target == TARGET_OBJECT)
-        g_variant_builder_add (&builder, "{sv}", entry->key,
-                               kv_config_value_to_variant (entry->pspec, &entry->value));
+      if (entry->target != TARGET_OBJECT)
+        continue;
+      g_ptr_array_add (names, (gpointer) entry->pspec->name);
+      g_array_set_size (values, values->len + 1);
+      value = g_value_init (&g_array_index (values, GValue, values->len - 1),
+                            G_VALUE_TYPE (&entry->value));
+      g_value_copy (&entry->value, value);
     }
-  return g_variant_builder_end (&builder);
+
+  object = g_object_new_with_properties (type, names->len, (const char **) names->pdata,
+                                         (const GValue *) values->data);
+  if (dry)
+    {
+      if (KV_IS_CONFIGURABLE (object) && !kv_configurable_check (KV_CONFIGURABLE (object), error))
+        g_clear_object (&object);
+    }
+  else if (G_IS_INITABLE (object) && !g_initable_init (G_INITABLE (object), NULL, error))
+    g_clear_object (&object);
+  return object;
+}
+
+/* Builds (or, @dry, checks) the tier of @section. */
+static KvSecondaryTier *
+construct_tier (KvConfig       *self,
+                const Section  *section,
+                KvHostBuffer   *buffer,
+                gboolean        dry,
+                GError        **error)
+{
+  g_autoptr(KvBackpressureDetector) detector = NULL;
+  g_autoptr(GError) local_error = NULL;
+  GObject *tier = NULL;
+  Loc loc = { config_origin (self), section->line };
+
+  detector = build_detector (section, &local_error);
+  if (local_error == NULL)
+    tier = construct_section (self, section, buffer, detector, dry, &local_error);
+  if (tier == NULL)
+    {
+      set_error (error, KV_CONFIG_ERROR_FAILED, &loc, section, NULL,
+                 "cannot create the tier: %s", local_error->message);
+      return NULL;
+    }
+  return KV_SECONDARY_TIER (tier);
+}
+
+/* Builds (or, @dry, checks) the device of `[device]`. */
+static KvDevice *
+construct_device (KvConfig      *self,
+                  KvHostBuffer  *buffer,
+                  gboolean       dry,
+                  GError       **error)
+{
+  g_autoptr(GError) local_error = NULL;
+  GObject *device;
+  Loc loc = { config_origin (self), self->device->line };
+
+  device = construct_section (self, self->device, buffer, NULL, dry, &local_error);
+  if (device == NULL)
+    {
+      set_error (error, KV_CONFIG_ERROR_FAILED, &loc, self->device, NULL,
+                 "cannot create the device: %s", local_error->message);
+      return NULL;
+    }
+  return KV_DEVICE (device);
+}
+
+/**
+ * kv_config_check:
+ * @self: a configuration
+ * @error: return location for a #GError
+ *
+ * Checks everything that building the configuration would check, without
+ * building: the primary tier's slot count, then each tier and the device,
+ * constructed with their properties and backpressure detectors but not
+ * started. No memory is mapped and no file, directory, socket or device is
+ * opened. A tier or device class that implements [iface@Kv.Configurable]
+ * also runs the checks its start would run (the fs tier's root and layout,
+ * the device's chunk size); one that does not can still fail to start.
+ * What only starting can find out (a directory that cannot be created,
+ * memory that cannot be had) is not checked.
+ *
+ * Returns: %TRUE when the configuration builds as far as can be told,
+ *   %FALSE with @error set to the error that
+ *   [method@Kv.Config.create_manager] or [method@Kv.Config.create_device]
+ *   would return
+ */
+gboolean
+kv_config_check (KvConfig  *self,
+                 GError   **error)
+{
+  g_autoptr(KvHostBuffer) buffer = NULL;
+  guint64 slot_size;
+  guint n_slots;
+
+  g_return_val_if_fail (KV_IS_CONFIG (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  if (!primary_geometry (self, &n_slots, &slot_size, error))
+    return FALSE;
+  /* The buffer's properties without its memory: what tiers and devices
+   * read from it at construction. */
+  buffer = g_object_new (KV_TYPE_HOST_BUFFER, "n-slots", n_slots, "slot-size", slot_size,
+                         "backing", primary_backing (self), "path", primary_file (self),
+                         NULL);
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      g_autoptr(KvSecondaryTier) tier = construct_tier (self, g_ptr_array_index (self->tiers, i),
+                                                        buffer, TRUE, error);
+
+      if (tier == NULL)
+        return FALSE;
+    }
+  if (self->device != NULL)
+    {
+      g_autoptr(KvDevice) device = construct_device (self, buffer, TRUE, error);
+
+      if (device == NULL)
+        return FALSE;
+    }
+  return TRUE;
 }
 
 /**
@@ -2609,12 +2808,12 @@ object_properties (const Section *section)
  * @error: return location for a #GError
  *
  * Builds the objects: the primary tier ([method@Kv.Config.create_primary]),
- * then each tier in order, created through the registry with its
- * properties and backpressure detector, then a [class@Kv.TieringManager]
- * with the tiers added in order. When a tier fails, the tiers created so
- * far are shut down in reverse order and nothing is returned. The device is
- * separate: [method@Kv.Config.create_device]. Call on the thread that will
- * own the manager.
+ * then each tier in order, created with its properties and backpressure
+ * detector and started, then a [class@Kv.TieringManager] with the tiers
+ * added in order. When a tier fails, the tiers created so far are shut
+ * down in reverse order and nothing is returned. The device is separate:
+ * [method@Kv.Config.create_device]. Call on the thread that will own the
+ * manager.
  *
  * Returns: (transfer full): the manager, or %NULL with @error set
  *   (%KV_CONFIG_ERROR_FAILED naming the section, for a tier that failed to
@@ -2627,13 +2826,11 @@ kv_config_create_manager (KvConfig  *self,
   g_autoptr(KvPrimaryTier) primary = NULL;
   g_autoptr(KvTieringManager) manager = NULL;
   g_autoptr(GPtrArray) created = NULL;
-  const char *origin;
   KvHostBuffer *buffer;
 
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  origin = self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
   primary = kv_config_create_primary (self, error);
   if (primary == NULL)
     return NULL;
@@ -2644,27 +2841,28 @@ kv_config_create_manager (KvConfig  *self,
   for (guint i = 0; i < self->tiers->len; i++)
     {
       const Section *section = g_ptr_array_index (self->tiers, i);
-      g_autoptr(KvBackpressureDetector) detector = NULL;
       g_autoptr(KvSecondaryTier) tier = NULL;
-      g_autoptr(GError) local_error = NULL;
-      Loc loc = { origin, section->line };
+      g_autoptr(GError) add_error = NULL;
+      gboolean ok;
 
-      detector = build_detector (section, &local_error);
-      if (local_error == NULL)
-        tier = kv_tier_registry_create_tier (self->registry, section->type_name, buffer,
-                                             detector, object_properties (section),
-                                             &local_error);
-      if (tier != NULL)
+      tier = construct_tier (self, section, buffer, FALSE, error);
+      ok = tier != NULL;
+      if (ok)
         {
           /* Shut down with the others on failure, added or not. */
           g_ptr_array_add (created, g_object_ref (tier));
-          kv_tiering_manager_add_tier (manager, tier, &local_error);
+          if (!kv_tiering_manager_add_tier (manager, tier, &add_error))
+            {
+              Loc loc = { config_origin (self), section->line };
+
+              set_error (error, KV_CONFIG_ERROR_FAILED, &loc, section, NULL,
+                         "cannot create the tier: %s", add_error->message);
+              ok = FALSE;
+            }
         }
 
-      if (local_error != NULL)
+      if (!ok)
         {
-          set_error (error, KV_CONFIG_ERROR_FAILED, &loc, section, NULL,
-                     "cannot create the tier: %s", local_error->message);
           for (guint j = created->len; j > 0; j--)
             {
               g_autoptr(GError) shutdown_error = NULL;
@@ -2688,7 +2886,7 @@ kv_config_create_manager (KvConfig  *self,
  * @primary: the primary tier's buffer (from the manager's primary tier)
  * @error: return location for a #GError
  *
- * Creates and initializes the device of `[device]` through the registry.
+ * Creates and initializes the device of `[device]`.
  *
  * Returns: (transfer full): the device, or %NULL with @error set when the
  *   configuration has no device section (%KV_CONFIG_ERROR_MISSING_KEY) or
@@ -2699,31 +2897,17 @@ kv_config_create_device (KvConfig      *self,
                          KvHostBuffer  *primary,
                          GError       **error)
 {
-  g_autoptr(GError) local_error = NULL;
-  KvDevice *device;
-  Loc loc;
-
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (KV_IS_HOST_BUFFER (primary), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  loc.origin = self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
-  loc.line = self->device != NULL ? self->device->line : 0;
-
   if (self->device == NULL)
     {
+      Loc loc = { config_origin (self), 0 };
+
       set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, NULL, NULL,
                  "the configuration has no [device] section");
       return NULL;
     }
-
-  device = kv_tier_registry_create_device (self->registry, self->device->type_name, primary,
-                                           object_properties (self->device), &local_error);
-  if (device == NULL)
-    {
-      set_error (error, KV_CONFIG_ERROR_FAILED, &loc, self->device, NULL,
-                 "cannot create the device: %s", local_error->message);
-      return NULL;
-    }
-  return device;
+  return construct_device (self, primary, FALSE, error);
 }

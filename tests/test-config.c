@@ -984,6 +984,84 @@ test_error_nul (void)
     }
 }
 
+/* check() must say what building would, and build nothing. */
+static void
+expect_check_error (const char *text,
+                    gint        code,
+                    const char *message)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GError) build_error = NULL;
+  g_autoptr(KvConfig) config = parse (text, &error);
+  g_autoptr(KvTieringManager) manager = NULL;
+
+  g_assert_no_error (error);
+  n_started = 0;
+  g_assert_false (kv_config_check (config, &error));
+  g_assert_error (error, KV_CONFIG_ERROR, code);
+  g_assert_cmpstr (error->message, ==, message);
+  g_assert_cmpuint (n_started, ==, 0);
+
+  manager = kv_config_create_manager (config, &build_error);
+  g_assert_null (manager);
+  g_assert_error (build_error, KV_CONFIG_ERROR, code);
+  g_assert_cmpstr (build_error->message, ==, message);
+}
+
+static void
+test_check (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = parse (full_config, &error);
+
+  g_assert_no_error (error);
+  n_started = 0;
+  g_assert_true (kv_config_check (config, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (n_started, ==, 0);
+
+  /* No slot at all, and more slots than a primary tier can have. */
+  expect_check_error ("[primary]\nsize = 64KiB\nslot-size = 128KiB\n",
+                      KV_CONFIG_ERROR_INVALID_VALUE,
+                      "test.conf:1: [primary] key 'size': 64KiB makes 0 slots of 128KiB"
+                      " (1 to 4294967295 accepted)");
+  expect_check_error ("[primary]\nsize = 2048000000000000\nslot-size = 4KiB\n",
+                      KV_CONFIG_ERROR_INVALID_VALUE,
+                      "test.conf:1: [primary] key 'size': 1953125000MiB makes 500000000000"
+                      " slots of 4KiB (1 to 4294967295 accepted)");
+  /* A tier whose start would fail says so without starting. */
+  expect_check_error ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
+                      "[tier a]\ntype = test\nlabel = a\n"
+                      "[tier c]\ntype = test\nlabel = c\nfail-start = true\n",
+                      KV_CONFIG_ERROR_FAILED,
+                      "test.conf:7: [tier c]: cannot create the tier: tier c refuses to start");
+}
+
+/* The device is checked with the tiers: a chunk larger than a slot. */
+static void
+test_check_device (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = parse ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
+                                      "[device]\ntype = host\nn-blocks = 4\n"
+                                      "block-bytes = 64KiB\nn-layers = 2\n", &error);
+  g_autoptr(KvPrimaryTier) primary = NULL;
+  g_autoptr(KvDevice) device = NULL;
+  g_autoptr(GError) build_error = NULL;
+
+  g_assert_no_error (error);
+  g_assert_false (kv_config_check (config, &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
+  g_assert_nonnull (strstr (error->message, "test.conf:4: [device]: cannot create the device: "));
+
+  primary = kv_config_create_primary (config, &build_error);
+  g_assert_no_error (build_error);
+  device = kv_config_create_device (config, kv_primary_tier_get_buffer (primary), &build_error);
+  g_assert_null (device);
+  g_assert_error (build_error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
+  g_assert_cmpstr (build_error->message, ==, error->message);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -1013,6 +1091,8 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/file", test_file);
   g_test_add_func ("/kvtier/config/error/escape", test_error_escape);
   g_test_add_func ("/kvtier/config/error/nul", test_error_nul);
+  g_test_add_func ("/kvtier/config/check", test_check);
+  g_test_add_func ("/kvtier/config/check-device", test_check_device);
 
   return g_test_run ();
 }

@@ -1062,6 +1062,55 @@ test_check_device (void)
   g_assert_cmpstr (build_error->message, ==, error->message);
 }
 
+/* [primary] keys set the host buffer's and the primary tier's properties:
+ * `shared` a memfd, `file` the buffer's path, `events` enable-events, and
+ * an ARC policy gets the slot count as its capacity. */
+static void
+test_create_primary_properties (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *dir = g_dir_make_tmp ("kvtier-config-XXXXXX", &error);
+  g_autofree char *path = g_build_filename (dir, "primary.mmap", NULL);
+  g_autofree char *text = g_strdup_printf ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
+                                           "file = %s\nevents = yes\npolicy = arc\n", path);
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvPrimaryTier) primary = NULL;
+  g_autofree char *buffer_path = NULL;
+  gboolean events = FALSE;
+  guint capacity = 0;
+
+  g_assert_no_error (error);
+  config = parse (text, &error);
+  g_assert_no_error (error);
+  primary = kv_config_create_primary (config, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (kv_host_buffer_get_backing (kv_primary_tier_get_buffer (primary)), ==,
+                   KV_HOST_BUFFER_BACKING_FILE);
+  g_object_get (kv_primary_tier_get_buffer (primary), "path", &buffer_path, NULL);
+  g_assert_cmpstr (buffer_path, ==, path);
+  g_assert_true (g_file_test (path, G_FILE_TEST_IS_REGULAR));
+  g_object_get (primary, "enable-events", &events, NULL);
+  g_assert_true (events);
+  g_assert_true (KV_IS_ARC_POLICY (kv_primary_tier_get_policy (primary)));
+  g_object_get (kv_primary_tier_get_policy (primary), "capacity", &capacity, NULL);
+  g_assert_cmpuint (capacity, ==, 16);
+  g_clear_object (&primary);
+  g_clear_object (&config);
+  /* The buffer created the file, and removed it. */
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+
+  config = parse ("[primary]\nsize = 1MiB\nslot-size = 64KiB\nshared = true\n", &error);
+  g_assert_no_error (error);
+  primary = kv_config_create_primary (config, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (kv_host_buffer_get_backing (kv_primary_tier_get_buffer (primary)), ==,
+                   KV_HOST_BUFFER_BACKING_MEMFD);
+  g_object_get (primary, "enable-events", &events, NULL);
+  g_assert_false (events);
+  g_assert_true (KV_IS_LRU_POLICY (kv_primary_tier_get_policy (primary)));
+  g_rmdir (dir);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -1093,6 +1142,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/error/nul", test_error_nul);
   g_test_add_func ("/kvtier/config/check", test_check);
   g_test_add_func ("/kvtier/config/check-device", test_check_device);
+  g_test_add_func ("/kvtier/config/create-primary-properties", test_create_primary_properties);
 
   return g_test_run ();
 }

@@ -110,6 +110,20 @@ scan_key_file (const char  *data,
   return g_steal_pointer (&sections);
 }
 
+/* The escapes g_key_file_get_string() accepts: \s \n \t \r \\. */
+static gboolean
+escapes_are_valid (const char *raw)
+{
+  for (const char *p = raw; *p != '\0'; p++)
+    if (*p == '\\')
+      {
+        p++;
+        if (*p == '\0' || strchr ("sntr\\", *p) == NULL)
+          return FALSE;
+      }
+  return TRUE;
+}
+
 gboolean
 kv_config_key_file_load (KvConfigDocument  *document,
                          const char        *data,
@@ -182,33 +196,35 @@ kv_config_key_file_load (KvConfigDocument  *document,
       raw = g_new0 (KvConfigRawKey, n_keys + 1);
       for (gsize k = 0; k < n_keys; k++)
         {
+          guint line = GPOINTER_TO_UINT (g_hash_table_lookup (sc->keys, keys[k]));
+          KvConfigLocation key_loc = { origin, line };
+          KvConfigSection probe = { .kind = kind, .name = name };
+          g_autofree char *raw_text = g_key_file_get_value (key_file, sc->title, keys[k], NULL);
           g_autoptr(GError) key_error = NULL;
-          char *text = g_key_file_get_string (key_file, sc->title, keys[k], &key_error);
+          char *text;
 
-          /* An invalid escape still returns text, with an error: the
-           * error is what counts. */
+          /* Escapes are checked before GKeyFile unescapes: it returns the
+           * text of a value with a bad escape (with an error), and sets its
+           * error twice for two ("GError set over the top"). */
+          if (raw_text != NULL && !escapes_are_valid (raw_text))
+            {
+              kv_config_set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
+                                   "'%s' has an invalid escape sequence (accepted: \\s \\n"
+                                   " \\t \\r \\\\)", raw_text);
+              return FALSE;
+            }
+          text = g_key_file_get_string (key_file, sc->title, keys[k], &key_error);
           if (key_error != NULL || text == NULL)
             {
-              guint line = GPOINTER_TO_UINT (g_hash_table_lookup (sc->keys, keys[k]));
-              KvConfigLocation key_loc = { origin, line };
-              KvConfigSection probe = { .kind = kind, .name = name };
-              g_autofree char *raw_text = g_key_file_get_value (key_file, sc->title, keys[k], NULL);
-
               g_free (text);
-              if (raw_text != NULL &&
-                  g_error_matches (key_error, G_KEY_FILE_ERROR, G_KEY_FILE_ERROR_INVALID_VALUE))
-                kv_config_set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
-                                     "'%s' has an invalid escape sequence (accepted: \\s \\n \\t"
-                                     " \\r \\\\)", raw_text);
-              else
-                kv_config_set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
-                                     "%s", key_error != NULL ? key_error->message : "no value");
+              kv_config_set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
+                                   "%s", key_error != NULL ? key_error->message : "no value");
               return FALSE;
             }
           g_ptr_array_add (texts, text);
           raw[k].key = keys[k];
           raw[k].text = text;
-          raw[k].line = GPOINTER_TO_UINT (g_hash_table_lookup (sc->keys, keys[k]));
+          raw[k].line = line;
         }
 
       if (!kv_config_document_add_section (document, kind, name, sc->line, raw,

@@ -942,6 +942,10 @@ test_error_escape (void)
   expect_error ("[primary]\nsize = 1MiB\n\n[tier t]\ntype = test\nlabel = ok\n"
                 "hosts = b\\z\n", KV_CONFIG_ERROR_PARSE,
                 "test.conf:7: [tier t] key 'hosts': 'b\\z' has an invalid escape", NULL);
+  /* A bad escape and a trailing one: GKeyFile alone would set its error
+   * twice ("GError set over the top", found by fuzz-config). */
+  expect_error ("[tier t]\ntype = test\nlabel = a\\q\\\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:3: [tier t] key 'label': 'a\\q\\' has an invalid escape", NULL);
   /* A key-file escape at the end of a line. */
   expect_error ("[tier t]\ntype = test\nlabel = tail\\\n", KV_CONFIG_ERROR_PARSE,
                 "test.conf:3: [tier t] key 'label'", "invalid escape", NULL);

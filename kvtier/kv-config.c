@@ -77,9 +77,10 @@ G_DEFINE_QUARK (kv-config-error-quark, kv_config_error)
  * Loading checks everything it can without side effects: unknown sections
  * and keys, bad values, missing and unknown types and duplicates fail with a
  * [error@Kv.ConfigError] that names the file, the line, the section, the key
- * and the accepted choices. [method@Kv.Config.create_manager] then builds
- * the objects. A configuration is not thread-safe: use it from one thread at
- * a time.
+ * and the accepted choices. [method@Kv.Config.check] then refuses what
+ * building would refuse without starting anything, and
+ * [method@Kv.Config.create_manager] builds the objects. A configuration is
+ * not thread-safe: use it from one thread at a time.
  */
 struct _KvConfig
 {

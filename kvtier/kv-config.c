@@ -300,7 +300,9 @@ kv_config_set_value (KvConfig    *self,
       return FALSE;
     }
 
-  target = kv_config_document_find_section (self->document, section, &kind, &name);
+  target = kind == KV_CONFIG_SECTION_PRIMARY ? self->document->primary
+           : kind == KV_CONFIG_SECTION_DEVICE ? self->document->device
+           : kv_config_document_find_tier (self->document, name);
   if (target == NULL)
     {
       KvConfigRawKey raw = { "type", value, NULL, 0 };

@@ -71,6 +71,16 @@ properties_add_entries (Properties            *props,
     }
 }
 
+static gboolean
+has_property (Properties *props,
+              const char *name)
+{
+  for (guint i = 0; i < props->names->len; i++)
+    if (g_str_equal (g_ptr_array_index (props->names, i), name))
+      return TRUE;
+  return FALSE;
+}
+
 static GObject *
 properties_new_object (Properties *props,
                        GType       type)
@@ -146,9 +156,9 @@ kv_config_build_detector (const KvConfigSection  *section,
   if (entry != NULL && entry->target == KV_CONFIG_TARGET_PROPERTY)
     locality = g_value_get_enum (&entry->value);
   kv_ema_backpressure_detector_get_default_config (section->type_name, locality, &high, &low);
-  if (kv_config_section_find_entry (section, KV_CONFIG_BACKPRESSURE_PREFIX "high-water-s") == NULL)
+  if (!has_property (&props, "high-water-s"))
     g_value_set_double (properties_add (&props, "high-water-s", G_TYPE_DOUBLE), high);
-  if (kv_config_section_find_entry (section, KV_CONFIG_BACKPRESSURE_PREFIX "low-water-s") == NULL)
+  if (!has_property (&props, "low-water-s"))
     g_value_set_double (properties_add (&props, "low-water-s", G_TYPE_DOUBLE), low);
 
   if (kv_config_section_get_enum (section, "backpressure-policy",

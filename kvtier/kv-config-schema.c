@@ -205,7 +205,7 @@ resolve_primary_key (const char     *key,
       g_autoptr(GTypeClass) klass = g_type_class_ref (owners[i]);
       GParamSpec *pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), key);
 
-      if (pspec != NULL && is_primary_extra (owners[i], pspec))
+      if (pspec != NULL && g_str_equal (pspec->name, key) && is_primary_extra (owners[i], pspec))
         {
           *out_target = KV_CONFIG_TARGET_PROPERTY;
           *out_owner = owners[i];
@@ -245,6 +245,8 @@ is_detector_property (GParamSpec *pspec)
          (pspec->flags & (G_PARAM_CONSTRUCT | G_PARAM_CONSTRUCT_ONLY)) != 0;
 }
 
+/* A key is a property's canonical name: GObject also finds "max_size" for
+ * "max-size", and a section giving both would set one property twice. */
 GParamSpec *
 kv_config_schema_resolve_key (const KvConfigSection *section,
                               const char            *key,
@@ -283,7 +285,8 @@ kv_config_schema_resolve_key (const KvConfigSection *section,
 
           pspec = g_object_class_find_property (G_OBJECT_CLASS (klass),
                                                 key + strlen (KV_CONFIG_BACKPRESSURE_PREFIX));
-          if (pspec != NULL && is_detector_property (pspec))
+          if (pspec != NULL && is_detector_property (pspec) &&
+              g_str_equal (pspec->name, key + strlen (KV_CONFIG_BACKPRESSURE_PREFIX)))
             {
               *out_target = KV_CONFIG_TARGET_DETECTOR;
               *out_owner = KV_TYPE_EMA_BACKPRESSURE_DETECTOR;
@@ -298,7 +301,8 @@ kv_config_schema_resolve_key (const KvConfigSection *section,
     g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
 
     pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), key);
-    if (pspec != NULL && kv_config_value_is_configurable (pspec, section->type))
+    if (pspec != NULL && g_str_equal (pspec->name, key) &&
+        kv_config_value_is_configurable (pspec, section->type))
       return pspec;
   }
   return NULL;

@@ -999,7 +999,10 @@ collect_properties (const char      *kind,
       GParamSpec *pspec = g_object_class_find_property (klass, key);
       GValue gvalue = G_VALUE_INIT;
 
-      if (pspec == NULL || !kv_config_value_is_configurable (pspec, G_TYPE_FROM_CLASS (klass)))
+      /* Canonical names only: "max_size" and "max-size" would set one
+       * property twice. */
+      if (pspec == NULL || !g_str_equal (pspec->name, key) ||
+          !kv_config_value_is_configurable (pspec, G_TYPE_FROM_CLASS (klass)))
         {
           g_autoptr(GString) accepted = g_string_new (NULL);
           g_autofree GParamSpec **pspecs = NULL;

@@ -1115,6 +1115,41 @@ test_create_primary_properties (void)
   g_rmdir (dir);
 }
 
+/* GObject finds "max_size" for "max-size": a configuration takes only the
+ * canonical name, or a section giving both would set the property twice
+ * (a critical, found by fuzz-config). The registry's dictionaries too. */
+static void
+test_error_key_spelling (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTierRegistry) registry = new_registry ();
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (1, 4096, &error);
+  g_autoptr(KvSecondaryTier) tier = NULL;
+  GVariantBuilder props;
+
+  expect_error ("[tier a]\ntype = test\nmax_size = 1GiB\nmax-size = 2GiB\n",
+                KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:3: [tier a] key 'max_size': unknown key for tier type 'test'"
+                " (accepted: type,", "max-size", NULL);
+  expect_error ("[tier a]\ntype = test\nbackpressure-high_water-s = 5\n",
+                KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:3: [tier a] key 'backpressure-high_water-s': unknown key", NULL);
+  expect_error ("[device]\ntype = host\nn_blocks = 4\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:3: [device] key 'n_blocks': unknown key", NULL);
+  expect_error ("[primary]\nslot_size = 64KiB\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:2: [primary] key 'slot_size': unknown key", NULL);
+
+  g_assert_no_error (error);
+  g_variant_builder_init (&props, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add (&props, "{sv}", "max_size", g_variant_new_string ("1GiB"));
+  g_variant_builder_add (&props, "{sv}", "max-size", g_variant_new_string ("2GiB"));
+  tier = kv_tier_registry_create_tier (registry, "test", buffer, NULL,
+                                       g_variant_builder_end (&props), &error);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY);
+  g_assert_nonnull (strstr (error->message, "no configurable property 'max_size'"));
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -1144,6 +1179,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/file", test_file);
   g_test_add_func ("/kvtier/config/error/escape", test_error_escape);
   g_test_add_func ("/kvtier/config/error/nul", test_error_nul);
+  g_test_add_func ("/kvtier/config/error/key-spelling", test_error_key_spelling);
   g_test_add_func ("/kvtier/config/check", test_check);
   g_test_add_func ("/kvtier/config/check-device", test_check_device);
   g_test_add_func ("/kvtier/config/create-primary-properties", test_create_primary_properties);

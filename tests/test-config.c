@@ -1064,6 +1064,20 @@ test_check_device (void)
   g_assert_null (device);
   g_assert_error (build_error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
   g_assert_cmpstr (build_error->message, ==, error->message);
+  g_clear_error (&error);
+  g_clear_object (&config);
+
+  /* The host device's own refusal, after the device's: memory it could
+   * not even address (checked only: building would map a 1 TiB slot). */
+  config = parse ("[primary]\nsize = 1TiB\nslot-size = 1TiB\n"
+                  "[device]\ntype = host\nn-blocks = 33554432\nblock-bytes = 1GiB\n"
+                  "n-layers = 1024\nblocks-per-chunk = 1\n", &error);
+  g_assert_no_error (error);
+  g_assert_false (kv_config_check (config, &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
+  g_assert_cmpstr (error->message, ==, "test.conf:4: [device]: cannot create the device: "
+                   "KvHostDevice: 1024 layers × 33554432 blocks × 1073741824 bytes overflow"
+                   " the address space");
 }
 
 /* [primary] keys set the host buffer's and the primary tier's properties:

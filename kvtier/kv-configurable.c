@@ -13,7 +13,7 @@
  * Tiers and devices refuse some configurations only when they start: an fs
  * tier without a root, a vLLM layout without the model's identity. A tier
  * or device class that implements this interface next to
- * [iface@Gio.Initable] lets the configuration check (`kvtier config
+ * [iface@Gio.Initable] lets [method@Kv.Config.check] (and `kvtier config
  * check`) report those refusals without starting anything. The object is
  * constructed with its properties, and [method@Kv.Configurable.check] runs
  * the checks that [method@Gio.Initable.init] would run before its first

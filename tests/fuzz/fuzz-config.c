@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 
-/* libFuzzer target for the configuration parser. Every input that parses
- * is written back (key file and a{sv} dictionary) and read again: the
- * sections, keys and values must come back the same, the text must be a
- * fixed point, and kv_config_check() must give the same verdict and
- * message (without the location: lines move when the text is rewritten).
- * Inputs that do not parse must fail with a KV_CONFIG_ERROR. */
+/* libFuzzer target for the configuration parser. Each input is read as
+ * key-file text and, the same bytes, as a serialized a{sv} dictionary.
+ * Every configuration that parses is written back (key file and
+ * dictionary) and read again: the sections, keys and values must come back
+ * the same, the text must be a fixed point, and kv_config_check() must give
+ * the same verdict and message (without the location: lines move when the
+ * text is rewritten). Inputs that do not parse must fail with a
+ * KV_CONFIG_ERROR. */
 
 #include "config.h"
 
@@ -283,12 +285,21 @@ LLVMFuzzerInitialize (int    *argc,
   return 0;
 }
 
-int
-LLVMFuzzerTestOneInput (const uint8_t *data,
-                        size_t         size)
+/* A refused input must say why, in the configuration's error domain. */
+static void
+expect_config_error (const GError *error)
+{
+  if (error == NULL || error->domain != KV_CONFIG_ERROR || error->message[0] == '\0')
+    fail ("a refused input without a KV_CONFIG_ERROR",
+          error != NULL ? g_quark_to_string (error->domain) : NULL,
+          error != NULL ? error->message : NULL);
+}
+
+/* Writes @config both ways, reads it back and compares. */
+static void
+round_trip (KvConfig *config)
 {
   g_autoptr(GError) error = NULL;
-  g_autoptr(KvConfig) config = NULL;
   g_autoptr(KvConfig) reread = NULL;
   g_autoptr(KvConfig) from_variant = NULL;
   g_autoptr(GVariant) variant = NULL;
@@ -297,19 +308,6 @@ LLVMFuzzerTestOneInput (const uint8_t *data,
   g_autofree char *text = NULL;
   g_autofree char *text_again = NULL;
   gsize length = 0, length_again = 0;
-
-  if (registry == NULL)
-    LLVMFuzzerInitialize (NULL, NULL);
-
-  config = kv_config_new_from_data (registry, (const char *) data, (gssize) size, "config",
-                                    &error);
-  if (config == NULL)
-    {
-      if (error == NULL || error->domain != KV_CONFIG_ERROR || error->message[0] == '\0')
-        fail ("a refused input without a KV_CONFIG_ERROR", (const char *) data,
-              error != NULL ? error->message : NULL);
-      return 0;
-    }
 
   /* The key file: read back to the same sections, keys and values. */
   text = kv_config_to_data (config, &length);
@@ -343,5 +341,38 @@ LLVMFuzzerTestOneInput (const uint8_t *data,
       fail ("the dictionary round trip changed the configuration", a, b);
     }
   check_same_verdict (config, from_variant);
+}
+
+int
+LLVMFuzzerTestOneInput (const uint8_t *data,
+                        size_t         size)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GError) variant_error = NULL;
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvConfig) from_variant = NULL;
+  g_autoptr(GBytes) bytes = NULL;
+  g_autoptr(GVariant) variant = NULL;
+
+  if (registry == NULL)
+    LLVMFuzzerInitialize (NULL, NULL);
+
+  /* The input as key-file text. */
+  config = kv_config_new_from_data (registry, (const char *) data, (gssize) size, "config",
+                                    &error);
+  if (config != NULL)
+    round_trip (config);
+  else
+    expect_config_error (error);
+
+  /* The same bytes as a serialized a{sv} dictionary, the form Python and
+   * JavaScript pass (GVariant reads untrusted data safely). */
+  bytes = g_bytes_new (data, size);
+  variant = g_variant_ref_sink (g_variant_new_from_bytes (G_VARIANT_TYPE_VARDICT, bytes, FALSE));
+  from_variant = kv_config_new_from_variant (registry, variant, &variant_error);
+  if (from_variant != NULL)
+    round_trip (from_variant);
+  else
+    expect_config_error (variant_error);
   return 0;
 }

@@ -119,6 +119,39 @@ kv_config_set_error (GError                 **error,
 /* ------------------------------------------------------------------------ */
 /* Keys */
 
+/* A string list from a dictionary is taken as the text form takes it
+ * (items stripped, empty items dropped), and an item may not hold a
+ * separator: the text form could not write it back. */
+static gboolean
+normalize_list (GValue  *value,
+                GError **error)
+{
+  const char * const *items = g_value_get_boxed (value);
+  GPtrArray *kept = g_ptr_array_new_with_free_func (g_free);
+
+  for (guint i = 0; items != NULL && items[i] != NULL; i++)
+    {
+      char *item;
+
+      if (strpbrk (items[i], ",;") != NULL)
+        {
+          g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
+                       "'%s' cannot be an item of a string list (',' and ';' separate items)",
+                       items[i]);
+          g_ptr_array_free (kept, TRUE);
+          return FALSE;
+        }
+      item = g_strstrip (g_strdup (items[i]));
+      if (*item != '\0')
+        g_ptr_array_add (kept, item);
+      else
+        g_free (item);
+    }
+  g_ptr_array_add (kept, NULL);
+  g_value_take_boxed (value, g_ptr_array_free (kept, FALSE));
+  return TRUE;
+}
+
 /* Sets one key (text or typed variant) of a section whose type is known.
  * An existing value of the key is replaced. */
 gboolean
@@ -159,6 +192,14 @@ kv_config_section_set (KvConfigSection         *section,
     {
       kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, loc, section, key,
                            "%s", local_error->message);
+      return FALSE;
+    }
+
+  if (G_VALUE_HOLDS (&value, G_TYPE_STRV) && !normalize_list (&value, &local_error))
+    {
+      kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, loc, section, key,
+                           "%s", local_error->message);
+      g_value_unset (&value);
       return FALSE;
     }
 

@@ -413,7 +413,10 @@ kv_config_value_from_string (GParamSpec  *pspec,
 
         errno = 0;
         d = g_ascii_strtod (stripped, &end);
-        if (*stripped == '\0' || end == NULL || *end != '\0' || errno != 0)
+        /* ERANGE with a finite result is an underflow: a subnormal (as a
+         * dictionary's double may be) or zero is still a number. */
+        if (*stripped == '\0' || end == NULL || *end != '\0' ||
+            (errno != 0 && !(errno == ERANGE && isfinite (d))))
           {
             g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
                          "'%s' is not a number", text);

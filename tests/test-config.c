@@ -1197,6 +1197,38 @@ test_variant_lists (void)
                         "'x,y' cannot be an item of a string list (',' and ';' separate items)");
 }
 
+/* A subnormal double from a dictionary is written as text that must read
+ * back (found by fuzz-config: strtod's ERANGE refused it); an overflow is
+ * still not a number. */
+static void
+test_subnormal (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTierRegistry) registry = new_registry ();
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvConfig) reread = NULL;
+  g_autofree char *value = NULL;
+  g_autofree char *text = NULL;
+  g_autoptr(GVariant) variant = NULL;
+  g_autoptr(GVariant) reread_variant = NULL;
+
+  config = kv_config_new_from_variant (registry, g_variant_new_parsed (
+    "{'tiers': <[{'name': <'a'>, 'type': <'test'>, 'ratio': <%d>}]>}", 3.4225272238268e-310),
+    &error);
+  g_assert_no_error (error);
+  value = kv_config_get_value (config, "tier a", "ratio");
+  g_assert_cmpstr (value, ==, "3.4225272238268e-310");
+  text = kv_config_to_data (config, NULL);
+  reread = kv_config_new_from_data (registry, text, -1, NULL, &error);
+  g_assert_no_error (error);
+  variant = g_variant_ref_sink (kv_config_to_variant (config));
+  reread_variant = g_variant_ref_sink (kv_config_to_variant (reread));
+  g_assert_true (g_variant_equal (variant, reread_variant));
+
+  expect_error ("[tier a]\ntype = test\nratio = 1e999\n", KV_CONFIG_ERROR_INVALID_VALUE,
+                "'1e999' is not a number", NULL);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -1220,6 +1252,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/variant", test_variant);
   g_test_add_func ("/kvtier/config/variant-errors", test_variant_errors);
   g_test_add_func ("/kvtier/config/variant-lists", test_variant_lists);
+  g_test_add_func ("/kvtier/config/subnormal", test_subnormal);
   g_test_add_func ("/kvtier/config/create-manager", test_create_manager);
   g_test_add_func ("/kvtier/config/create-failure", test_create_failure);
   g_test_add_func ("/kvtier/config/create-primary-errors", test_create_primary_errors);

@@ -684,6 +684,10 @@ test_config_check_builds (void)
       "empty-root.conf:5: [tier disk]: cannot create the tier: The fs tier needs the root property" },
     { "vllm.conf", NULL,
       "vllm.conf:5: [tier disk]: cannot create the tier: layout=vllm needs the vllm-identity" },
+    { "trust-group.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[tier disk]\ntype = fs\n"
+      "root = /nonexistent/kvtier-check\ntrust-group = no-such-group-kvtier\n",
+      "trust-group.conf:5: [tier disk]: cannot create the tier: trust-group ‘no-such-group-kvtier’"
+      " is neither a group name nor a group number" },
     { "big-chunk.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[device]\ntype = host\n"
       "n-blocks = 32\nblock-bytes = 1MiB\nn-layers = 8\n",
       "big-chunk.conf:5: [device]: cannot create the device: " },

@@ -2,19 +2,21 @@
 #include "config.h"
 
 #include "kv-config.h"
-#include "kv-config-private.h"
 
-#include <errno.h>
-#include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
-#include "kv-arc-policy.h"
-#include "kv-drop-store-policy.h"
-#include "kv-ema-backpressure-detector.h"
-#include "kv-lru-policy.h"
-#include "kv-secondary-tier.h"
-#include "kv-throttled-drop-policy.h"
+#include "kv-config-build-private.h"
+#include "kv-config-dictionary-private.h"
+#include "kv-config-document-private.h"
+#include "kv-config-key-file-private.h"
+#include "kv-config-value-private.h"
+
+/* KvConfig is the public face of a configuration; the work is done by
+ * units named after their job: kv-config-document (sections, keys, checked
+ * values), kv-config-schema (which keys a section takes, from the
+ * objects' properties), kv-config-value (text and GVariant to GValue),
+ * kv-config-key-file and kv-config-dictionary (the two forms, read and
+ * written), kv-config-build (objects, built or checked). */
 
 /**
  * kv_config_error_quark:
@@ -27,920 +29,6 @@
  * Returns: the error domain quark
  */
 G_DEFINE_QUARK (kv-config-error-quark, kv_config_error)
-
-#define KIB G_GUINT64_CONSTANT (1024)
-#define DICTIONARY_ORIGIN "configuration dictionary"
-#define DEFAULT_ORIGIN "configuration"
-#define BACKPRESSURE_PREFIX "backpressure-"
-
-/* ------------------------------------------------------------------------ */
-/* Choices that are not GObject properties of any class: private enums so
- * that they parse, print and list like every other enum. */
-
-enum { POLICY_LRU, POLICY_ARC };
-enum { BACKPRESSURE_NONE, BACKPRESSURE_EMA };
-enum { BP_POLICY_THROTTLED, BP_POLICY_DROP };
-
-static GType
-cache_policy_choice_get_type (void)
-{
-  static gsize type;
-  static const GEnumValue values[] = {
-    { POLICY_LRU, "POLICY_LRU", "lru" },
-    { POLICY_ARC, "POLICY_ARC", "arc" },
-    { 0, NULL, NULL }
-  };
-
-  if (g_once_init_enter (&type))
-    g_once_init_leave (&type, g_enum_register_static ("KvConfigCachePolicyChoice", values));
-  return type;
-}
-
-static GType
-backpressure_choice_get_type (void)
-{
-  static gsize type;
-  static const GEnumValue values[] = {
-    { BACKPRESSURE_NONE, "BACKPRESSURE_NONE", "none" },
-    { BACKPRESSURE_EMA, "BACKPRESSURE_EMA", "ema" },
-    { 0, NULL, NULL }
-  };
-
-  if (g_once_init_enter (&type))
-    g_once_init_leave (&type, g_enum_register_static ("KvConfigBackpressureChoice", values));
-  return type;
-}
-
-static GType
-backpressure_policy_choice_get_type (void)
-{
-  static gsize type;
-  static const GEnumValue values[] = {
-    { BP_POLICY_THROTTLED, "BP_POLICY_THROTTLED", "throttled" },
-    { BP_POLICY_DROP, "BP_POLICY_DROP", "drop" },
-    { 0, NULL, NULL }
-  };
-
-  if (g_once_init_enter (&type))
-    g_once_init_leave (&type, g_enum_register_static ("KvConfigBackpressurePolicyChoice", values));
-  return type;
-}
-
-#define PSPEC_FLAGS (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS)
-
-typedef struct
-{
-  GParamSpec *primary[6];
-  GParamSpec *backpressure;
-  GParamSpec *backpressure_policy;
-} Schema;
-
-static const Schema *
-get_schema (void)
-{
-  static gsize initialized;
-  static Schema schema;
-
-  if (g_once_init_enter (&initialized))
-    {
-      schema.primary[0] =
-        g_param_spec_uint64 ("size", NULL,
-                             "Bytes of primary memory; whole slots of slot-size",
-                             4096, G_MAXUINT64, 1024 * 1024 * KIB, PSPEC_FLAGS);
-      schema.primary[1] =
-        g_param_spec_uint64 ("slot-size", NULL,
-                             "Bytes of one slot, i.e. of one chunk; a multiple of 4096",
-                             4096, G_MAXUINT32 * KIB, 2 * 1024 * KIB, PSPEC_FLAGS);
-      schema.primary[2] =
-        g_param_spec_enum ("policy", NULL, "Eviction policy",
-                           cache_policy_choice_get_type (), POLICY_LRU, PSPEC_FLAGS);
-      schema.primary[3] =
-        g_param_spec_boolean ("shared", NULL,
-                              "Back the slots with a memfd another process can map",
-                              FALSE, PSPEC_FLAGS);
-      schema.primary[4] =
-        g_param_spec_string ("file", NULL,
-                             "Map this shared file (such as vLLM's /dev/shm region)"
-                             " instead of private memory",
-                             NULL, PSPEC_FLAGS);
-      schema.primary[5] =
-        g_param_spec_boolean ("events", NULL,
-                              "Record KV events of the primary tier",
-                              FALSE, PSPEC_FLAGS);
-      for (guint i = 0; i < G_N_ELEMENTS (schema.primary); i++)
-        g_param_spec_ref_sink (schema.primary[i]);
-
-      schema.backpressure =
-        g_param_spec_ref_sink (g_param_spec_enum ("backpressure", NULL,
-                                                  "Backpressure detector of the tier",
-                                                  backpressure_choice_get_type (),
-                                                  BACKPRESSURE_NONE, PSPEC_FLAGS));
-      schema.backpressure_policy =
-        g_param_spec_ref_sink (g_param_spec_enum ("backpressure-policy", NULL,
-                                                  "What the detector drops under pressure",
-                                                  backpressure_policy_choice_get_type (),
-                                                  BP_POLICY_THROTTLED, PSPEC_FLAGS));
-      g_once_init_leave (&initialized, 1);
-    }
-  return &schema;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Value conversions (kv-config-private.h) */
-
-static gboolean
-is_size_like (GParamSpec *pspec)
-{
-  return g_str_equal (pspec->name, "size") ||
-         g_str_has_suffix (pspec->name, "-size") ||
-         g_str_has_suffix (pspec->name, "-bytes");
-}
-
-static gboolean
-value_type_supported (GType type)
-{
-  switch (G_TYPE_FUNDAMENTAL (type))
-    {
-    case G_TYPE_BOOLEAN:
-    case G_TYPE_INT:
-    case G_TYPE_UINT:
-    case G_TYPE_LONG:
-    case G_TYPE_ULONG:
-    case G_TYPE_INT64:
-    case G_TYPE_UINT64:
-    case G_TYPE_FLOAT:
-    case G_TYPE_DOUBLE:
-    case G_TYPE_ENUM:
-    case G_TYPE_FLAGS:
-    case G_TYPE_STRING:
-      return TRUE;
-    default:
-      return type == G_TYPE_STRV;
-    }
-}
-
-/* A tier class written in Python or JavaScript cannot set the C class
- * field `medium`: its configuration may name the medium instead. */
-static gboolean
-tier_class_lacks_medium (GType type)
-{
-  g_autoptr(GTypeClass) klass = NULL;
-
-  if (!g_type_is_a (type, KV_TYPE_SECONDARY_TIER))
-    return FALSE;
-  klass = g_type_class_ref (type);
-  return KV_SECONDARY_TIER_CLASS (klass)->medium == KV_MEDIUM_UNSPECIFIED;
-}
-
-gboolean
-kv_config_param_is_configurable (GParamSpec *pspec,
-                                 GType       type)
-{
-  static const char * const managed[] = {
-    "primary", "tier-type", "backpressure-detector", "medium", NULL
-  };
-
-  if ((pspec->flags & G_PARAM_WRITABLE) == 0 || (pspec->flags & G_PARAM_DEPRECATED) != 0)
-    return FALSE;
-  if (g_strv_contains (managed, pspec->name) &&
-      !(g_str_equal (pspec->name, "medium") && tier_class_lacks_medium (type)))
-    return FALSE;
-  return value_type_supported (G_PARAM_SPEC_VALUE_TYPE (pspec));
-}
-
-gboolean
-kv_config_parse_size (const char  *text,
-                      guint64     *out_size,
-                      GError     **error)
-{
-  static const struct { const char *unit; guint64 mult; } units[] = {
-    { "", 1 }, { "b", 1 }, { "kib", KIB }, { "mib", KIB * KIB },
-    { "gib", KIB * KIB * KIB }, { "tib", KIB * KIB * KIB * KIB },
-  };
-  const char *p = text;
-  guint64 whole = 0, frac = 0, frac_div = 1, mult = 0;
-  g_autofree char *unit = NULL;
-  gboolean digits = FALSE;
-
-  while (g_ascii_isspace (*p))
-    p++;
-  for (; g_ascii_isdigit (*p); p++)
-    {
-      if (whole > (G_MAXUINT64 - 9) / 10)
-        goto overflow;
-      whole = whole * 10 + (guint64) (*p - '0');
-      digits = TRUE;
-    }
-  if (*p == '.')
-    {
-      /* Six decimals at most keep frac × mult within 64 bits. */
-      for (p++; g_ascii_isdigit (*p); p++)
-        {
-          if (frac_div >= 1000000)
-            goto bad;
-          frac = frac * 10 + (guint64) (*p - '0');
-          frac_div *= 10;
-          digits = TRUE;
-        }
-    }
-  if (!digits)
-    goto bad;
-  while (g_ascii_isspace (*p))
-    p++;
-  unit = g_ascii_strdown (p, -1);
-  g_strchomp (unit);
-
-  for (guint i = 0; i < G_N_ELEMENTS (units); i++)
-    if (g_str_equal (unit, units[i].unit))
-      mult = units[i].mult;
-  if (mult == 0)
-    goto bad;
-
-  if (whole > G_MAXUINT64 / mult)
-    goto overflow;
-  /* A fraction must come out as whole bytes: 1.5KiB yes, 1.5 no. */
-  if ((frac * mult) % frac_div != 0)
-    {
-      g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                   "'%s' is not a whole number of bytes", text);
-      return FALSE;
-    }
-  if (whole * mult > G_MAXUINT64 - frac * mult / frac_div)
-    goto overflow;
-  *out_size = whole * mult + frac * mult / frac_div;
-  return TRUE;
-
-bad:
-  g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-               "'%s' is not a size (a number with an optional unit: B, KiB,"
-               " MiB, GiB, TiB)", text);
-  return FALSE;
-
-overflow:
-  g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-               "'%s' is too large", text);
-  return FALSE;
-}
-
-char *
-kv_config_format_size (guint64 size)
-{
-  static const char * const units[] = { "TiB", "GiB", "MiB", "KiB" };
-  guint64 mult = KIB * KIB * KIB * KIB;
-
-  if (size == 0)
-    return g_strdup ("0");
-  for (guint i = 0; i < G_N_ELEMENTS (units); i++, mult /= KIB)
-    if (size % mult == 0)
-      return g_strdup_printf ("%" G_GUINT64_FORMAT "%s", size / mult, units[i]);
-  return g_strdup_printf ("%" G_GUINT64_FORMAT, size);
-}
-
-/* The shortest text that reads back as exactly @d. */
-static char *
-format_double (gdouble d)
-{
-  char buf[G_ASCII_DTOSTR_BUF_SIZE];
-
-  for (int precision = 1; precision <= 17; precision++)
-    {
-      char format[8];
-
-      g_snprintf (format, sizeof format, "%%.%dg", precision);
-      g_ascii_formatd (buf, sizeof buf, format, d);
-      if (g_ascii_strtod (buf, NULL) == d)
-        break;
-    }
-  return g_strdup (buf);
-}
-
-static char *
-enum_nicks (GType type)
-{
-  GString *s = g_string_new (NULL);
-
-  if (G_TYPE_IS_ENUM (type))
-    {
-      g_autoptr(GEnumClass) klass = g_type_class_ref (type);
-
-      for (guint i = 0; i < klass->n_values; i++)
-        g_string_append_printf (s, "%s%s", i > 0 ? ", " : "", klass->values[i].value_nick);
-    }
-  else
-    {
-      g_autoptr(GFlagsClass) klass = g_type_class_ref (type);
-
-      for (guint i = 0; i < klass->n_values; i++)
-        g_string_append_printf (s, "%s%s", i > 0 ? ", " : "", klass->values[i].value_nick);
-    }
-  return g_string_free (s, FALSE);
-}
-
-static gboolean
-out_of_range (const char  *text,
-              const char  *min,
-              const char  *max,
-              GError     **error)
-{
-  g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-               "%s is out of range (minimum %s, maximum %s)", text, min, max);
-  return FALSE;
-}
-
-/* Checks an integer against the pspec's range and stores it. */
-static gboolean
-set_integer (GParamSpec  *pspec,
-             gboolean     negative,
-             guint64      magnitude,
-             const char  *text,
-             GValue      *value,
-             GError     **error)
-{
-  gint64 smin = 0, smax = 0;
-  guint64 umin = 0, umax = 0;
-  gboolean is_signed = TRUE;
-  gint64 sval = 0;
-
-  switch (G_TYPE_FUNDAMENTAL (G_PARAM_SPEC_VALUE_TYPE (pspec)))
-    {
-    case G_TYPE_INT:
-      smin = G_PARAM_SPEC_INT (pspec)->minimum;
-      smax = G_PARAM_SPEC_INT (pspec)->maximum;
-      break;
-    case G_TYPE_LONG:
-      smin = G_PARAM_SPEC_LONG (pspec)->minimum;
-      smax = G_PARAM_SPEC_LONG (pspec)->maximum;
-      break;
-    case G_TYPE_INT64:
-      smin = G_PARAM_SPEC_INT64 (pspec)->minimum;
-      smax = G_PARAM_SPEC_INT64 (pspec)->maximum;
-      break;
-    case G_TYPE_UINT:
-      is_signed = FALSE;
-      umin = G_PARAM_SPEC_UINT (pspec)->minimum;
-      umax = G_PARAM_SPEC_UINT (pspec)->maximum;
-      break;
-    case G_TYPE_ULONG:
-      is_signed = FALSE;
-      umin = G_PARAM_SPEC_ULONG (pspec)->minimum;
-      umax = G_PARAM_SPEC_ULONG (pspec)->maximum;
-      break;
-    case G_TYPE_UINT64:
-      is_signed = FALSE;
-      umin = G_PARAM_SPEC_UINT64 (pspec)->minimum;
-      umax = G_PARAM_SPEC_UINT64 (pspec)->maximum;
-      break;
-    default:
-      g_assert_not_reached ();
-    }
-
-  if (is_signed)
-    {
-      g_autofree char *lo = g_strdup_printf ("%" G_GINT64_FORMAT, smin);
-      g_autofree char *hi = g_strdup_printf ("%" G_GINT64_FORMAT, smax);
-
-      if (negative ? magnitude > (guint64) G_MAXINT64 + 1 : magnitude > (guint64) G_MAXINT64)
-        return out_of_range (text, lo, hi, error);
-      sval = negative ? (gint64) (0 - magnitude) : (gint64) magnitude;
-      if (sval < smin || sval > smax)
-        return out_of_range (text, lo, hi, error);
-    }
-  else
-    {
-      g_autofree char *lo = is_size_like (pspec) ? kv_config_format_size (umin)
-                            : g_strdup_printf ("%" G_GUINT64_FORMAT, umin);
-      g_autofree char *hi = is_size_like (pspec) ? kv_config_format_size (umax)
-                            : g_strdup_printf ("%" G_GUINT64_FORMAT, umax);
-
-      if ((negative && magnitude != 0) || magnitude < umin || magnitude > umax)
-        return out_of_range (text, lo, hi, error);
-    }
-
-  g_value_init (value, G_PARAM_SPEC_VALUE_TYPE (pspec));
-  switch (G_TYPE_FUNDAMENTAL (G_PARAM_SPEC_VALUE_TYPE (pspec)))
-    {
-    case G_TYPE_INT: g_value_set_int (value, (gint) sval); break;
-    case G_TYPE_LONG: g_value_set_long (value, (glong) sval); break;
-    case G_TYPE_INT64: g_value_set_int64 (value, sval); break;
-    case G_TYPE_UINT: g_value_set_uint (value, (guint) magnitude); break;
-    case G_TYPE_ULONG: g_value_set_ulong (value, (gulong) magnitude); break;
-    case G_TYPE_UINT64: g_value_set_uint64 (value, magnitude); break;
-    default: g_assert_not_reached ();
-    }
-  return TRUE;
-}
-
-static gboolean
-set_double (GParamSpec  *pspec,
-            gdouble      d,
-            const char  *text,
-            GValue      *value,
-            GError     **error)
-{
-  gdouble min, max;
-
-  if (G_IS_PARAM_SPEC_FLOAT (pspec))
-    {
-      min = G_PARAM_SPEC_FLOAT (pspec)->minimum;
-      max = G_PARAM_SPEC_FLOAT (pspec)->maximum;
-    }
-  else
-    {
-      min = G_PARAM_SPEC_DOUBLE (pspec)->minimum;
-      max = G_PARAM_SPEC_DOUBLE (pspec)->maximum;
-    }
-  if (!isfinite (d) || d < min || d > max)
-    {
-      g_autofree char *lo = format_double (min);
-      g_autofree char *hi = format_double (max);
-
-      return out_of_range (text, lo, hi, error);
-    }
-  g_value_init (value, G_PARAM_SPEC_VALUE_TYPE (pspec));
-  if (G_IS_PARAM_SPEC_FLOAT (pspec))
-    g_value_set_float (value, (gfloat) d);
-  else
-    g_value_set_double (value, d);
-  return TRUE;
-}
-
-static char **
-split_list (const char *text)
-{
-  g_auto(GStrv) parts = g_strsplit_set (text, ",;", -1);
-  GPtrArray *out = g_ptr_array_new ();
-
-  for (guint i = 0; parts[i] != NULL; i++)
-    {
-      char *item = g_strstrip (parts[i]);
-
-      if (*item != '\0')
-        g_ptr_array_add (out, g_strdup (item));
-    }
-  g_ptr_array_add (out, NULL);
-  return (char **) g_ptr_array_free (out, FALSE);
-}
-
-gboolean
-kv_config_value_from_string (GParamSpec  *pspec,
-                             const char  *text,
-                             GValue      *value,
-                             GError     **error)
-{
-  GType type = G_PARAM_SPEC_VALUE_TYPE (pspec);
-  g_autofree char *stripped = g_strstrip (g_strdup (text));
-
-  switch (G_TYPE_FUNDAMENTAL (type))
-    {
-    case G_TYPE_BOOLEAN:
-      {
-        static const char * const yes[] = { "true", "yes", "on", "1", NULL };
-        static const char * const no[] = { "false", "no", "off", "0", NULL };
-        g_autofree char *lower = g_ascii_strdown (stripped, -1);
-
-        g_value_init (value, G_TYPE_BOOLEAN);
-        if (g_strv_contains (yes, lower))
-          g_value_set_boolean (value, TRUE);
-        else if (g_strv_contains (no, lower))
-          g_value_set_boolean (value, FALSE);
-        else
-          {
-            g_value_unset (value);
-            g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                         "'%s' is not a boolean (accepted: true, false, yes, no,"
-                         " on, off, 1, 0)", text);
-            return FALSE;
-          }
-        return TRUE;
-      }
-
-    case G_TYPE_INT:
-    case G_TYPE_UINT:
-    case G_TYPE_LONG:
-    case G_TYPE_ULONG:
-    case G_TYPE_INT64:
-    case G_TYPE_UINT64:
-      {
-        gboolean negative = stripped[0] == '-';
-        guint64 magnitude;
-        g_autoptr(GError) local_error = NULL;
-
-        if (!kv_config_parse_size (stripped + (negative ? 1 : 0), &magnitude, &local_error))
-          {
-            if (is_size_like (pspec))
-              g_propagate_error (error, g_steal_pointer (&local_error));
-            else
-              g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                           "'%s' is not an integer", text);
-            return FALSE;
-          }
-        return set_integer (pspec, negative, magnitude, text, value, error);
-      }
-
-    case G_TYPE_FLOAT:
-    case G_TYPE_DOUBLE:
-      {
-        char *end = NULL;
-        gdouble d;
-
-        errno = 0;
-        d = g_ascii_strtod (stripped, &end);
-        if (*stripped == '\0' || end == NULL || *end != '\0' || errno != 0)
-          {
-            g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                         "'%s' is not a number", text);
-            return FALSE;
-          }
-        return set_double (pspec, d, text, value, error);
-      }
-
-    case G_TYPE_ENUM:
-      {
-        g_autoptr(GEnumClass) klass = g_type_class_ref (type);
-
-        for (guint i = 0; i < klass->n_values; i++)
-          if (g_ascii_strcasecmp (stripped, klass->values[i].value_nick) == 0 ||
-              g_str_equal (stripped, klass->values[i].value_name))
-            {
-              g_value_init (value, type);
-              g_value_set_enum (value, klass->values[i].value);
-              return TRUE;
-            }
-        {
-          g_autofree char *choices = enum_nicks (type);
-
-          g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                       "'%s' is not one of: %s", text, choices);
-        }
-        return FALSE;
-      }
-
-    case G_TYPE_FLAGS:
-      {
-        g_autoptr(GFlagsClass) klass = g_type_class_ref (type);
-        g_auto(GStrv) parts = g_strsplit_set (stripped, ",|", -1);
-        guint flags = 0;
-
-        for (guint p = 0; parts[p] != NULL; p++)
-          {
-            const char *part = g_strstrip (parts[p]);
-            gboolean found = FALSE;
-
-            if (*part == '\0')
-              continue;
-            for (guint i = 0; i < klass->n_values && !found; i++)
-              if (g_ascii_strcasecmp (part, klass->values[i].value_nick) == 0)
-                {
-                  flags |= klass->values[i].value;
-                  found = TRUE;
-                }
-            if (!found)
-              {
-                g_autofree char *choices = enum_nicks (type);
-
-                g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                             "'%s' is not a list of: %s", text, choices);
-                return FALSE;
-              }
-          }
-        g_value_init (value, type);
-        g_value_set_flags (value, flags);
-        return TRUE;
-      }
-
-    case G_TYPE_STRING:
-      g_value_init (value, G_TYPE_STRING);
-      g_value_set_string (value, text);
-      return TRUE;
-
-    default:
-      if (type == G_TYPE_STRV)
-        {
-          g_value_init (value, G_TYPE_STRV);
-          g_value_take_boxed (value, split_list (text));
-          return TRUE;
-        }
-      g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                   "a %s cannot be set from a configuration", g_type_name (type));
-      return FALSE;
-    }
-}
-
-gboolean
-kv_config_value_from_variant (GParamSpec  *pspec,
-                              GVariant    *variant,
-                              GValue      *value,
-                              GError     **error)
-{
-  GType type = G_PARAM_SPEC_VALUE_TYPE (pspec);
-  GType fundamental = G_TYPE_FUNDAMENTAL (type);
-  g_autofree char *printed = NULL;
-
-  /* Strings are configuration text, whatever the property type. */
-  if (g_variant_is_of_type (variant, G_VARIANT_TYPE_STRING))
-    return kv_config_value_from_string (pspec, g_variant_get_string (variant, NULL),
-                                        value, error);
-
-  printed = g_variant_print (variant, FALSE);
-
-  if (fundamental == G_TYPE_BOOLEAN && g_variant_is_of_type (variant, G_VARIANT_TYPE_BOOLEAN))
-    {
-      g_value_init (value, G_TYPE_BOOLEAN);
-      g_value_set_boolean (value, g_variant_get_boolean (variant));
-      return TRUE;
-    }
-
-  if (fundamental == G_TYPE_INT || fundamental == G_TYPE_UINT ||
-      fundamental == G_TYPE_LONG || fundamental == G_TYPE_ULONG ||
-      fundamental == G_TYPE_INT64 || fundamental == G_TYPE_UINT64 ||
-      fundamental == G_TYPE_FLOAT || fundamental == G_TYPE_DOUBLE)
-    {
-      gboolean negative = FALSE;
-      guint64 magnitude = 0;
-      gboolean is_integer = TRUE;
-      gdouble d = 0;
-      gint64 s;
-
-      switch (g_variant_classify (variant))
-        {
-        case G_VARIANT_CLASS_BYTE: magnitude = g_variant_get_byte (variant); break;
-        case G_VARIANT_CLASS_UINT16: magnitude = g_variant_get_uint16 (variant); break;
-        case G_VARIANT_CLASS_UINT32: magnitude = g_variant_get_uint32 (variant); break;
-        case G_VARIANT_CLASS_UINT64: magnitude = g_variant_get_uint64 (variant); break;
-        case G_VARIANT_CLASS_INT16: s = g_variant_get_int16 (variant); goto signed_value;
-        case G_VARIANT_CLASS_INT32: s = g_variant_get_int32 (variant); goto signed_value;
-        case G_VARIANT_CLASS_INT64: s = g_variant_get_int64 (variant);
-        signed_value:
-          negative = s < 0;
-          magnitude = negative ? (guint64) 0 - (guint64) s : (guint64) s;
-          break;
-        case G_VARIANT_CLASS_DOUBLE:
-          is_integer = FALSE;
-          d = g_variant_get_double (variant);
-          break;
-        default:
-          goto mismatch;
-        }
-
-      if (fundamental == G_TYPE_FLOAT || fundamental == G_TYPE_DOUBLE)
-        {
-          if (is_integer)
-            d = negative ? -(gdouble) magnitude : (gdouble) magnitude;
-          return set_double (pspec, d, printed, value, error);
-        }
-      if (!is_integer)
-        goto mismatch;
-      return set_integer (pspec, negative, magnitude, printed, value, error);
-    }
-
-  if (type == G_TYPE_STRV && g_variant_is_of_type (variant, G_VARIANT_TYPE_STRING_ARRAY))
-    {
-      g_value_init (value, G_TYPE_STRV);
-      g_value_take_boxed (value, g_variant_dup_strv (variant, NULL));
-      return TRUE;
-    }
-
-mismatch:
-  {
-    g_autofree char *expected = kv_config_describe_value_type (pspec);
-
-    g_set_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE,
-                 "%s (of GVariant type '%s') is not a %s", printed,
-                 g_variant_get_type_string (variant), expected);
-  }
-  return FALSE;
-}
-
-char *
-kv_config_value_to_string (GParamSpec   *pspec,
-                           const GValue *value)
-{
-  GType type = G_VALUE_TYPE (value);
-
-  switch (G_TYPE_FUNDAMENTAL (type))
-    {
-    case G_TYPE_BOOLEAN:
-      return g_strdup (g_value_get_boolean (value) ? "true" : "false");
-    case G_TYPE_INT:
-      return g_strdup_printf ("%d", g_value_get_int (value));
-    case G_TYPE_LONG:
-      return g_strdup_printf ("%ld", g_value_get_long (value));
-    case G_TYPE_INT64:
-      return g_strdup_printf ("%" G_GINT64_FORMAT, g_value_get_int64 (value));
-    case G_TYPE_UINT:
-    case G_TYPE_ULONG:
-    case G_TYPE_UINT64:
-      {
-        guint64 u = G_TYPE_FUNDAMENTAL (type) == G_TYPE_UINT ? g_value_get_uint (value)
-                    : G_TYPE_FUNDAMENTAL (type) == G_TYPE_ULONG ? g_value_get_ulong (value)
-                    : g_value_get_uint64 (value);
-
-        if (is_size_like (pspec) && u != G_MAXUINT64)
-          return kv_config_format_size (u);
-        return g_strdup_printf ("%" G_GUINT64_FORMAT, u);
-      }
-    case G_TYPE_FLOAT:
-      return format_double (g_value_get_float (value));
-    case G_TYPE_DOUBLE:
-      return format_double (g_value_get_double (value));
-    case G_TYPE_ENUM:
-      {
-        g_autoptr(GEnumClass) klass = g_type_class_ref (type);
-        GEnumValue *ev = g_enum_get_value (klass, g_value_get_enum (value));
-
-        return ev != NULL ? g_strdup (ev->value_nick)
-                          : g_strdup_printf ("%d", g_value_get_enum (value));
-      }
-    case G_TYPE_FLAGS:
-      {
-        g_autoptr(GFlagsClass) klass = g_type_class_ref (type);
-        GString *s = g_string_new (NULL);
-        guint flags = g_value_get_flags (value);
-
-        for (guint i = 0; i < klass->n_values; i++)
-          if (klass->values[i].value != 0 &&
-              (flags & klass->values[i].value) == klass->values[i].value)
-            g_string_append_printf (s, "%s%s", s->len > 0 ? "," : "",
-                                    klass->values[i].value_nick);
-        return g_string_free (s, FALSE);
-      }
-    case G_TYPE_STRING:
-      return g_strdup (g_value_get_string (value) != NULL ? g_value_get_string (value) : "");
-    default:
-      if (type == G_TYPE_STRV)
-        {
-          const char * const *strv = g_value_get_boxed (value);
-
-          return strv != NULL ? g_strjoinv (",", (char **) strv) : g_strdup ("");
-        }
-      return NULL;
-    }
-}
-
-GVariant *
-kv_config_value_to_variant (GParamSpec   *pspec,
-                            const GValue *value)
-{
-  GType type = G_VALUE_TYPE (value);
-
-  switch (G_TYPE_FUNDAMENTAL (type))
-    {
-    case G_TYPE_BOOLEAN:
-      return g_variant_new_boolean (g_value_get_boolean (value));
-    case G_TYPE_INT:
-      return g_variant_new_int32 (g_value_get_int (value));
-    case G_TYPE_UINT:
-      return g_variant_new_uint32 (g_value_get_uint (value));
-    case G_TYPE_LONG:
-      return g_variant_new_int64 (g_value_get_long (value));
-    case G_TYPE_ULONG:
-      return g_variant_new_uint64 (g_value_get_ulong (value));
-    case G_TYPE_INT64:
-      return g_variant_new_int64 (g_value_get_int64 (value));
-    case G_TYPE_UINT64:
-      return g_variant_new_uint64 (g_value_get_uint64 (value));
-    case G_TYPE_FLOAT:
-      return g_variant_new_double (g_value_get_float (value));
-    case G_TYPE_DOUBLE:
-      return g_variant_new_double (g_value_get_double (value));
-    case G_TYPE_STRING:
-      return g_variant_new_string (g_value_get_string (value) != NULL
-                                   ? g_value_get_string (value) : "");
-    default:
-      if (type == G_TYPE_STRV)
-        {
-          const char * const *strv = g_value_get_boxed (value);
-
-          return g_variant_new_strv (strv, -1);
-        }
-      else
-        {
-          g_autofree char *text = kv_config_value_to_string (pspec, value);
-
-          return g_variant_new_string (text != NULL ? text : "");
-        }
-    }
-}
-
-char *
-kv_config_describe_value_type (GParamSpec *pspec)
-{
-  GType type = G_PARAM_SPEC_VALUE_TYPE (pspec);
-
-  switch (G_TYPE_FUNDAMENTAL (type))
-    {
-    case G_TYPE_BOOLEAN:
-      return g_strdup ("boolean");
-    case G_TYPE_INT:
-    case G_TYPE_LONG:
-    case G_TYPE_INT64:
-      return g_strdup ("integer");
-    case G_TYPE_UINT:
-    case G_TYPE_ULONG:
-    case G_TYPE_UINT64:
-      return g_strdup (is_size_like (pspec) ? "size" : "unsigned integer");
-    case G_TYPE_FLOAT:
-    case G_TYPE_DOUBLE:
-      return g_strdup ("number");
-    case G_TYPE_ENUM:
-      {
-        g_autofree char *nicks = enum_nicks (type);
-
-        return g_strdup_printf ("one of %s", nicks);
-      }
-    case G_TYPE_FLAGS:
-      {
-        g_autofree char *nicks = enum_nicks (type);
-
-        return g_strdup_printf ("list of %s", nicks);
-      }
-    case G_TYPE_STRING:
-      return g_strdup ("string");
-    default:
-      return g_strdup (type == G_TYPE_STRV ? "string list" : g_type_name (type));
-    }
-}
-
-/* ------------------------------------------------------------------------ */
-/* The model */
-
-typedef enum {
-  SECTION_PRIMARY,
-  SECTION_DEVICE,
-  SECTION_TIER,
-} SectionKind;
-
-typedef enum {
-  TARGET_OBJECT,        /* a property of the section's object */
-  TARGET_BACKPRESSURE,  /* `backpressure` */
-  TARGET_BP_POLICY,     /* `backpressure-policy` */
-  TARGET_BP_RAMP,       /* `backpressure-ramp-factor` (throttled policy) */
-  TARGET_DETECTOR,      /* `backpressure-<EMA detector property>` */
-} Target;
-
-typedef struct
-{
-  char       *key;
-  Target      target;
-  GParamSpec *pspec;
-  GValue      value;
-  guint       line;
-} Entry;
-
-typedef struct
-{
-  SectionKind  kind;
-  char        *name;       /* tier name */
-  char        *type_name;  /* device and tier sections */
-  GType        type;
-  guint        line;
-  guint        type_line;
-  GPtrArray   *entries;    /* (element-type Entry), in order */
-} Section;
-
-static void
-entry_free (Entry *entry)
-{
-  g_free (entry->key);
-  g_param_spec_unref (entry->pspec);
-  g_value_unset (&entry->value);
-  g_free (entry);
-}
-
-static Section *
-section_new (SectionKind  kind,
-             const char  *name,
-             guint        line)
-{
-  Section *section = g_new0 (Section, 1);
-
-  section->kind = kind;
-  section->name = g_strdup (name);
-  section->line = line;
-  section->entries = g_ptr_array_new_with_free_func ((GDestroyNotify) entry_free);
-  return section;
-}
-
-static void
-section_free (Section *section)
-{
-  g_free (section->name);
-  g_free (section->type_name);
-  g_ptr_array_unref (section->entries);
-  g_free (section);
-}
-
-static char *
-section_title (const Section *section)
-{
-  switch (section->kind)
-    {
-    case SECTION_PRIMARY: return g_strdup ("[primary]");
-    case SECTION_DEVICE: return g_strdup ("[device]");
-    case SECTION_TIER: return g_strdup_printf ("[tier %s]", section->name);
-    default: g_assert_not_reached ();
-    }
-}
 
 /**
  * KvConfig:
@@ -989,19 +77,16 @@ section_title (const Section *section)
  * Loading checks everything it can without side effects: unknown sections
  * and keys, bad values, missing and unknown types and duplicates fail with a
  * [error@Kv.ConfigError] that names the file, the line, the section, the key
- * and the accepted choices. [method@Kv.Config.create_manager] then builds
- * the objects. A configuration is not thread-safe: use it from one thread at
- * a time.
+ * and the accepted choices. [method@Kv.Config.check] then refuses what
+ * building would refuse without starting anything, and
+ * [method@Kv.Config.create_manager] builds the objects. A configuration is
+ * not thread-safe: use it from one thread at a time.
  */
 struct _KvConfig
 {
-  GObject         parent_instance;
+  GObject           parent_instance;
 
-  KvTierRegistry *registry;
-  char           *origin;    /* file name, or NULL for a dictionary */
-  Section        *primary;
-  Section        *device;    /* nullable */
-  GPtrArray      *tiers;     /* (element-type Section) */
+  KvConfigDocument *document;
 };
 
 G_DEFINE_FINAL_TYPE (KvConfig, kv_config, G_TYPE_OBJECT)
@@ -1011,11 +96,7 @@ kv_config_finalize (GObject *object)
 {
   KvConfig *self = KV_CONFIG (object);
 
-  g_clear_object (&self->registry);
-  g_free (self->origin);
-  section_free (self->primary);
-  g_clear_pointer (&self->device, section_free);
-  g_ptr_array_unref (self->tiers);
+  g_clear_pointer (&self->document, kv_config_document_free);
 
   G_OBJECT_CLASS (kv_config_parent_class)->finalize (object);
 }
@@ -1029,8 +110,18 @@ kv_config_class_init (KvConfigClass *klass)
 static void
 kv_config_init (KvConfig *self)
 {
-  self->primary = section_new (SECTION_PRIMARY, NULL, 0);
-  self->tiers = g_ptr_array_new_with_free_func ((GDestroyNotify) section_free);
+}
+
+static KvConfig *
+config_new (KvTierRegistry *registry,
+            const char     *origin)
+{
+  KvConfig *self = g_object_new (KV_TYPE_CONFIG, NULL);
+
+  self->document = kv_config_document_new (registry != NULL ? registry
+                                                            : kv_tier_registry_get_default (),
+                                           origin);
+  return self;
 }
 
 /**
@@ -1046,823 +137,9 @@ kv_config_init (KvConfig *self)
 KvConfig *
 kv_config_new (KvTierRegistry *registry)
 {
-  KvConfig *self;
-
   g_return_val_if_fail (registry == NULL || KV_IS_TIER_REGISTRY (registry), NULL);
 
-  self = g_object_new (KV_TYPE_CONFIG, NULL);
-  self->registry = g_object_ref (registry != NULL ? registry : kv_tier_registry_get_default ());
-  return self;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Errors with locations */
-
-typedef struct
-{
-  const char *origin;
-  guint       line;
-} Loc;
-
-G_GNUC_PRINTF (6, 7)
-static void
-set_error (GError        **error,
-           KvConfigError   code,
-           const Loc      *loc,
-           const Section  *section,
-           const char     *key,
-           const char     *format,
-           ...)
-{
-  g_autofree char *message = NULL;
-  g_autofree char *title = section != NULL ? section_title (section) : NULL;
-  GString *s = g_string_new (loc->origin);
-  va_list args;
-
-  va_start (args, format);
-  message = g_strdup_vprintf (format, args);
-  va_end (args);
-
-  if (loc->line > 0)
-    g_string_append_printf (s, ":%u", loc->line);
-  g_string_append (s, ": ");
-  if (title != NULL)
-    g_string_append (s, title);
-  if (key != NULL)
-    g_string_append_printf (s, "%skey '%s'", title != NULL ? " " : "", key);
-  if (title != NULL || key != NULL)
-    g_string_append (s, ": ");
-  g_string_append (s, message);
-
-  g_set_error_literal (error, KV_CONFIG_ERROR, code, s->str);
-  g_string_free (s, TRUE);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Keys of a section */
-
-static GParamSpec *
-find_primary_pspec (const char *key)
-{
-  const Schema *schema = get_schema ();
-
-  for (guint i = 0; i < G_N_ELEMENTS (schema->primary); i++)
-    if (g_str_equal (schema->primary[i]->name, key))
-      return schema->primary[i];
-  return NULL;
-}
-
-static gboolean
-is_construct_property (GParamSpec *pspec)
-{
-  return (pspec->flags & (G_PARAM_CONSTRUCT | G_PARAM_CONSTRUCT_ONLY)) != 0;
-}
-
-/* Resolves @key of @section to the pspec it sets. */
-static GParamSpec *
-resolve_key (const Section *section,
-             const char    *key,
-             Target        *out_target)
-{
-  GParamSpec *pspec;
-
-  *out_target = TARGET_OBJECT;
-  if (section->kind == SECTION_PRIMARY)
-    return find_primary_pspec (key);
-
-  if (section->kind == SECTION_TIER)
-    {
-      if (g_str_equal (key, "backpressure"))
-        {
-          *out_target = TARGET_BACKPRESSURE;
-          return get_schema ()->backpressure;
-        }
-      if (g_str_equal (key, "backpressure-policy"))
-        {
-          *out_target = TARGET_BP_POLICY;
-          return get_schema ()->backpressure_policy;
-        }
-      if (g_str_equal (key, "backpressure-ramp-factor"))
-        {
-          g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_THROTTLED_DROP_POLICY);
-
-          *out_target = TARGET_BP_RAMP;
-          return g_object_class_find_property (G_OBJECT_CLASS (klass), "ramp-factor");
-        }
-      if (g_str_has_prefix (key, BACKPRESSURE_PREFIX))
-        {
-          g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_EMA_BACKPRESSURE_DETECTOR);
-
-          pspec = g_object_class_find_property (G_OBJECT_CLASS (klass),
-                                                key + strlen (BACKPRESSURE_PREFIX));
-          if (pspec != NULL &&
-              kv_config_param_is_configurable (pspec, KV_TYPE_EMA_BACKPRESSURE_DETECTOR) &&
-              is_construct_property (pspec))
-            {
-              *out_target = TARGET_DETECTOR;
-              return pspec;
-            }
-          return NULL;
-        }
-    }
-
-  {
-    g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
-
-    pspec = g_object_class_find_property (G_OBJECT_CLASS (klass), key);
-    if (pspec != NULL && kv_config_param_is_configurable (pspec, section->type))
-      return pspec;
-  }
-  return NULL;
-}
-
-static char *
-accepted_keys (const Section *section)
-{
-  GString *s = g_string_new (NULL);
-  g_autofree GParamSpec **pspecs = NULL;
-  guint n_pspecs = 0;
-
-  if (section->kind == SECTION_PRIMARY)
-    {
-      const Schema *schema = get_schema ();
-
-      for (guint i = 0; i < G_N_ELEMENTS (schema->primary); i++)
-        g_string_append_printf (s, "%s%s", i > 0 ? ", " : "", schema->primary[i]->name);
-      return g_string_free (s, FALSE);
-    }
-
-  g_string_append (s, "type");
-  {
-    g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
-
-    pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
-    for (guint i = 0; i < n_pspecs; i++)
-      if (kv_config_param_is_configurable (pspecs[i], section->type))
-        g_string_append_printf (s, ", %s", pspecs[i]->name);
-  }
-
-  if (section->kind == SECTION_TIER)
-    {
-      g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_EMA_BACKPRESSURE_DETECTOR);
-      g_autofree GParamSpec **bp = NULL;
-      guint n_bp;
-
-      g_string_append (s, ", backpressure, backpressure-policy, backpressure-ramp-factor");
-      bp = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_bp);
-      for (guint i = 0; i < n_bp; i++)
-        if (kv_config_param_is_configurable (bp[i], KV_TYPE_EMA_BACKPRESSURE_DETECTOR) &&
-            is_construct_property (bp[i]))
-          g_string_append_printf (s, ", " BACKPRESSURE_PREFIX "%s", bp[i]->name);
-    }
-  return g_string_free (s, FALSE);
-}
-
-static Entry *
-find_entry (const Section *section,
-            const char    *key)
-{
-  for (guint i = 0; i < section->entries->len; i++)
-    {
-      Entry *entry = g_ptr_array_index (section->entries, i);
-
-      if (g_str_equal (entry->key, key))
-        return entry;
-    }
-  return NULL;
-}
-
-/* Sets one key (text or typed variant) of a section whose type is known.
- * An existing value of the key is replaced. */
-static gboolean
-section_set (Section     *section,
-             const char  *key,
-             const char  *text,
-             GVariant    *variant,
-             const Loc   *loc,
-             GError     **error)
-{
-  g_autoptr(GError) local_error = NULL;
-  GValue value = G_VALUE_INIT;
-  GParamSpec *pspec;
-  Target target;
-  Entry *entry;
-  gboolean ok;
-
-  pspec = resolve_key (section, key, &target);
-  if (pspec == NULL)
-    {
-      g_autofree char *accepted = accepted_keys (section);
-
-      if (section->kind == SECTION_PRIMARY)
-        set_error (error, KV_CONFIG_ERROR_UNKNOWN_KEY, loc, section, key,
-                   "unknown key (accepted: %s)", accepted);
-      else
-        set_error (error, KV_CONFIG_ERROR_UNKNOWN_KEY, loc, section, key,
-                   "unknown key for %s type '%s' (accepted: %s)",
-                   section->kind == SECTION_DEVICE ? "device" : "tier",
-                   section->type_name, accepted);
-      return FALSE;
-    }
-
-  ok = variant != NULL ? kv_config_value_from_variant (pspec, variant, &value, &local_error)
-                       : kv_config_value_from_string (pspec, text, &value, &local_error);
-  if (!ok)
-    {
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, loc, section, key,
-                 "%s", local_error->message);
-      return FALSE;
-    }
-
-  if (section->kind == SECTION_PRIMARY && g_str_equal (key, "slot-size") &&
-      g_value_get_uint64 (&value) % 4096 != 0)
-    {
-      g_autofree char *printed = kv_config_value_to_string (pspec, &value);
-
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, loc, section, key,
-                 "%s is not a multiple of 4096 bytes", printed);
-      g_value_unset (&value);
-      return FALSE;
-    }
-
-  entry = find_entry (section, key);
-  if (entry == NULL)
-    {
-      entry = g_new0 (Entry, 1);
-      entry->key = g_strdup (key);
-      g_ptr_array_add (section->entries, entry);
-    }
-  else
-    {
-      g_param_spec_unref (entry->pspec);
-      g_value_unset (&entry->value);
-    }
-  entry->target = target;
-  entry->pspec = g_param_spec_ref (pspec);
-  entry->value = value;
-  entry->line = loc->line;
-  return TRUE;
-}
-
-static gint
-entry_enum (const Section *section,
-            const char    *key,
-            gint           fallback)
-{
-  Entry *entry = find_entry (section, key);
-
-  return entry != NULL ? g_value_get_enum (&entry->value) : fallback;
-}
-
-static gboolean
-section_has_detector_keys (const Section *section,
-                           const Entry  **out_first)
-{
-  for (guint i = 0; i < section->entries->len; i++)
-    {
-      const Entry *entry = g_ptr_array_index (section->entries, i);
-
-      if (entry->target == TARGET_DETECTOR || entry->target == TARGET_BP_POLICY ||
-          entry->target == TARGET_BP_RAMP)
-        {
-          *out_first = entry;
-          return TRUE;
-        }
-    }
-  return FALSE;
-}
-
-static gboolean
-wants_detector (const Section *section)
-{
-  const Entry *first;
-
-  if (section->kind != SECTION_TIER)
-    return FALSE;
-  if (find_entry (section, "backpressure") != NULL)
-    return entry_enum (section, "backpressure", BACKPRESSURE_NONE) == BACKPRESSURE_EMA;
-  /* backpressure-* keys alone ask for the EMA detector. */
-  return section_has_detector_keys (section, &first);
-}
-
-/* Builds the tier's detector from the section; NULL without an error when
- * the tier has none. */
-static KvBackpressureDetector *
-build_detector (const Section  *section,
-                GError        **error)
-{
-  g_autoptr(GPtrArray) names = NULL;
-  g_autoptr(GArray) values = NULL;
-  g_autoptr(KvBackpressurePolicy) policy = NULL;
-  gboolean have_high = FALSE, have_low = FALSE;
-  KvLocality locality = KV_LOCALITY_UNSPECIFIED;
-  GValue value = G_VALUE_INIT;
-  gdouble high, low;
-  GObject *detector;
-
-  if (!wants_detector (section))
-    return NULL;
-
-  names = g_ptr_array_new ();
-  values = g_array_new (FALSE, TRUE, sizeof (GValue));
-  g_array_set_clear_func (values, (GDestroyNotify) g_value_unset);
-
-  for (guint i = 0; i < section->entries->len; i++)
-    {
-      const Entry *entry = g_ptr_array_index (section->entries, i);
-
-      if (entry->target == TARGET_OBJECT && g_str_equal (entry->key, "locality"))
-        locality = g_value_get_enum (&entry->value);
-      if (entry->target != TARGET_DETECTOR)
-        continue;
-      have_high |= g_str_equal (entry->pspec->name, "high-water-s");
-      have_low |= g_str_equal (entry->pspec->name, "low-water-s");
-      memset (&value, 0, sizeof value);
-      g_value_init (&value, G_VALUE_TYPE (&entry->value));
-      g_value_copy (&entry->value, &value);
-      g_ptr_array_add (names, (gpointer) entry->pspec->name);
-      g_array_append_val (values, value);
-    }
-
-  /* Water marks not given come from the reference presets for the tier's
-   * type and locality. */
-  kv_ema_backpressure_detector_get_default_config (section->type_name, locality, &high, &low);
-  if (!have_high)
-    {
-      memset (&value, 0, sizeof value);
-      g_value_init (&value, G_TYPE_DOUBLE);
-      g_value_set_double (&value, high);
-      g_ptr_array_add (names, (gpointer) "high-water-s");
-      g_array_append_val (values, value);
-    }
-  if (!have_low)
-    {
-      memset (&value, 0, sizeof value);
-      g_value_init (&value, G_TYPE_DOUBLE);
-      g_value_set_double (&value, low);
-      g_ptr_array_add (names, (gpointer) "low-water-s");
-      g_array_append_val (values, value);
-    }
-
-  if (entry_enum (section, "backpressure-policy", BP_POLICY_THROTTLED) == BP_POLICY_DROP)
-    policy = KV_BACKPRESSURE_POLICY (kv_drop_store_policy_new ());
-  else
-    {
-      Entry *ramp = find_entry (section, "backpressure-ramp-factor");
-
-      policy = KV_BACKPRESSURE_POLICY (kv_throttled_drop_policy_new (
-        ramp != NULL ? g_value_get_double (&ramp->value) : 2.0));
-    }
-  memset (&value, 0, sizeof value);
-  g_value_init (&value, KV_TYPE_BACKPRESSURE_POLICY);
-  g_value_set_object (&value, policy);
-  g_ptr_array_add (names, (gpointer) "policy");
-  g_array_append_val (values, value);
-
-  detector = g_object_new_with_properties (KV_TYPE_EMA_BACKPRESSURE_DETECTOR, names->len,
-                                           (const char **) names->pdata,
-                                           (const GValue *) values->data);
-  if (!g_initable_init (G_INITABLE (detector), NULL, error))
-    {
-      g_object_unref (detector);
-      return NULL;
-    }
-  return KV_BACKPRESSURE_DETECTOR (detector);
-}
-
-/* Checks what needs the whole section: backpressure keys and the detector
- * they build. */
-static gboolean
-section_validate (const Section  *section,
-                  const char     *origin,
-                  GError        **error)
-{
-  g_autoptr(KvBackpressureDetector) detector = NULL;
-  g_autoptr(GError) local_error = NULL;
-  const Entry *first;
-
-  if (section->kind != SECTION_TIER)
-    return TRUE;
-
-  if (find_entry (section, "backpressure") != NULL &&
-      entry_enum (section, "backpressure", BACKPRESSURE_NONE) == BACKPRESSURE_NONE &&
-      section_has_detector_keys (section, &first))
-    {
-      Loc loc = { origin, first->line };
-
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section, first->key,
-                 "backpressure keys need 'backpressure = ema' (the section says"
-                 " 'backpressure = none')");
-      return FALSE;
-    }
-
-  detector = build_detector (section, &local_error);
-  if (detector == NULL && local_error != NULL)
-    {
-      Entry *bp = find_entry (section, "backpressure");
-      Loc loc = { origin, bp != NULL ? bp->line : section->line };
-
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section,
-                 bp != NULL ? "backpressure" : NULL, "%s", local_error->message);
-      return FALSE;
-    }
-  return TRUE;
-}
-
-/* ------------------------------------------------------------------------ */
-/* Sections */
-
-static gboolean
-valid_name (const char *name)
-{
-  if (name == NULL || *name == '\0')
-    return FALSE;
-  for (const char *p = name; *p; p++)
-    if (!g_ascii_isalnum (*p) && *p != '-' && *p != '_' && *p != '.')
-      return FALSE;
-  return TRUE;
-}
-
-/* Splits a section title into its kind and tier name. */
-static gboolean
-parse_title (const char   *title,
-             SectionKind  *out_kind,
-             char        **out_name)
-{
-  *out_name = NULL;
-  if (g_str_equal (title, "primary"))
-    {
-      *out_kind = SECTION_PRIMARY;
-      return TRUE;
-    }
-  if (g_str_equal (title, "device"))
-    {
-      *out_kind = SECTION_DEVICE;
-      return TRUE;
-    }
-  if (g_str_has_prefix (title, "tier") && g_ascii_isspace (title[4]))
-    {
-      g_autofree char *name = g_strstrip (g_strdup (title + 4));
-
-      if (valid_name (name))
-        {
-          *out_kind = SECTION_TIER;
-          *out_name = g_steal_pointer (&name);
-          return TRUE;
-        }
-    }
-  return FALSE;
-}
-
-static Section *
-find_tier (KvConfig   *self,
-           const char *name)
-{
-  for (guint i = 0; i < self->tiers->len; i++)
-    {
-      Section *section = g_ptr_array_index (self->tiers, i);
-
-      if (g_str_equal (section->name, name))
-        return section;
-    }
-  return NULL;
-}
-
-static char *
-registered_types (KvConfig *self,
-                  gboolean  devices)
-{
-  g_auto(GStrv) names = devices ? kv_tier_registry_list_device_types (self->registry)
-                                : kv_tier_registry_list_tier_types (self->registry);
-  g_autofree char *joined = g_strjoinv (", ", names);
-
-  return g_strdup_printf ("%s types: %s", devices ? "device" : "tier",
-                          *joined != '\0' ? joined : "none registered");
-}
-
-/* Gives @section its type; @type_name NULL means the key is missing. */
-static gboolean
-section_set_type (KvConfig    *self,
-                  Section     *section,
-                  const char  *type_name,
-                  const Loc   *loc,
-                  GError     **error)
-{
-  gboolean device = section->kind == SECTION_DEVICE;
-  g_autoptr(GError) local_error = NULL;
-  GType type;
-
-  if (type_name == NULL)
-    {
-      g_autofree char *choices = registered_types (self, device);
-
-      set_error (error, KV_CONFIG_ERROR_MISSING_KEY, loc, section, NULL,
-                 "missing key 'type' (%s)", choices);
-      return FALSE;
-    }
-
-  type = device ? kv_tier_registry_lookup_device_type (self->registry, type_name, &local_error)
-                : kv_tier_registry_lookup_tier_type (self->registry, type_name, &local_error);
-  if (type == G_TYPE_INVALID)
-    {
-      set_error (error, KV_CONFIG_ERROR_UNKNOWN_TYPE, loc, section, "type",
-                 "%s", local_error->message);
-      return FALSE;
-    }
-
-  if (section->type_name != NULL && !g_str_equal (section->type_name, type_name))
-    {
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, loc, section, "type",
-                 "the section already has type '%s'", section->type_name);
-      return FALSE;
-    }
-
-  g_free (section->type_name);
-  section->type_name = g_strdup (type_name);
-  section->type = type;
-  section->type_line = loc->line;
-  return TRUE;
-}
-
-/* One key of a section being loaded: text (files) or a variant. */
-typedef struct
-{
-  const char *key;
-  const char *text;
-  GVariant   *variant;
-  guint       line;
-} RawKey;
-
-/* Adds a section from its raw keys, checking everything. */
-static gboolean
-add_section (KvConfig     *self,
-             SectionKind   kind,
-             const char   *name,
-             guint         line,
-             RawKey       *keys,
-             guint         n_keys,
-             const char   *origin,
-             GError      **error)
-{
-  Section *section;
-  g_autoptr(GError) local_error = NULL;
-  const RawKey *type_key = NULL;
-  Loc loc = { origin, line };
-
-  if (kind == SECTION_PRIMARY)
-    section = self->primary;
-  else
-    {
-      Section probe = { .kind = kind, .name = (char *) name };
-
-      if ((kind == SECTION_DEVICE && self->device != NULL) ||
-          (kind == SECTION_TIER && find_tier (self, name) != NULL))
-        {
-          const Section *first = kind == SECTION_DEVICE ? self->device : find_tier (self, name);
-
-          if (first->line > 0)
-            set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, &probe, NULL,
-                       "duplicate section (first at line %u)", first->line);
-          else
-            set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, &probe, NULL,
-                       kind == SECTION_TIER ? "duplicate tier name" : "duplicate section");
-          return FALSE;
-        }
-
-      for (guint i = 0; i < n_keys; i++)
-        if (g_str_equal (keys[i].key, "type"))
-          type_key = &keys[i];
-
-      section = section_new (kind, name, line);
-      if (type_key != NULL)
-        {
-          g_autofree char *type_text = NULL;
-          Loc type_loc = { origin, type_key->line != 0 ? type_key->line : line };
-
-          if (type_key->variant != NULL &&
-              !g_variant_is_of_type (type_key->variant, G_VARIANT_TYPE_STRING))
-            {
-              set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &type_loc, section, "type",
-                         "the type must be a string, not '%s'",
-                         g_variant_get_type_string (type_key->variant));
-              section_free (section);
-              return FALSE;
-            }
-          type_text = g_strstrip (g_strdup (type_key->variant != NULL
-                                            ? g_variant_get_string (type_key->variant, NULL)
-                                            : type_key->text));
-          if (!section_set_type (self, section, type_text, &type_loc, error))
-            {
-              section_free (section);
-              return FALSE;
-            }
-        }
-      else if (!section_set_type (self, section, NULL, &loc, error))
-        {
-          section_free (section);
-          return FALSE;
-        }
-
-      if (kind == SECTION_DEVICE)
-        self->device = section;
-      else
-        g_ptr_array_add (self->tiers, section);
-    }
-
-  if (kind == SECTION_PRIMARY && line > 0)
-    section->line = line;
-
-  for (guint i = 0; i < n_keys; i++)
-    {
-      Loc key_loc = { origin, keys[i].line };
-
-      if (&keys[i] == type_key)
-        continue;
-      if (kind == SECTION_PRIMARY && g_str_equal (keys[i].key, "type"))
-        {
-          set_error (error, KV_CONFIG_ERROR_UNKNOWN_KEY, &key_loc, section, "type",
-                     "the primary tier has no type");
-          return FALSE;
-        }
-      if (!section_set (section, keys[i].key, keys[i].text, keys[i].variant, &key_loc, error))
-        return FALSE;
-    }
-
-  return section_validate (section, origin, error);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Key files */
-
-typedef struct
-{
-  char       *title;
-  guint       line;
-  GHashTable *keys;   /* key → line (GUINT_TO_POINTER) */
-} ScannedSection;
-
-static void
-scanned_section_free (ScannedSection *scanned)
-{
-  g_free (scanned->title);
-  g_hash_table_unref (scanned->keys);
-  g_free (scanned);
-}
-
-/* GKeyFile knows no line numbers and merges repeated sections and keys
- * silently, so the text is scanned first: for the lines that errors name,
- * and to refuse duplicates and malformed lines with their line number. */
-static GPtrArray *
-scan_key_file (const char  *data,
-               gsize        length,
-               const char  *origin,
-               GError     **error)
-{
-  g_autoptr(GPtrArray) sections = g_ptr_array_new_with_free_func ((GDestroyNotify) scanned_section_free);
-  g_autofree char *copy = g_strndup (data, length);
-  g_auto(GStrv) lines = g_strsplit (copy, "\n", -1);
-  ScannedSection *current = NULL;
-
-  for (guint n = 0; lines[n] != NULL; n++)
-    {
-      char *line = g_strstrip (lines[n]);
-      Loc loc = { origin, n + 1 };
-
-      if (*line == '\0' || *line == '#')
-        continue;
-
-      if (*line == '[')
-        {
-          char *end = strrchr (line, ']');
-
-          if (end == NULL || end[1] != '\0')
-            {
-              set_error (error, KV_CONFIG_ERROR_PARSE, &loc, NULL, NULL,
-                         "'%s' is not a section header ('[NAME]')", line);
-              return NULL;
-            }
-          *end = '\0';
-          for (guint i = 0; i < sections->len; i++)
-            {
-              ScannedSection *other = g_ptr_array_index (sections, i);
-
-              if (g_str_equal (other->title, line + 1))
-                {
-                  set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, NULL, NULL,
-                             "duplicate section [%s] (first at line %u)",
-                             line + 1, other->line);
-                  return NULL;
-                }
-            }
-          current = g_new0 (ScannedSection, 1);
-          current->title = g_strdup (line + 1);
-          current->line = n + 1;
-          current->keys = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
-          g_ptr_array_add (sections, current);
-          continue;
-        }
-
-      {
-        char *eq = strchr (line, '=');
-        g_autofree char *key = NULL;
-        gpointer first_line;
-
-        if (eq == NULL)
-          {
-            set_error (error, KV_CONFIG_ERROR_PARSE, &loc, NULL, NULL,
-                       "'%s' is not a section header, 'key = value' or comment", line);
-            return NULL;
-          }
-        key = g_strstrip (g_strndup (line, (gsize) (eq - line)));
-        if (current == NULL)
-          {
-            set_error (error, KV_CONFIG_ERROR_PARSE, &loc, NULL, key,
-                       "key outside any section");
-            return NULL;
-          }
-        if (g_hash_table_lookup_extended (current->keys, key, NULL, &first_line))
-          {
-            set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, NULL, NULL,
-                       "[%s] key '%s': duplicate key (first at line %u)",
-                       current->title, key, GPOINTER_TO_UINT (first_line));
-            return NULL;
-          }
-        g_hash_table_insert (current->keys, g_steal_pointer (&key), GUINT_TO_POINTER (n + 1));
-      }
-    }
-
-  return g_steal_pointer (&sections);
-}
-
-static gboolean
-load_key_file (KvConfig     *self,
-               const char   *data,
-               gsize         length,
-               const char   *origin,
-               GError      **error)
-{
-  g_autoptr(GKeyFile) key_file = g_key_file_new ();
-  g_autoptr(GPtrArray) scanned = NULL;
-  g_autoptr(GError) local_error = NULL;
-
-  scanned = scan_key_file (data, length, origin, error);
-  if (scanned == NULL)
-    return FALSE;
-
-  if (!g_key_file_load_from_data (key_file, data, length, G_KEY_FILE_NONE, &local_error))
-    {
-      Loc loc = { origin, 0 };
-
-      set_error (error, KV_CONFIG_ERROR_PARSE, &loc, NULL, NULL, "%s", local_error->message);
-      return FALSE;
-    }
-
-  for (guint s = 0; s < scanned->len; s++)
-    {
-      ScannedSection *sc = g_ptr_array_index (scanned, s);
-      g_auto(GStrv) keys = NULL;
-      g_autoptr(GPtrArray) texts = g_ptr_array_new_with_free_func (g_free);
-      g_autofree RawKey *raw = NULL;
-      g_autofree char *name = NULL;
-      SectionKind kind;
-      gsize n_keys = 0;
-      Loc loc = { origin, sc->line };
-
-      if (!parse_title (sc->title, &kind, &name))
-        {
-          set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
-                     "unknown section [%s] (accepted: [primary], [device],"
-                     " [tier NAME] where NAME is letters, digits, '-', '_' or '.')",
-                     sc->title);
-          return FALSE;
-        }
-
-      keys = g_key_file_get_keys (key_file, sc->title, &n_keys, NULL);
-      raw = g_new0 (RawKey, n_keys + 1);
-      for (gsize k = 0; k < n_keys; k++)
-        {
-          char *text = g_key_file_get_string (key_file, sc->title, keys[k], &local_error);
-
-          if (text == NULL)
-            {
-              Loc key_loc = { origin, GPOINTER_TO_UINT (g_hash_table_lookup (sc->keys, keys[k])) };
-              Section probe = { .kind = kind, .name = name };
-
-              set_error (error, KV_CONFIG_ERROR_PARSE, &key_loc, &probe, keys[k],
-                         "%s", local_error->message);
-              return FALSE;
-            }
-          g_ptr_array_add (texts, text);
-          raw[k].key = keys[k];
-          raw[k].text = text;
-          raw[k].line = GPOINTER_TO_UINT (g_hash_table_lookup (sc->keys, keys[k]));
-        }
-
-      if (!add_section (self, kind, name, sc->line, raw, (guint) n_keys, origin, error))
-        return FALSE;
-    }
-
-  return TRUE;
+  return config_new (registry, NULL);
 }
 
 /**
@@ -1893,10 +170,9 @@ kv_config_new_from_data (KvTierRegistry  *registry,
   g_return_val_if_fail (data != NULL, NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  self = kv_config_new (registry);
-  self->origin = g_strdup (origin != NULL ? origin : "<data>");
-  if (!load_key_file (self, data, length < 0 ? strlen (data) : (gsize) length,
-                      self->origin, error))
+  self = config_new (registry, origin != NULL ? origin : "<data>");
+  if (!kv_config_key_file_load (self->document, data,
+                                length < 0 ? strlen (data) : (gsize) length, error))
     return NULL;
   return g_steal_pointer (&self);
 }
@@ -1931,104 +207,6 @@ kv_config_new_from_file (KvTierRegistry  *registry,
   return kv_config_new_from_data (registry, data, (gssize) length, path, error);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Dictionaries */
-
-static gboolean
-collect_dict (GVariant    *dict,
-              const char  *what,
-              GPtrArray   *out_keys,
-              GError     **error)
-{
-  GVariantIter iter;
-  const char *key;
-  GVariant *value;
-  Loc loc = { DICTIONARY_ORIGIN, 0 };
-
-  g_variant_iter_init (&iter, dict);
-  while (g_variant_iter_next (&iter, "{&sv}", &key, &value))
-    {
-      RawKey *raw;
-
-      for (guint i = 0; i < out_keys->len; i++)
-        if (g_str_equal (((RawKey *) g_ptr_array_index (out_keys, i))->key, key))
-          {
-            set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, NULL, NULL,
-                       "%s key '%s': duplicate key", what, key);
-            g_variant_unref (value);
-            return FALSE;
-          }
-      raw = g_new0 (RawKey, 1);
-      raw->key = key;
-      raw->variant = value;
-      g_ptr_array_add (out_keys, raw);
-    }
-  return TRUE;
-}
-
-static void
-raw_key_free (RawKey *raw)
-{
-  g_clear_pointer (&raw->variant, g_variant_unref);
-  g_free (raw);
-}
-
-static gboolean
-add_dict_section (KvConfig     *self,
-                  SectionKind   kind,
-                  GVariant     *dict,
-                  const char   *what,
-                  GError      **error)
-{
-  g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) raw_key_free);
-  g_autofree char *name = NULL;
-  g_autofree RawKey *flat = NULL;
-  guint n = 0;
-  Loc loc = { DICTIONARY_ORIGIN, 0 };
-
-  if (!g_variant_is_of_type (dict, G_VARIANT_TYPE_VARDICT))
-    {
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, NULL, NULL,
-                 "%s must be a dictionary (a{sv}), not '%s'", what,
-                 g_variant_get_type_string (dict));
-      return FALSE;
-    }
-  if (!collect_dict (dict, what, keys, error))
-    return FALSE;
-
-  flat = g_new0 (RawKey, keys->len + 1);
-  for (guint i = 0; i < keys->len; i++)
-    {
-      RawKey *raw = g_ptr_array_index (keys, i);
-
-      if (kind == SECTION_TIER && g_str_equal (raw->key, "name"))
-        {
-          if (!g_variant_is_of_type (raw->variant, G_VARIANT_TYPE_STRING) ||
-              !valid_name (g_variant_get_string (raw->variant, NULL)))
-            {
-              g_autofree char *printed = g_variant_print (raw->variant, TRUE);
-
-              set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, NULL, NULL,
-                         "%s key 'name': %s is not a tier name (letters, digits,"
-                         " '-', '_' or '.')", what, printed);
-              return FALSE;
-            }
-          name = g_variant_dup_string (raw->variant, NULL);
-          continue;
-        }
-      flat[n++] = *raw;
-    }
-
-  if (kind == SECTION_TIER && name == NULL)
-    {
-      set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, NULL, NULL,
-                 "%s: missing key 'name'", what);
-      return FALSE;
-    }
-
-  return add_section (self, kind, name, 0, flat, n, DICTIONARY_ORIGIN, error);
-}
-
 /**
  * kv_config_new_from_variant:
  * @registry: (nullable): the registry that resolves type names, or %NULL
@@ -2052,86 +230,17 @@ kv_config_new_from_variant (KvTierRegistry  *registry,
 {
   g_autoptr(KvConfig) self = NULL;
   g_autoptr(GVariant) owned = NULL;
-  GVariantIter iter;
-  const char *key;
-  GVariant *value;
-  Loc loc = { DICTIONARY_ORIGIN, 0 };
-  gboolean seen[3] = { FALSE, FALSE, FALSE };
 
   g_return_val_if_fail (registry == NULL || KV_IS_TIER_REGISTRY (registry), NULL);
   g_return_val_if_fail (variant != NULL, NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
   owned = g_variant_ref_sink (variant);
-  self = kv_config_new (registry);
-  self->origin = g_strdup (DICTIONARY_ORIGIN);
-
-  if (!g_variant_is_of_type (variant, G_VARIANT_TYPE_VARDICT))
-    {
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, NULL, NULL,
-                 "a configuration is a dictionary (a{sv}), not '%s'",
-                 g_variant_get_type_string (variant));
-      return NULL;
-    }
-
-  g_variant_iter_init (&iter, variant);
-  while (g_variant_iter_next (&iter, "{&sv}", &key, &value))
-    {
-      g_autoptr(GVariant) section = value;
-      int which = g_str_equal (key, "primary") ? 0 : g_str_equal (key, "device") ? 1
-                  : g_str_equal (key, "tiers") ? 2 : -1;
-
-      if (which < 0)
-        {
-          set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
-                     "unknown section '%s' (accepted: primary, device, tiers)", key);
-          return NULL;
-        }
-      if (seen[which])
-        {
-          set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, NULL, NULL,
-                     "duplicate section '%s'", key);
-          return NULL;
-        }
-      seen[which] = TRUE;
-
-      if (which == 0 && !add_dict_section (self, SECTION_PRIMARY, section, "'primary'", error))
-        return NULL;
-      if (which == 1 && !add_dict_section (self, SECTION_DEVICE, section, "'device'", error))
-        return NULL;
-      if (which == 2)
-        {
-          GVariantIter tiers;
-          GVariant *tier;
-          guint index = 0;
-
-          if (!g_variant_is_of_type (section, G_VARIANT_TYPE ("aa{sv}")) &&
-              !g_variant_is_of_type (section, G_VARIANT_TYPE ("av")))
-            {
-              set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, NULL, NULL,
-                         "'tiers' must be an array of dictionaries (aa{sv}), not '%s'",
-                         g_variant_get_type_string (section));
-              return NULL;
-            }
-          g_variant_iter_init (&tiers, section);
-          while ((tier = g_variant_iter_next_value (&tiers)) != NULL)
-            {
-              g_autoptr(GVariant) owned_tier = tier;
-              g_autoptr(GVariant) inner = g_variant_is_of_type (tier, G_VARIANT_TYPE_VARIANT)
-                                          ? g_variant_get_variant (tier) : g_variant_ref (tier);
-              g_autofree char *what = g_strdup_printf ("'tiers'[%u]", index++);
-
-              if (!add_dict_section (self, SECTION_TIER, inner, what, error))
-                return NULL;
-            }
-        }
-    }
-
+  self = config_new (registry, KV_CONFIG_DICTIONARY_ORIGIN);
+  if (!kv_config_dictionary_load (self->document, variant, error))
+    return NULL;
   return g_steal_pointer (&self);
 }
-
-/* ------------------------------------------------------------------------ */
-/* Editing and reading */
 
 /**
  * kv_config_get_registry:
@@ -2146,24 +255,7 @@ kv_config_get_registry (KvConfig *self)
 {
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
 
-  return self->registry;
-}
-
-static Section *
-find_section (KvConfig   *self,
-              const char *title,
-              SectionKind *out_kind,
-              char       **out_name)
-{
-  if (!parse_title (title, out_kind, out_name))
-    return NULL;
-  switch (*out_kind)
-    {
-    case SECTION_PRIMARY: return self->primary;
-    case SECTION_DEVICE: return self->device;
-    case SECTION_TIER: return find_tier (self, *out_name);
-    default: g_assert_not_reached ();
-    }
+  return self->document->registry;
 }
 
 /**
@@ -2189,9 +281,9 @@ kv_config_set_value (KvConfig    *self,
                      GError     **error)
 {
   g_autofree char *name = NULL;
-  SectionKind kind;
-  Section *target;
-  Loc loc = { self != NULL && self->origin != NULL ? self->origin : DEFAULT_ORIGIN, 0 };
+  KvConfigSectionKind kind;
+  KvConfigSection *target;
+  KvConfigLocation loc = { NULL, 0 };
 
   g_return_val_if_fail (KV_IS_CONFIG (self), FALSE);
   g_return_val_if_fail (section != NULL, FALSE);
@@ -2199,47 +291,49 @@ kv_config_set_value (KvConfig    *self,
   g_return_val_if_fail (value != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
-  if (!parse_title (section, &kind, &name))
+  loc.origin = kv_config_document_get_origin (self->document);
+  if (!kv_config_section_parse_title (section, &kind, &name))
     {
-      set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
-                 "unknown section [%s] (accepted: [primary], [device], [tier NAME])",
-                 section);
+      kv_config_set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
+                           "unknown section [%s] (accepted: [primary], [device], [tier NAME])",
+                           section);
       return FALSE;
     }
 
-  target = kind == SECTION_PRIMARY ? self->primary
-           : kind == SECTION_DEVICE ? self->device : find_tier (self, name);
+  target = kind == KV_CONFIG_SECTION_PRIMARY ? self->document->primary
+           : kind == KV_CONFIG_SECTION_DEVICE ? self->document->device
+           : kv_config_document_find_tier (self->document, name);
   if (target == NULL)
     {
-      RawKey raw = { "type", value, NULL, 0 };
+      KvConfigRawKey raw = { "type", value, NULL, 0 };
 
       if (!g_str_equal (key, "type"))
         {
-          Section probe = { .kind = kind, .name = name };
+          KvConfigSection probe = { .kind = kind, .name = name };
 
-          set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, &probe, key,
-                     "the section does not exist yet: set its 'type' first");
+          kv_config_set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, &probe, key,
+                               "the section does not exist yet: set its 'type' first");
           return FALSE;
         }
-      return add_section (self, kind, name, 0, &raw, 1, loc.origin, error);
+      return kv_config_document_add_section (self->document, kind, name, 0, &raw, 1, error);
     }
 
   if (g_str_equal (key, "type"))
     {
       g_autofree char *type_name = g_strstrip (g_strdup (value));
 
-      if (kind == SECTION_PRIMARY)
+      if (kind == KV_CONFIG_SECTION_PRIMARY)
         {
-          set_error (error, KV_CONFIG_ERROR_UNKNOWN_KEY, &loc, target, key,
-                     "the primary tier has no type");
+          kv_config_set_error (error, KV_CONFIG_ERROR_UNKNOWN_KEY, &loc, target, key,
+                               "the primary tier has no type");
           return FALSE;
         }
-      return section_set_type (self, target, type_name, &loc, error);
+      return kv_config_document_set_type (self->document, target, type_name, &loc, error);
     }
 
-  if (!section_set (target, key, value, NULL, &loc, error))
+  if (!kv_config_section_set (target, key, value, NULL, &loc, error))
     return FALSE;
-  return section_validate (target, loc.origin, error);
+  return kv_config_section_validate (target, loc.origin, error);
 }
 
 /**
@@ -2260,20 +354,20 @@ kv_config_get_value (KvConfig   *self,
                      const char *key)
 {
   g_autofree char *name = NULL;
-  SectionKind kind;
-  Section *target;
-  Entry *entry;
+  KvConfigSectionKind kind;
+  KvConfigSection *target;
+  KvConfigEntry *entry;
 
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (section != NULL, NULL);
   g_return_val_if_fail (key != NULL, NULL);
 
-  target = find_section (self, section, &kind, &name);
+  target = kv_config_document_find_section (self->document, section, &kind, &name);
   if (target == NULL)
     return NULL;
   if (g_str_equal (key, "type"))
     return g_strdup (target->type_name);
-  entry = find_entry (target, key);
+  entry = kv_config_section_find_entry (target, key);
   return entry != NULL ? kv_config_value_to_string (entry->pspec, &entry->value) : NULL;
 }
 
@@ -2288,13 +382,15 @@ kv_config_get_value (KvConfig   *self,
 char **
 kv_config_get_tier_names (KvConfig *self)
 {
+  GPtrArray *tiers;
   char **names;
 
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
 
-  names = g_new0 (char *, self->tiers->len + 1);
-  for (guint i = 0; i < self->tiers->len; i++)
-    names[i] = g_strdup (((Section *) g_ptr_array_index (self->tiers, i))->name);
+  tiers = self->document->tiers;
+  names = g_new0 (char *, tiers->len + 1);
+  for (guint i = 0; i < tiers->len; i++)
+    names[i] = g_strdup (((KvConfigSection *) g_ptr_array_index (tiers, i))->name);
   return names;
 }
 
@@ -2311,12 +407,12 @@ const char *
 kv_config_get_tier_type (KvConfig   *self,
                          const char *name)
 {
-  Section *section;
+  KvConfigSection *section;
 
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (name != NULL, NULL);
 
-  section = find_tier (self, name);
+  section = kv_config_document_find_tier (self->document, name);
   return section != NULL ? section->type_name : NULL;
 }
 
@@ -2334,18 +430,7 @@ kv_config_get_device_type (KvConfig *self)
 {
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
 
-  return self->device != NULL ? self->device->type_name : NULL;
-}
-
-static guint64
-primary_uint64 (KvConfig   *self,
-                const char *key)
-{
-  Entry *entry = find_entry (self->primary, key);
-
-  if (entry != NULL)
-    return g_value_get_uint64 (&entry->value);
-  return G_PARAM_SPEC_UINT64 (find_primary_pspec (key))->default_value;
+  return self->document->device != NULL ? self->document->device->type_name : NULL;
 }
 
 /**
@@ -2361,7 +446,7 @@ kv_config_get_primary_size (KvConfig *self)
 {
   g_return_val_if_fail (KV_IS_CONFIG (self), 0);
 
-  return primary_uint64 (self, "size");
+  return kv_config_document_get_primary_size (self->document);
 }
 
 /**
@@ -2377,30 +462,7 @@ kv_config_get_slot_size (KvConfig *self)
 {
   g_return_val_if_fail (KV_IS_CONFIG (self), 0);
 
-  return primary_uint64 (self, "slot-size");
-}
-
-/* ------------------------------------------------------------------------ */
-/* Writing back */
-
-static GVariant *
-section_to_variant (const Section *section)
-{
-  GVariantBuilder builder;
-
-  g_variant_builder_init (&builder, G_VARIANT_TYPE_VARDICT);
-  if (section->kind == SECTION_TIER)
-    g_variant_builder_add (&builder, "{sv}", "name", g_variant_new_string (section->name));
-  if (section->type_name != NULL)
-    g_variant_builder_add (&builder, "{sv}", "type", g_variant_new_string (section->type_name));
-  for (guint i = 0; i < section->entries->len; i++)
-    {
-      const Entry *entry = g_ptr_array_index (section->entries, i);
-
-      g_variant_builder_add (&builder, "{sv}", entry->key,
-                             kv_config_value_to_variant (entry->pspec, &entry->value));
-    }
-  return g_variant_builder_end (&builder);
+  return kv_config_document_get_slot_size (self->document);
 }
 
 /**
@@ -2417,41 +479,9 @@ section_to_variant (const Section *section)
 GVariant *
 kv_config_to_variant (KvConfig *self)
 {
-  GVariantBuilder builder;
-  GVariantBuilder tiers;
-
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
 
-  g_variant_builder_init (&builder, G_VARIANT_TYPE_VARDICT);
-  g_variant_builder_add (&builder, "{sv}", "primary", section_to_variant (self->primary));
-  if (self->device != NULL)
-    g_variant_builder_add (&builder, "{sv}", "device", section_to_variant (self->device));
-  g_variant_builder_init (&tiers, G_VARIANT_TYPE ("aa{sv}"));
-  for (guint i = 0; i < self->tiers->len; i++)
-    g_variant_builder_add_value (&tiers, section_to_variant (g_ptr_array_index (self->tiers, i)));
-  g_variant_builder_add (&builder, "{sv}", "tiers", g_variant_builder_end (&tiers));
-  return g_variant_builder_end (&builder);
-}
-
-static void
-section_to_key_file (const Section *section,
-                     GKeyFile      *key_file)
-{
-  g_autofree char *title = section_title (section);
-
-  /* section_title() gives "[...]"; groups are named without brackets. */
-  title[strlen (title) - 1] = '\0';
-  if (section->type_name != NULL)
-    g_key_file_set_string (key_file, title + 1, "type", section->type_name);
-  for (guint i = 0; i < section->entries->len; i++)
-    {
-      const Entry *entry = g_ptr_array_index (section->entries, i);
-      g_autofree char *text = kv_config_value_to_string (entry->pspec, &entry->value);
-
-      g_key_file_set_string (key_file, title + 1, entry->key, text);
-    }
-  if (section->type_name == NULL && section->entries->len == 0)
-    g_key_file_set_comment (key_file, title + 1, NULL, " defaults", NULL);
+  return kv_config_dictionary_write (self->document);
 }
 
 /**
@@ -2469,20 +499,40 @@ char *
 kv_config_to_data (KvConfig *self,
                    gsize    *length)
 {
-  g_autoptr(GKeyFile) key_file = g_key_file_new ();
-
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
 
-  section_to_key_file (self->primary, key_file);
-  if (self->device != NULL)
-    section_to_key_file (self->device, key_file);
-  for (guint i = 0; i < self->tiers->len; i++)
-    section_to_key_file (g_ptr_array_index (self->tiers, i), key_file);
-  return g_key_file_to_data (key_file, length, NULL);
+  return kv_config_key_file_write (self->document, length);
 }
 
-/* ------------------------------------------------------------------------ */
-/* Building the objects */
+/**
+ * kv_config_check:
+ * @self: a configuration
+ * @error: return location for a #GError
+ *
+ * Checks everything that building the configuration would check, without
+ * building: the primary tier's slot count, then each tier and the device,
+ * constructed with their properties and backpressure detectors but not
+ * started. No memory is mapped and no file, directory, socket or device is
+ * opened. A tier or device class that implements [iface@Kv.Configurable]
+ * also runs the checks its start would run (the fs tier's root and layout,
+ * the device's chunk size); one that does not can still fail to start.
+ * What only starting can find out (a directory that cannot be created,
+ * memory that cannot be had) is not checked.
+ *
+ * Returns: %TRUE when the configuration builds as far as can be told,
+ *   %FALSE with @error set to the error that
+ *   [method@Kv.Config.create_manager] or [method@Kv.Config.create_device]
+ *   would return
+ */
+gboolean
+kv_config_check (KvConfig  *self,
+                 GError   **error)
+{
+  g_return_val_if_fail (KV_IS_CONFIG (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return kv_config_build_check (self->document, error);
+}
 
 /**
  * kv_config_create_primary:
@@ -2500,72 +550,10 @@ KvPrimaryTier *
 kv_config_create_primary (KvConfig  *self,
                           GError   **error)
 {
-  g_autoptr(KvHostBuffer) buffer = NULL;
-  g_autoptr(KvCachePolicy) policy = NULL;
-  Entry *file;
-  Entry *shared;
-  Entry *events;
-  guint64 size, slot_size, n_slots;
-  Loc loc;
-
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  loc.origin = self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
-  loc.line = self->primary->line;
-
-  size = kv_config_get_primary_size (self);
-  slot_size = kv_config_get_slot_size (self);
-  n_slots = size / slot_size;
-  if (n_slots == 0 || n_slots > G_MAXUINT32)
-    {
-      g_autofree char *s = kv_config_format_size (size);
-      g_autofree char *ss = kv_config_format_size (slot_size);
-
-      set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, self->primary, "size",
-                 "%s makes %" G_GUINT64_FORMAT " slots of %s (1 to %u accepted)",
-                 s, n_slots, ss, G_MAXUINT32);
-      return NULL;
-    }
-
-  file = find_entry (self->primary, "file");
-  shared = find_entry (self->primary, "shared");
-  if (file != NULL && g_value_get_string (&file->value) != NULL &&
-      *g_value_get_string (&file->value) != '\0')
-    buffer = kv_host_buffer_new_for_file (g_value_get_string (&file->value),
-                                          (guint) n_slots, slot_size, error);
-  else if (shared != NULL && g_value_get_boolean (&shared->value))
-    buffer = kv_host_buffer_new_shared ((guint) n_slots, slot_size, error);
-  else
-    buffer = kv_host_buffer_new ((guint) n_slots, slot_size, error);
-  if (buffer == NULL)
-    return NULL;
-
-  if (entry_enum (self->primary, "policy", POLICY_LRU) == POLICY_ARC)
-    policy = kv_arc_policy_new ((guint) n_slots);
-  else
-    policy = kv_lru_policy_new ();
-
-  events = find_entry (self->primary, "events");
-  return kv_primary_tier_new (buffer, policy,
-                              events != NULL && g_value_get_boolean (&events->value));
-}
-
-static GVariant *
-object_properties (const Section *section)
-{
-  GVariantBuilder builder;
-
-  g_variant_builder_init (&builder, G_VARIANT_TYPE_VARDICT);
-  for (guint i = 0; i < section->entries->len; i++)
-    {
-      const Entry *entry = g_ptr_array_index (section->entries, i);
-
-      if (entry->target == TARGET_OBJECT)
-        g_variant_builder_add (&builder, "{sv}", entry->key,
-                               kv_config_value_to_variant (entry->pspec, &entry->value));
-    }
-  return g_variant_builder_end (&builder);
+  return kv_config_build_primary (self->document, error);
 }
 
 /**
@@ -2574,12 +562,12 @@ object_properties (const Section *section)
  * @error: return location for a #GError
  *
  * Builds the objects: the primary tier ([method@Kv.Config.create_primary]),
- * then each tier in order, created through the registry with its
- * properties and backpressure detector, then a [class@Kv.TieringManager]
- * with the tiers added in order. When a tier fails, the tiers created so
- * far are shut down in reverse order and nothing is returned. The device is
- * separate: [method@Kv.Config.create_device]. Call on the thread that will
- * own the manager.
+ * then each tier in order, created with its properties and backpressure
+ * detector and started, then a [class@Kv.TieringManager] with the tiers
+ * added in order. When a tier fails, the tiers created so far are shut
+ * down in reverse order and nothing is returned. The device is separate:
+ * [method@Kv.Config.create_device]. Call on the thread that will own the
+ * manager.
  *
  * Returns: (transfer full): the manager, or %NULL with @error set
  *   (%KV_CONFIG_ERROR_FAILED naming the section, for a tier that failed to
@@ -2589,62 +577,10 @@ KvTieringManager *
 kv_config_create_manager (KvConfig  *self,
                           GError   **error)
 {
-  g_autoptr(KvPrimaryTier) primary = NULL;
-  g_autoptr(KvTieringManager) manager = NULL;
-  g_autoptr(GPtrArray) created = NULL;
-  const char *origin;
-  KvHostBuffer *buffer;
-
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  origin = self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
-  primary = kv_config_create_primary (self, error);
-  if (primary == NULL)
-    return NULL;
-  buffer = kv_primary_tier_get_buffer (primary);
-  manager = kv_tiering_manager_new (primary);
-  created = g_ptr_array_new_with_free_func (g_object_unref);
-
-  for (guint i = 0; i < self->tiers->len; i++)
-    {
-      const Section *section = g_ptr_array_index (self->tiers, i);
-      g_autoptr(KvBackpressureDetector) detector = NULL;
-      g_autoptr(KvSecondaryTier) tier = NULL;
-      g_autoptr(GError) local_error = NULL;
-      Loc loc = { origin, section->line };
-
-      detector = build_detector (section, &local_error);
-      if (local_error == NULL)
-        tier = kv_tier_registry_create_tier (self->registry, section->type_name, buffer,
-                                             detector, object_properties (section),
-                                             &local_error);
-      if (tier != NULL)
-        {
-          /* Shut down with the others on failure, added or not. */
-          g_ptr_array_add (created, g_object_ref (tier));
-          kv_tiering_manager_add_tier (manager, tier, &local_error);
-        }
-
-      if (local_error != NULL)
-        {
-          set_error (error, KV_CONFIG_ERROR_FAILED, &loc, section, NULL,
-                     "cannot create the tier: %s", local_error->message);
-          for (guint j = created->len; j > 0; j--)
-            {
-              g_autoptr(GError) shutdown_error = NULL;
-              KvSecondaryTier *done = g_ptr_array_index (created, j - 1);
-
-              if (!kv_secondary_tier_shutdown (done, &shutdown_error))
-                g_debug ("Shutting down tier #%u after a failed start: %s",
-                         j, shutdown_error->message);
-            }
-          return NULL;
-        }
-      g_debug ("Created secondary tier #%u (%s)", i + 1, section->name);
-    }
-
-  return g_steal_pointer (&manager);
+  return kv_config_build_manager (self->document, error);
 }
 
 /**
@@ -2653,7 +589,7 @@ kv_config_create_manager (KvConfig  *self,
  * @primary: the primary tier's buffer (from the manager's primary tier)
  * @error: return location for a #GError
  *
- * Creates and initializes the device of `[device]` through the registry.
+ * Creates and initializes the device of `[device]`.
  *
  * Returns: (transfer full): the device, or %NULL with @error set when the
  *   configuration has no device section (%KV_CONFIG_ERROR_MISSING_KEY) or
@@ -2664,31 +600,9 @@ kv_config_create_device (KvConfig      *self,
                          KvHostBuffer  *primary,
                          GError       **error)
 {
-  g_autoptr(GError) local_error = NULL;
-  KvDevice *device;
-  Loc loc;
-
   g_return_val_if_fail (KV_IS_CONFIG (self), NULL);
   g_return_val_if_fail (KV_IS_HOST_BUFFER (primary), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
-  loc.origin = self->origin != NULL ? self->origin : DEFAULT_ORIGIN;
-  loc.line = self->device != NULL ? self->device->line : 0;
-
-  if (self->device == NULL)
-    {
-      set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, NULL, NULL,
-                 "the configuration has no [device] section");
-      return NULL;
-    }
-
-  device = kv_tier_registry_create_device (self->registry, self->device->type_name, primary,
-                                           object_properties (self->device), &local_error);
-  if (device == NULL)
-    {
-      set_error (error, KV_CONFIG_ERROR_FAILED, &loc, self->device, NULL,
-                 "cannot create the device: %s", local_error->message);
-      return NULL;
-    }
-  return device;
+  return kv_config_build_device (self->document, primary, error);
 }

@@ -111,6 +111,9 @@ char             *kv_config_to_data          (KvConfig        *self,
                                               gsize           *length);
 
 KVTIER_AVAILABLE_IN_ALL
+gboolean          kv_config_check            (KvConfig        *self,
+                                              GError         **error);
+KVTIER_AVAILABLE_IN_ALL
 KvPrimaryTier    *kv_config_create_primary   (KvConfig        *self,
                                               GError         **error);
 KVTIER_AVAILABLE_IN_ALL

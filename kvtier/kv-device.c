@@ -7,6 +7,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "kv-configurable.h"
+
 
 typedef struct
 {
@@ -43,6 +45,7 @@ enum {
 static GParamSpec *properties[N_PROPS];
 
 static void kv_device_initable_iface_init (GInitableIface *iface);
+static void kv_device_configurable_iface_init (KvConfigurableInterface *iface);
 
 /**
  * KvDevice:
@@ -86,7 +89,9 @@ static void kv_device_initable_iface_init (GInitableIface *iface);
 G_DEFINE_ABSTRACT_TYPE_WITH_CODE (KvDevice, kv_device, G_TYPE_OBJECT,
                                   G_ADD_PRIVATE (KvDevice)
                                   G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
-                                                         kv_device_initable_iface_init))
+                                                         kv_device_initable_iface_init)
+                                  G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
+                                                         kv_device_configurable_iface_init))
 
 /**
  * KvDeviceClass::submit:
@@ -190,18 +195,16 @@ kv_device_real_wait (KvDevice       *self,
   return TRUE;
 }
 
+/* What init refuses before its first side effect; also the
+ * KvConfigurable check, so `kvtier config check` refuses the same. */
 static gboolean
-kv_device_initable_init (GInitable     *initable,
-                         GCancellable  *cancellable,
-                         GError       **error)
+kv_device_check (KvConfigurable  *configurable,
+                 GError         **error)
 {
-  KvDevice *self = KV_DEVICE (initable);
+  KvDevice *self = KV_DEVICE (configurable);
   KvDevicePrivate *priv = kv_device_get_instance_private (self);
   guint64 chunk_bytes;
   gsize slot_size;
-
-  if (priv->opened)
-    return TRUE;
 
   if (priv->primary == NULL)
     {
@@ -223,6 +226,27 @@ kv_device_initable_init (GInitable     *initable,
                    priv->n_layers, priv->block_bytes, chunk_bytes, slot_size);
       return FALSE;
     }
+  return TRUE;
+}
+
+static void
+kv_device_configurable_iface_init (KvConfigurableInterface *iface)
+{
+  iface->check = kv_device_check;
+}
+
+static gboolean
+kv_device_initable_init (GInitable     *initable,
+                         GCancellable  *cancellable,
+                         GError       **error)
+{
+  KvDevice *self = KV_DEVICE (initable);
+  KvDevicePrivate *priv = kv_device_get_instance_private (self);
+
+  if (priv->opened)
+    return TRUE;
+  if (!kv_device_check (KV_CONFIGURABLE (self), error))
+    return FALSE;
 
   priv->wakeup_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (priv->wakeup_fd < 0)

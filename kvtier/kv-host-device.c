@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "kv-configurable.h"
+
 #ifndef MADV_POPULATE_WRITE
 # define MADV_POPULATE_WRITE 23
 #endif
@@ -81,7 +83,13 @@ enum {
 
 static GParamSpec *properties[N_PROPS];
 
-G_DEFINE_FINAL_TYPE (KvHostDevice, kv_host_device, KV_TYPE_DEVICE)
+static void kv_host_device_configurable_iface_init (KvConfigurableInterface *iface);
+
+G_DEFINE_FINAL_TYPE_WITH_CODE (KvHostDevice, kv_host_device, KV_TYPE_DEVICE,
+                               G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
+                                                      kv_host_device_configurable_iface_init))
+
+static KvConfigurableInterface *kv_host_device_configurable_parent;
 
 static gint64
 now_ns (void)
@@ -191,6 +199,42 @@ start_job (KvHostDevice *self,
     }
 }
 
+/* What open() refuses before it maps anything; also the KvConfigurable
+ * check, after the device's own. */
+static gboolean
+check_memory_size (KvDevice  *device,
+                   GError   **error)
+{
+  gsize block_bytes = kv_device_get_block_bytes (device);
+  guint n_blocks = kv_device_get_n_blocks (device);
+  guint n_layers = kv_device_get_n_layers (device);
+
+  if ((guint64) n_layers * n_blocks > G_MAXSIZE / block_bytes)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "KvHostDevice: %u layers × %u blocks × %" G_GSIZE_FORMAT
+                   " bytes overflow the address space",
+                   n_layers, n_blocks, block_bytes);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+static gboolean
+kv_host_device_check (KvConfigurable  *configurable,
+                      GError         **error)
+{
+  return kv_host_device_configurable_parent->check (configurable, error) &&
+         check_memory_size (KV_DEVICE (configurable), error);
+}
+
+static void
+kv_host_device_configurable_iface_init (KvConfigurableInterface *iface)
+{
+  kv_host_device_configurable_parent = g_type_interface_peek_parent (iface);
+  iface->check = kv_host_device_check;
+}
+
 static gboolean
 kv_host_device_open (KvDevice  *device,
                      GError   **error)
@@ -204,14 +248,8 @@ kv_host_device_open (KvDevice  *device,
   self->n_layers = kv_device_get_n_layers (device);
   self->primary_data = kv_host_buffer_get_data (primary);
 
-  if ((guint64) self->n_layers * self->n_blocks > G_MAXSIZE / self->block_bytes)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "KvHostDevice: %u layers × %u blocks × %" G_GSIZE_FORMAT
-                   " bytes overflow the address space",
-                   self->n_layers, self->n_blocks, self->block_bytes);
-      return FALSE;
-    }
+  if (!check_memory_size (device, error))
+    return FALSE;
   self->memory_size = (gsize) self->n_layers * self->n_blocks * self->block_bytes;
 
   memory = mmap (NULL, self->memory_size, PROT_READ | PROT_WRITE,

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <gmodule.h>
 
-#include "kv-config-private.h"
+#include "kv-config-value-private.h"
 #include "kv-host-device.h"
 
 #define ORIGIN_BUILT_IN "built-in"
@@ -541,7 +541,7 @@ static GVariant *
 describe_property (GParamSpec *pspec)
 {
   GVariantDict dict;
-  g_autofree char *type = kv_config_describe_value_type (pspec);
+  g_autofree char *type = kv_config_value_describe_type (pspec);
   g_autofree char *def = kv_config_value_to_string (pspec, g_param_spec_get_default_value (pspec));
   const char *blurb = g_param_spec_get_blurb (pspec);
   GType vtype = G_PARAM_SPEC_VALUE_TYPE (pspec);
@@ -621,7 +621,7 @@ describe (KvTierRegistry  *self,
 
   g_variant_builder_init (&props, G_VARIANT_TYPE ("aa{sv}"));
   for (guint i = 0; i < n_pspecs; i++)
-    if (kv_config_param_is_configurable (pspecs[i], entry.type))
+    if (kv_config_value_is_configurable (pspecs[i], entry.type))
       g_variant_builder_add_value (&props, describe_property (pspecs[i]));
 
   g_variant_dict_init (&dict, NULL);
@@ -999,7 +999,10 @@ collect_properties (const char      *kind,
       GParamSpec *pspec = g_object_class_find_property (klass, key);
       GValue gvalue = G_VALUE_INIT;
 
-      if (pspec == NULL || !kv_config_param_is_configurable (pspec, G_TYPE_FROM_CLASS (klass)))
+      /* Canonical names only: "max_size" and "max-size" would set one
+       * property twice. */
+      if (pspec == NULL || !g_str_equal (pspec->name, key) ||
+          !kv_config_value_is_configurable (pspec, G_TYPE_FROM_CLASS (klass)))
         {
           g_autoptr(GString) accepted = g_string_new (NULL);
           g_autofree GParamSpec **pspecs = NULL;
@@ -1007,7 +1010,7 @@ collect_properties (const char      *kind,
 
           pspecs = g_object_class_list_properties (klass, &n_pspecs);
           for (guint i = 0; i < n_pspecs; i++)
-            if (kv_config_param_is_configurable (pspecs[i], G_TYPE_FROM_CLASS (klass)))
+            if (kv_config_value_is_configurable (pspecs[i], G_TYPE_FROM_CLASS (klass)))
               g_string_append_printf (accepted, "%s%s", accepted->len > 0 ? ", " : "",
                                       pspecs[i]->name);
           g_set_error (error, KV_TIER_REGISTRY_ERROR,

@@ -15,6 +15,7 @@
 #include "kv-circuit-breaker.h"
 #include "kv-clock.h"
 #include "kv-config.h"
+#include "kv-configurable.h"
 #include "kv-connector.h"
 #include "kv-device.h"
 #include "kv-drop-store-policy.h"

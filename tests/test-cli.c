@@ -668,6 +668,62 @@ test_inspect_fs (void)
   g_assert_cmpint (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), ==, 0);
 }
 
+/* `config check` says "valid" only for what building accepts, and
+ * builds nothing: no directory appears. */
+static void
+test_config_check_builds (void)
+{
+  g_autofree char *dir = g_dir_make_tmp ("kvtier-check-XXXXXX", NULL);
+  g_autofree char *root = g_build_filename (dir, "never-created", NULL);
+  const struct { const char *name; const char *text; const char *message; } cases[] = {
+    { "no-slot.conf", "[primary]\nsize = 64KiB\nslot-size = 128KiB\n",
+      "no-slot.conf:1: [primary] key 'size': 64KiB makes 0 slots of 128KiB" },
+    { "many-slots.conf", "[primary]\nsize = 2048000000000000\nslot-size = 4KiB\n",
+      "many-slots.conf:1: [primary] key 'size': 1953125000MiB makes 500000000000 slots" },
+    { "empty-root.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[tier disk]\ntype = fs\nroot =\n",
+      "empty-root.conf:5: [tier disk]: cannot create the tier: The fs tier needs the root property" },
+    { "vllm.conf", NULL,
+      "vllm.conf:5: [tier disk]: cannot create the tier: layout=vllm needs the vllm-identity" },
+    { "trust-group.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[tier disk]\ntype = fs\n"
+      "root = /nonexistent/kvtier-check\ntrust-group = no-such-group-kvtier\n",
+      "trust-group.conf:5: [tier disk]: cannot create the tier: trust-group ‘no-such-group-kvtier’"
+      " is neither a group name nor a group number" },
+    { "big-chunk.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[device]\ntype = host\n"
+      "n-blocks = 32\nblock-bytes = 1MiB\nn-layers = 8\n",
+      "big-chunk.conf:5: [device]: cannot create the device: " },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_auto(Result) r = { 0 };
+      g_autofree char *text = cases[i].text != NULL ? g_strdup (cases[i].text)
+        : g_strdup_printf ("[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[tier disk]\n"
+                           "type = fs\nroot = %s\nlayout = vllm\n", root);
+      g_autofree char *conf = write_temp (cases[i].name, text);
+
+      run_kvtier (&r, NULL, "config", "check", conf, NULL);
+      g_assert_cmpint (r.status, ==, 1);
+      g_assert_null (strstr (r.out, "valid"));
+      assert_contains (r.err, cases[i].message);
+      g_remove (conf);
+    }
+
+  /* A good fs tier is valid, and its root is still not there. */
+  {
+    g_auto(Result) r = { 0 };
+    g_autofree char *text = g_strdup_printf ("[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n"
+                                             "[tier disk]\ntype = fs\nroot = %s\n", root);
+    g_autofree char *conf = write_temp ("good-fs.conf", text);
+
+    run_kvtier (&r, NULL, "config", "check", conf, NULL);
+    g_assert_cmpint (r.status, ==, 0);
+    assert_contains (r.out, "good-fs.conf: valid");
+    g_remove (conf);
+  }
+  g_assert_false (g_file_test (root, G_FILE_TEST_EXISTS));
+  g_rmdir (dir);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -684,6 +740,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/bench/usage-error-frees", test_bench_usage_error_frees);
   g_test_add_func ("/kvtier/cli/plugins", test_plugins);
   g_test_add_func ("/kvtier/cli/config-check", test_config_check);
+  g_test_add_func ("/kvtier/cli/config-check-builds", test_config_check_builds);
   g_test_add_func ("/kvtier/cli/inspect-fs", test_inspect_fs);
 
   return g_test_run ();

@@ -46,18 +46,24 @@ enum {
 
 static GParamSpec *properties[N_PROPS];
 
+/* How many times a test tier was initialized (started). */
+static guint n_started;
+
 static void test_config_tier_initable_iface_init (GInitableIface *iface);
+static void test_config_tier_configurable_iface_init (KvConfigurableInterface *iface);
 
 G_DEFINE_FINAL_TYPE_WITH_CODE (TestConfigTier, test_config_tier, KV_TYPE_SECONDARY_TIER,
                                G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
-                                                      test_config_tier_initable_iface_init))
+                                                      test_config_tier_initable_iface_init)
+                               G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
+                                                      test_config_tier_configurable_iface_init))
 
+/* What init refuses before it starts anything: shared by check and init. */
 static gboolean
-test_config_tier_initable_init (GInitable     *initable,
-                                GCancellable  *cancellable,
-                                GError       **error)
+test_config_tier_check (KvConfigurable  *configurable,
+                        GError         **error)
 {
-  TestConfigTier *self = TEST_CONFIG_TIER (initable);
+  TestConfigTier *self = TEST_CONFIG_TIER (configurable);
 
   if (self->fail_start)
     {
@@ -65,6 +71,23 @@ test_config_tier_initable_init (GInitable     *initable,
                    "tier %s refuses to start", self->label);
       return FALSE;
     }
+  return TRUE;
+}
+
+static void
+test_config_tier_configurable_iface_init (KvConfigurableInterface *iface)
+{
+  iface->check = test_config_tier_check;
+}
+
+static gboolean
+test_config_tier_initable_init (GInitable     *initable,
+                                GCancellable  *cancellable,
+                                GError       **error)
+{
+  if (!test_config_tier_check (KV_CONFIGURABLE (initable), error))
+    return FALSE;
+  n_started++;
   return TRUE;
 }
 
@@ -900,6 +923,312 @@ test_file (void)
   g_rmdir (dir);
 }
 
+/* g_key_file_get_string() returns the text of a value with an invalid
+ * escape and sets an error: the error is what counts, for every key. */
+static void
+test_error_escape (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = NULL;
+  g_autofree char *label = NULL;
+
+  expect_error ("[primary]\nfile = /dev/shm/a\\qb\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:2: [primary] key 'file': '/dev/shm/a\\qb' has an invalid escape"
+                " sequence (accepted: \\s \\n \\t \\r \\\\)", NULL);
+  /* Two such keys: the first is reported (a reused GError would warn
+   * "GError set over the top" and report the second). */
+  expect_error ("[tier t]\ntype = test\nlabel = a\\q\nhosts = b\\z\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:3: [tier t] key 'label': 'a\\q' has an invalid escape", NULL);
+  expect_error ("[primary]\nsize = 1MiB\n\n[tier t]\ntype = test\nlabel = ok\n"
+                "hosts = b\\z\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:7: [tier t] key 'hosts': 'b\\z' has an invalid escape", NULL);
+  /* A bad escape and a trailing one: GKeyFile alone would set its error
+   * twice ("GError set over the top", found by fuzz-config). */
+  expect_error ("[tier t]\ntype = test\nlabel = a\\q\\\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:3: [tier t] key 'label': 'a\\q\\' has an invalid escape", NULL);
+  /* A key-file escape at the end of a line. */
+  expect_error ("[tier t]\ntype = test\nlabel = tail\\\n", KV_CONFIG_ERROR_PARSE,
+                "test.conf:3: [tier t] key 'label'", "invalid escape", NULL);
+
+  /* Valid escapes still mean what the key-file format says. */
+  config = parse ("[tier t]\ntype = test\nlabel = \\sa\\tb\\\\c\n", &error);
+  g_assert_no_error (error);
+  label = kv_config_get_value (config, "tier t", "label");
+  g_assert_cmpstr (label, ==, " a\tb\\c");
+}
+
+/* A NUL byte is refused with its line: the key-file parser and the scan
+ * that finds lines and duplicates must see the same text. */
+static void
+test_error_nul (void)
+{
+  static const char after_nul[] = "[primary]\nsize = 1MiB\n\0[bogus]\nx = 1\n";
+  static const char in_value[] = "[primary]\nsize = 1MiB\nslot-size = 4KiB\0 junk\n";
+  static const char in_last_line[] = "[primary]\nsize = 1MiB\n[tier t]\ntype = test\n\0";
+  const struct { const char *text; gsize length; const char *message; } cases[] = {
+    { after_nul, sizeof after_nul - 1,
+      "test.conf:3: a NUL byte at column 1 (a configuration is text)" },
+    { in_value, sizeof in_value - 1,
+      "test.conf:3: a NUL byte at column 17 (a configuration is text)" },
+    { in_last_line, sizeof in_last_line - 1,
+      "test.conf:5: a NUL byte at column 1 (a configuration is text)" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      g_autoptr(KvTierRegistry) registry = new_registry ();
+      g_autoptr(KvConfig) config = kv_config_new_from_data (registry, cases[i].text,
+                                                            (gssize) cases[i].length,
+                                                            "test.conf", &error);
+
+      g_assert_null (config);
+      g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_PARSE);
+      g_assert_cmpstr (error->message, ==, cases[i].message);
+    }
+}
+
+/* check() must say what building would, and build nothing. */
+static void
+expect_check_error (const char *text,
+                    gint        code,
+                    const char *message)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GError) build_error = NULL;
+  g_autoptr(KvConfig) config = parse (text, &error);
+  g_autoptr(KvTieringManager) manager = NULL;
+
+  g_assert_no_error (error);
+  n_started = 0;
+  g_assert_false (kv_config_check (config, &error));
+  g_assert_error (error, KV_CONFIG_ERROR, code);
+  g_assert_cmpstr (error->message, ==, message);
+  g_assert_cmpuint (n_started, ==, 0);
+
+  manager = kv_config_create_manager (config, &build_error);
+  g_assert_null (manager);
+  g_assert_error (build_error, KV_CONFIG_ERROR, code);
+  g_assert_cmpstr (build_error->message, ==, message);
+}
+
+static void
+test_check (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = parse (full_config, &error);
+
+  g_assert_no_error (error);
+  n_started = 0;
+  g_assert_true (kv_config_check (config, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (n_started, ==, 0);
+
+  /* No slot at all, and more slots than a primary tier can have. */
+  expect_check_error ("[primary]\nsize = 64KiB\nslot-size = 128KiB\n",
+                      KV_CONFIG_ERROR_INVALID_VALUE,
+                      "test.conf:1: [primary] key 'size': 64KiB makes 0 slots of 128KiB"
+                      " (1 to 4294967295 accepted)");
+  expect_check_error ("[primary]\nsize = 2048000000000000\nslot-size = 4KiB\n",
+                      KV_CONFIG_ERROR_INVALID_VALUE,
+                      "test.conf:1: [primary] key 'size': 1953125000MiB makes 500000000000"
+                      " slots of 4KiB (1 to 4294967295 accepted)");
+  /* A tier whose start would fail says so without starting. */
+  expect_check_error ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
+                      "[tier a]\ntype = test\nlabel = a\n"
+                      "[tier c]\ntype = test\nlabel = c\nfail-start = true\n",
+                      KV_CONFIG_ERROR_FAILED,
+                      "test.conf:7: [tier c]: cannot create the tier: tier c refuses to start");
+}
+
+/* The device is checked with the tiers: a chunk larger than a slot. */
+static void
+test_check_device (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = parse ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
+                                      "[device]\ntype = host\nn-blocks = 4\n"
+                                      "block-bytes = 64KiB\nn-layers = 2\n", &error);
+  g_autoptr(KvPrimaryTier) primary = NULL;
+  g_autoptr(KvDevice) device = NULL;
+  g_autoptr(GError) build_error = NULL;
+
+  g_assert_no_error (error);
+  g_assert_false (kv_config_check (config, &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
+  g_assert_nonnull (strstr (error->message, "test.conf:4: [device]: cannot create the device: "));
+
+  primary = kv_config_create_primary (config, &build_error);
+  g_assert_no_error (build_error);
+  device = kv_config_create_device (config, kv_primary_tier_get_buffer (primary), &build_error);
+  g_assert_null (device);
+  g_assert_error (build_error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
+  g_assert_cmpstr (build_error->message, ==, error->message);
+  g_clear_error (&error);
+  g_clear_object (&config);
+
+  /* The host device's own refusal, after the device's: memory it could
+   * not even address (checked only: building would map a 1 TiB slot). */
+  config = parse ("[primary]\nsize = 1TiB\nslot-size = 1TiB\n"
+                  "[device]\ntype = host\nn-blocks = 33554432\nblock-bytes = 1GiB\n"
+                  "n-layers = 1024\nblocks-per-chunk = 1\n", &error);
+  g_assert_no_error (error);
+  g_assert_false (kv_config_check (config, &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
+  g_assert_cmpstr (error->message, ==, "test.conf:4: [device]: cannot create the device: "
+                   "KvHostDevice: 1024 layers × 33554432 blocks × 1073741824 bytes overflow"
+                   " the address space");
+}
+
+/* [primary] keys set the host buffer's and the primary tier's properties:
+ * `shared` a memfd, `file` the buffer's path, `events` enable-events, and
+ * an ARC policy gets the slot count as its capacity. */
+static void
+test_create_primary_properties (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *dir = g_dir_make_tmp ("kvtier-config-XXXXXX", &error);
+  g_autofree char *path = g_build_filename (dir, "primary.mmap", NULL);
+  g_autofree char *text = g_strdup_printf ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
+                                           "file = %s\nevents = yes\npolicy = arc\n", path);
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvPrimaryTier) primary = NULL;
+  g_autofree char *buffer_path = NULL;
+  gboolean events = FALSE;
+  guint capacity = 0;
+
+  g_assert_no_error (error);
+  config = parse (text, &error);
+  g_assert_no_error (error);
+  primary = kv_config_create_primary (config, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (kv_host_buffer_get_backing (kv_primary_tier_get_buffer (primary)), ==,
+                   KV_HOST_BUFFER_BACKING_FILE);
+  g_object_get (kv_primary_tier_get_buffer (primary), "path", &buffer_path, NULL);
+  g_assert_cmpstr (buffer_path, ==, path);
+  g_assert_true (g_file_test (path, G_FILE_TEST_IS_REGULAR));
+  g_object_get (primary, "enable-events", &events, NULL);
+  g_assert_true (events);
+  g_assert_true (KV_IS_ARC_POLICY (kv_primary_tier_get_policy (primary)));
+  g_object_get (kv_primary_tier_get_policy (primary), "capacity", &capacity, NULL);
+  g_assert_cmpuint (capacity, ==, 16);
+  g_clear_object (&primary);
+  g_clear_object (&config);
+  /* The buffer created the file, and removed it. */
+  g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+
+  config = parse ("[primary]\nsize = 1MiB\nslot-size = 64KiB\nshared = true\n", &error);
+  g_assert_no_error (error);
+  primary = kv_config_create_primary (config, &error);
+  g_assert_no_error (error);
+  g_assert_cmpint (kv_host_buffer_get_backing (kv_primary_tier_get_buffer (primary)), ==,
+                   KV_HOST_BUFFER_BACKING_MEMFD);
+  g_object_get (primary, "enable-events", &events, NULL);
+  g_assert_false (events);
+  g_assert_true (KV_IS_LRU_POLICY (kv_primary_tier_get_policy (primary)));
+  g_rmdir (dir);
+}
+
+/* GObject finds "max_size" for "max-size": a configuration takes only the
+ * canonical name, or a section giving both would set the property twice
+ * (a critical, found by fuzz-config). The registry's dictionaries too. */
+static void
+test_error_key_spelling (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTierRegistry) registry = new_registry ();
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (1, 4096, &error);
+  g_autoptr(KvSecondaryTier) tier = NULL;
+  GVariantBuilder props;
+
+  expect_error ("[tier a]\ntype = test\nmax_size = 1GiB\nmax-size = 2GiB\n",
+                KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:3: [tier a] key 'max_size': unknown key for tier type 'test'"
+                " (accepted: type,", "max-size", NULL);
+  expect_error ("[tier a]\ntype = test\nbackpressure-high_water-s = 5\n",
+                KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:3: [tier a] key 'backpressure-high_water-s': unknown key", NULL);
+  expect_error ("[device]\ntype = host\nn_blocks = 4\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:3: [device] key 'n_blocks': unknown key", NULL);
+  expect_error ("[primary]\nslot_size = 64KiB\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:2: [primary] key 'slot_size': unknown key", NULL);
+
+  g_assert_no_error (error);
+  g_variant_builder_init (&props, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add (&props, "{sv}", "max_size", g_variant_new_string ("1GiB"));
+  g_variant_builder_add (&props, "{sv}", "max-size", g_variant_new_string ("2GiB"));
+  tier = kv_tier_registry_create_tier (registry, "test", buffer, NULL,
+                                       g_variant_builder_end (&props), &error);
+  g_assert_null (tier);
+  g_assert_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY);
+  g_assert_nonnull (strstr (error->message, "no configurable property 'max_size'"));
+}
+
+/* A string list from a dictionary is taken as the text form takes it, so
+ * it writes back as it was read (found by fuzz-config: ['', ''] became []
+ * on a round trip). An item holding a separator cannot be written. */
+static void
+test_variant_lists (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTierRegistry) registry = new_registry ();
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvConfig) reread = NULL;
+  g_autofree char *value = NULL;
+  g_autofree char *text = NULL;
+  g_autoptr(GVariant) variant = NULL;
+  g_autoptr(GVariant) reread_variant = NULL;
+
+  config = kv_config_new_from_variant (registry, g_variant_new_parsed (
+    "{'tiers': <[{'name': <'a'>, 'type': <'test'>, 'hosts': <['', ' x ', 'y', '']>}]>}"),
+    &error);
+  g_assert_no_error (error);
+  value = kv_config_get_value (config, "tier a", "hosts");
+  g_assert_cmpstr (value, ==, "x,y");
+  text = kv_config_to_data (config, NULL);
+  reread = kv_config_new_from_data (registry, text, -1, NULL, &error);
+  g_assert_no_error (error);
+  variant = g_variant_ref_sink (kv_config_to_variant (config));
+  reread_variant = g_variant_ref_sink (kv_config_to_variant (reread));
+  g_assert_true (g_variant_equal (variant, reread_variant));
+
+  expect_variant_error ("{'tiers': <[{'name': <'a'>, 'type': <'test'>, 'hosts': <['x,y']>}]>}",
+                        KV_CONFIG_ERROR_INVALID_VALUE,
+                        "'x,y' cannot be an item of a string list (',' and ';' separate items)");
+}
+
+/* A subnormal double from a dictionary is written as text that must read
+ * back (found by fuzz-config: strtod's ERANGE refused it); an overflow is
+ * still not a number. */
+static void
+test_subnormal (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTierRegistry) registry = new_registry ();
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvConfig) reread = NULL;
+  g_autofree char *value = NULL;
+  g_autofree char *text = NULL;
+  g_autoptr(GVariant) variant = NULL;
+  g_autoptr(GVariant) reread_variant = NULL;
+
+  config = kv_config_new_from_variant (registry, g_variant_new_parsed (
+    "{'tiers': <[{'name': <'a'>, 'type': <'test'>, 'ratio': <%d>}]>}", 3.4225272238268e-310),
+    &error);
+  g_assert_no_error (error);
+  value = kv_config_get_value (config, "tier a", "ratio");
+  g_assert_cmpstr (value, ==, "3.4225272238268e-310");
+  text = kv_config_to_data (config, NULL);
+  reread = kv_config_new_from_data (registry, text, -1, NULL, &error);
+  g_assert_no_error (error);
+  variant = g_variant_ref_sink (kv_config_to_variant (config));
+  reread_variant = g_variant_ref_sink (kv_config_to_variant (reread));
+  g_assert_true (g_variant_equal (variant, reread_variant));
+
+  expect_error ("[tier a]\ntype = test\nratio = 1e999\n", KV_CONFIG_ERROR_INVALID_VALUE,
+                "'1e999' is not a number", NULL);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -922,11 +1251,19 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/round-trip", test_round_trip);
   g_test_add_func ("/kvtier/config/variant", test_variant);
   g_test_add_func ("/kvtier/config/variant-errors", test_variant_errors);
+  g_test_add_func ("/kvtier/config/variant-lists", test_variant_lists);
+  g_test_add_func ("/kvtier/config/subnormal", test_subnormal);
   g_test_add_func ("/kvtier/config/create-manager", test_create_manager);
   g_test_add_func ("/kvtier/config/create-failure", test_create_failure);
   g_test_add_func ("/kvtier/config/create-primary-errors", test_create_primary_errors);
   g_test_add_func ("/kvtier/config/set-value", test_set_value);
   g_test_add_func ("/kvtier/config/file", test_file);
+  g_test_add_func ("/kvtier/config/error/escape", test_error_escape);
+  g_test_add_func ("/kvtier/config/error/nul", test_error_nul);
+  g_test_add_func ("/kvtier/config/error/key-spelling", test_error_key_spelling);
+  g_test_add_func ("/kvtier/config/check", test_check);
+  g_test_add_func ("/kvtier/config/check-device", test_check_device);
+  g_test_add_func ("/kvtier/config/create-primary-properties", test_create_primary_properties);
 
   return g_test_run ();
 }

@@ -335,7 +335,9 @@ cmd_config (int    argc,
   g_option_context_set_summary (context,
     "Parses FILE, checks every section and key against the registered tier and device\n"
     "types, and prints each object with every property: the values the file sets and the\n"
-    "defaults of the rest. Nothing is created. Exits with 1 when the file is invalid.");
+    "defaults of the rest. Every object is constructed and checked as building would,\n"
+    "but nothing is started: no memory is mapped and no file or device is opened.\n"
+    "Exits with 1 when the file is invalid or building it would fail.");
   if (!g_option_context_parse (context, &argc, &argv, &error))
     return tool_usage_error (context, "%s", error->message);
   if (argc < 2)
@@ -350,6 +352,14 @@ cmd_config (int    argc,
   registry = tool_load_registry (TRUE, &plugin_errors);
   config = kv_config_new_from_file (registry, argv[2], &error);
   if (config == NULL)
+    {
+      g_printerr ("kvtier: %s\n", error->message);
+      return TOOL_EXIT_FAILURE;
+    }
+
+  /* Valid means that building would succeed: build everything but
+   * start nothing. */
+  if (!kv_config_check (config, &error))
     {
       g_printerr ("kvtier: %s\n", error->message);
       return TOOL_EXIT_FAILURE;

@@ -178,6 +178,7 @@ static GCond scan_hold_cond;
 static gboolean scan_hold;
 
 static void kv_fs_tier_initable_iface_init (GInitableIface *iface);
+static void kv_fs_tier_configurable_iface_init (KvConfigurableInterface *iface);
 
 /**
  * KvFsTier:
@@ -216,7 +217,9 @@ static void kv_fs_tier_initable_iface_init (GInitableIface *iface);
  */
 G_DEFINE_FINAL_TYPE_WITH_CODE (KvFsTier, kv_fs_tier, KV_TYPE_SECONDARY_TIER,
                                G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
-                                                      kv_fs_tier_initable_iface_init))
+                                                      kv_fs_tier_initable_iface_init)
+                               G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
+                                                      kv_fs_tier_configurable_iface_init))
 
 static void
 count (KvFsTier    *self,
@@ -1598,6 +1601,89 @@ probe_o_direct (int  dir_fd,
 
 /* ---- construction ------------------------------------------------------- */
 
+/* What init refuses before its first side effect, and the KvConfigurable
+ * check (so `kvtier config check` refuses the same): returns the layout
+ * that the properties describe, without touching the disk. */
+static KvFsLayout *
+check_configuration (KvFsTier  *self,
+                     GError   **error)
+{
+  KvSecondaryTier *tier = KV_SECONDARY_TIER (self);
+  KvHostBuffer *primary = kv_secondary_tier_get_primary (tier);
+  KvLocality locality = kv_secondary_tier_get_locality (tier);
+  KvFsLayout *layout;
+
+  if (primary == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "The fs tier needs a primary buffer (the primary property)");
+      return NULL;
+    }
+  if (locality != KV_LOCALITY_UNSPECIFIED && locality != KV_LOCALITY_LOCAL &&
+      locality != KV_LOCALITY_REMOTE)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "Invalid locality %d for the fs tier (accepted: LOCAL, REMOTE)",
+                   locality);
+      return NULL;
+    }
+  if (self->shared && self->max_size > 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "max-size=%" G_GUINT64_FORMAT " cannot be combined with shared=true: several "
+                   "processes writing one directory cannot account its size; bound it from one "
+                   "owner (shared=false) or leave max-size at 0",
+                   self->max_size);
+      return NULL;
+    }
+  if (self->preallocate && self->max_size == 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "preallocate=true needs max-size: the spare files fill max-size, and "
+                   "max-size is 0 (no limit)");
+      return NULL;
+    }
+  if (self->layout_kind == KV_FS_LAYOUT_KIND_KVTIER && self->vllm_identity != NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "vllm-identity is only used with layout=vllm (layout is kvtier)");
+      return NULL;
+    }
+  layout = kv_fs_layout_new (self->layout_kind, self->root, self->namespace_,
+                             kv_host_buffer_get_slot_size (primary), self->vllm_identity,
+                             self->vllm_rank, error);
+  if (layout != NULL && self->trust_group != NULL && *self->trust_group != '\0')
+    {
+      gint64 gid = resolve_group (self->trust_group, error);
+
+      if (gid < 0)
+        {
+          kv_fs_layout_free (layout);
+          return NULL;
+        }
+      kv_fs_layout_set_trusted_gid (layout, gid);
+    }
+  return layout;
+}
+
+static gboolean
+kv_fs_tier_check (KvConfigurable  *configurable,
+                  GError         **error)
+{
+  KvFsLayout *layout = check_configuration (KV_FS_TIER (configurable), error);
+
+  if (layout == NULL)
+    return FALSE;
+  kv_fs_layout_free (layout);
+  return TRUE;
+}
+
+static void
+kv_fs_tier_configurable_iface_init (KvConfigurableInterface *iface)
+{
+  iface->check = kv_fs_tier_check;
+}
+
 static gboolean
 kv_fs_tier_initable_init (GInitable     *initable,
                           GCancellable  *cancellable,
@@ -1612,60 +1698,14 @@ kv_fs_tier_initable_init (GInitable     *initable,
   if (self->initialized)
     return TRUE;
 
+  self->layout = check_configuration (self, error);
+  if (self->layout == NULL)
+    return FALSE;
   self->primary = kv_secondary_tier_get_primary (tier);
-  if (self->primary == NULL)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "The fs tier needs a primary buffer (the primary property)");
-      return FALSE;
-    }
   self->block_size = kv_host_buffer_get_slot_size (self->primary);
   self->n_slots = kv_host_buffer_get_n_slots (self->primary);
   self->locality = kv_secondary_tier_get_locality (tier);
-  if (self->locality != KV_LOCALITY_UNSPECIFIED && self->locality != KV_LOCALITY_LOCAL &&
-      self->locality != KV_LOCALITY_REMOTE)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "Invalid locality %d for the fs tier (accepted: LOCAL, REMOTE)",
-                   self->locality);
-      return FALSE;
-    }
-  if (self->shared && self->max_size > 0)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "max-size=%" G_GUINT64_FORMAT " cannot be combined with shared=true: several "
-                   "processes writing one directory cannot account its size; bound it from one "
-                   "owner (shared=false) or leave max-size at 0",
-                   self->max_size);
-      return FALSE;
-    }
-  if (self->preallocate && self->max_size == 0)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "preallocate=true needs max-size: the spare files fill max-size, and "
-                   "max-size is 0 (no limit)");
-      return FALSE;
-    }
-  if (self->layout_kind == KV_FS_LAYOUT_KIND_KVTIER && self->vllm_identity != NULL)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "vllm-identity is only used with layout=vllm (layout is kvtier)");
-      return FALSE;
-    }
-  self->layout = kv_fs_layout_new (self->layout_kind, self->root, self->namespace_,
-                                   self->block_size, self->vllm_identity, self->vllm_rank,
-                                   error);
-  if (self->layout == NULL)
-    return FALSE;
   self->file_size = kv_fs_layout_get_file_size (self->layout);
-  if (self->trust_group != NULL && *self->trust_group != '\0')
-    {
-      gint64 gid = resolve_group (self->trust_group, error);
-
-      if (gid < 0)
-        return FALSE;
-      kv_fs_layout_set_trusted_gid (self->layout, gid);
-    }
   if (!kv_fs_layout_create_dirs (self->layout, error))
     return FALSE;
 

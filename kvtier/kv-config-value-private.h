@@ -11,8 +11,10 @@ G_BEGIN_DECLS
  * file, section and key. */
 
 G_GNUC_INTERNAL
-gboolean  kv_config_param_is_configurable (GParamSpec    *pspec,
-                                          GType          type);
+gboolean  kv_config_value_is_configurable (GParamSpec    *pspec,
+                                           GType          type);
+G_GNUC_INTERNAL
+gboolean  kv_config_value_is_size         (GParamSpec    *pspec);
 G_GNUC_INTERNAL
 gboolean  kv_config_value_from_string     (GParamSpec    *pspec,
                                            const char    *text,
@@ -30,12 +32,12 @@ G_GNUC_INTERNAL
 GVariant *kv_config_value_to_variant      (GParamSpec    *pspec,
                                            const GValue  *value);
 G_GNUC_INTERNAL
-char     *kv_config_describe_value_type   (GParamSpec    *pspec);
+char     *kv_config_value_describe_type   (GParamSpec    *pspec);
 G_GNUC_INTERNAL
-gboolean  kv_config_parse_size            (const char    *text,
+gboolean  kv_config_value_parse_size      (const char    *text,
                                            guint64       *out_size,
                                            GError       **error);
 G_GNUC_INTERNAL
-char     *kv_config_format_size           (guint64        size);
+char     *kv_config_value_format_size     (guint64        size);
 
 G_END_DECLS

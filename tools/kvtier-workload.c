@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
-#include "kvtier-tool.h"
+#include "kvtier-workload.h"
+#include "kvtier-json.h"
 
 #include <string.h>
 
@@ -56,7 +57,6 @@ tool_request_chunk_tokens (const ToolRequest *request,
 static gboolean
 read_int (JsonObject  *object,
           const char  *member,
-          gboolean     required,
           gint64      *out,
           const char  *path,
           guint        line,
@@ -65,13 +65,7 @@ read_int (JsonObject  *object,
   JsonNode *node = json_object_get_member (object, member);
 
   if (node == NULL)
-    {
-      if (!required)
-        return TRUE;
-      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
-                   "%s:%u: missing \"%s\"", path, line, member);
-      return FALSE;
-    }
+    return TRUE;
   if (!JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_INT64 ||
       json_node_get_int (node) < 0)
     {
@@ -83,13 +77,100 @@ read_int (JsonObject  *object,
   return TRUE;
 }
 
+/**
+ * tool_workload_parse_trace_line:
+ * @line: (array length=length): one line of a Mooncake trace, not empty
+ * @length: bytes of @line
+ * @path: the trace's file name, for the messages
+ * @line_number: the line's number, for the messages
+ * @request: (out caller-allocates): the request, its ids to be freed
+ * @error: return location for a #GError
+ *
+ * Reads one request: a JSON object with a `hash_ids` array of
+ * non-negative integers and optional `timestamp` and `input_length`. The
+ * line is bounded (%TOOL_TRACE_MAX_LINE_BYTES) and its nesting checked
+ * before it is parsed.
+ *
+ * Returns: %TRUE with @request filled, or %FALSE with @error set
+ */
+gboolean
+tool_workload_parse_trace_line (const char   *line,
+                                gsize         length,
+                                const char   *path,
+                                guint         line_number,
+                                ToolRequest  *request,
+                                GError      **error)
+{
+  g_autoptr(GError) parse_error = NULL;
+  g_autoptr(JsonNode) root = NULL;
+  g_autofree guint64 *ids = NULL;
+  JsonObject *object;
+  JsonArray *hash_ids;
+  JsonNode *node;
+  gint64 arrival_ms = 0;
+  gint64 input_tokens = 0;
+  guint n_chunks;
+
+  root = tool_json_parse (line, length, TOOL_TRACE_MAX_LINE_BYTES, &parse_error);
+  if (root == NULL)
+    {
+      /* a syntax error, or a line past the limits */
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA, "%s:%u: %s%s", path, line_number,
+                   parse_error->domain == JSON_PARSER_ERROR ? "not JSON: " : "",
+                   parse_error->message);
+      return FALSE;
+    }
+  if (!JSON_NODE_HOLDS_OBJECT (root))
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                   "%s:%u: a request is a JSON object", path, line_number);
+      return FALSE;
+    }
+  object = json_node_get_object (root);
+
+  if (!read_int (object, "timestamp", &arrival_ms, path, line_number, error) ||
+      !read_int (object, "input_length", &input_tokens, path, line_number, error))
+    return FALSE;
+
+  node = json_object_get_member (object, "hash_ids");
+  if (node == NULL || !JSON_NODE_HOLDS_ARRAY (node))
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                   "%s:%u: missing \"hash_ids\" array", path, line_number);
+      return FALSE;
+    }
+  hash_ids = json_node_get_array (node);
+  n_chunks = json_array_get_length (hash_ids);
+  ids = g_new (guint64, MAX (n_chunks, 1));
+  for (guint i = 0; i < n_chunks; i++)
+    {
+      JsonNode *id = json_array_get_element (hash_ids, i);
+
+      if (!JSON_NODE_HOLDS_VALUE (id) || json_node_get_value_type (id) != G_TYPE_INT64 ||
+          json_node_get_int (id) < 0)
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                       "%s:%u: hash_ids[%u] is not a non-negative integer",
+                       path, line_number, i);
+          return FALSE;
+        }
+      ids[i] = (guint64) json_node_get_int (id);
+    }
+
+  request->ids = g_steal_pointer (&ids);
+  request->n_chunks = n_chunks;
+  request->arrival_ms = arrival_ms;
+  request->input_tokens = input_tokens > 0 ? (guint64) input_tokens
+                                           : (guint64) n_chunks * TOOL_TOKENS_PER_CHUNK;
+  return TRUE;
+}
+
 ToolWorkload *
 tool_workload_load_trace (const char  *path,
                           guint        max_requests,
                           GError     **error)
 {
   g_autoptr(ToolWorkload) workload = workload_new ("trace");
-  g_autoptr(JsonParser) parser = json_parser_new ();
   g_autofree char *data = NULL;
   g_auto(GStrv) lines = NULL;
   g_autofree char *base = NULL;
@@ -101,69 +182,15 @@ tool_workload_load_trace (const char  *path,
   lines = g_strsplit (data, "\n", -1);
   for (guint n = 0; lines[n] != NULL; n++)
     {
-      g_autoptr(GError) parse_error = NULL;
       const char *line = g_strstrip (lines[n]);
       ToolRequest request = { 0 };
-      JsonObject *object;
-      JsonArray *hash_ids;
-      JsonNode *node;
-      gint64 value = 0;
 
       if (*line == '\0')
         continue;
       if (max_requests > 0 && workload->requests->len >= max_requests)
         break;
-
-      if (!json_parser_load_from_data (parser, line, -1, &parse_error))
-        {
-          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
-                       "%s:%u: not JSON: %s", path, n + 1, parse_error->message);
-          return NULL;
-        }
-      node = json_parser_get_root (parser);
-      if (node == NULL || !JSON_NODE_HOLDS_OBJECT (node))
-        {
-          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
-                       "%s:%u: a request is a JSON object", path, n + 1);
-          return NULL;
-        }
-      object = json_node_get_object (node);
-
-      if (!read_int (object, "timestamp", FALSE, &value, path, n + 1, error))
+      if (!tool_workload_parse_trace_line (line, strlen (line), path, n + 1, &request, error))
         return NULL;
-      request.arrival_ms = value;
-      value = 0;
-      if (!read_int (object, "input_length", FALSE, &value, path, n + 1, error))
-        return NULL;
-      request.input_tokens = (guint64) value;
-
-      node = json_object_get_member (object, "hash_ids");
-      if (node == NULL || !JSON_NODE_HOLDS_ARRAY (node))
-        {
-          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
-                       "%s:%u: missing \"hash_ids\" array", path, n + 1);
-          return NULL;
-        }
-      hash_ids = json_node_get_array (node);
-      request.n_chunks = json_array_get_length (hash_ids);
-      request.ids = g_new (guint64, MAX (request.n_chunks, 1));
-      for (guint i = 0; i < request.n_chunks; i++)
-        {
-          JsonNode *id = json_array_get_element (hash_ids, i);
-
-          if (!JSON_NODE_HOLDS_VALUE (id) || json_node_get_value_type (id) != G_TYPE_INT64 ||
-              json_node_get_int (id) < 0)
-            {
-              g_free (request.ids);
-              g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
-                           "%s:%u: hash_ids[%u] is not a non-negative integer",
-                           path, n + 1, i);
-              return NULL;
-            }
-          request.ids[i] = (guint64) json_node_get_int (id);
-        }
-      if (request.input_tokens == 0)
-        request.input_tokens = (guint64) request.n_chunks * TOOL_TOKENS_PER_CHUNK;
       n_refs += request.n_chunks;
       g_array_append_val (workload->requests, request);
     }

@@ -4,13 +4,16 @@
 #include <string.h>
 #include <ftw.h>
 #include <stdio.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 #include <utime.h>
 
 #include <glib/gstdio.h>
 #include <json-glib/json-glib.h>
 
 #include <kvtier.h>
+#include <xxhash.h>
 
 /* The `kvtier` command: every subcommand's exit status and output on good
  * and bad input (0 success, 1 failure, 2 usage error). The bench's numbers
@@ -26,8 +29,8 @@ typedef struct
 static void
 result_clear (Result *result)
 {
-  g_free (result->out);
-  g_free (result->err);
+  g_clear_pointer (&result->out, g_free);
+  g_clear_pointer (&result->err, g_free);
 }
 
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (Result, result_clear)
@@ -724,6 +727,368 @@ test_config_check_builds (void)
   g_rmdir (dir);
 }
 
+/* A kvtier-layout namespace written by hand (doc/on-disk-format.md), so
+ * that every field can be wrong on purpose. */
+typedef struct
+{
+  char   *root;
+  char   *dir;        /* <root>/kvtier-<ns16> */
+  guint8  digest[32];
+} HandRoot;
+
+static void
+hand_root_clear (HandRoot *hr)
+{
+  if (hr->root != NULL)
+    g_assert_cmpint (nftw (hr->root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), ==, 0);
+  g_free (hr->root);
+  g_free (hr->dir);
+}
+
+G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (HandRoot, hand_root_clear)
+
+static void
+hand_root_init (HandRoot   *hr,
+                const char *name,
+                guint64     block_size,
+                gboolean    with_json)
+{
+  g_autoptr(GChecksum) sum = g_checksum_new (G_CHECKSUM_SHA256);
+  g_autoptr(GError) error = NULL;
+  g_autofree char *size = g_strdup_printf ("%" G_GUINT64_FORMAT, block_size);
+  g_autofree char *base = NULL;
+  gsize len = 32;
+
+  g_checksum_update (sum, (const guchar *) "kvtier-fs\0" "1\0", 12);
+  g_checksum_update (sum, (const guchar *) name, -1);
+  g_checksum_update (sum, (const guchar *) "", 1);
+  g_checksum_update (sum, (const guchar *) size, -1);
+  g_checksum_get_digest (sum, hr->digest, &len);
+  base = g_strdup_printf ("kvtier-%02x%02x%02x%02x%02x%02x%02x%02x", hr->digest[0], hr->digest[1],
+                          hr->digest[2], hr->digest[3], hr->digest[4], hr->digest[5],
+                          hr->digest[6], hr->digest[7]);
+  hr->root = g_dir_make_tmp ("kvtier-hand-XXXXXX", &error);
+  g_assert_no_error (error);
+  hr->dir = g_build_filename (hr->root, base, NULL);
+  g_assert_cmpint (g_mkdir (hr->dir, 0700), ==, 0);
+  if (with_json)
+    {
+      g_autofree char *json = g_strdup_printf ("{\n  \"block_size\": %" G_GUINT64_FORMAT ",\n"
+                                               "  \"format_version\": 1,\n  \"header_size\": 4096,\n"
+                                               "  \"namespace\": \"%s\"\n}\n", block_size, name);
+      g_autofree char *path = g_build_filename (hr->dir, "namespace.json", NULL);
+
+      g_assert_true (g_file_set_contents (path, json, -1, &error));
+      g_assert_no_error (error);
+    }
+}
+
+/* Writes the chunk of key (@id as one hash byte, group 0) in its shard:
+ * a valid header for a payload of @payload_len bytes, and @file_len bytes
+ * in all. Returns its path. */
+static char *
+hand_root_chunk (HandRoot *hr,
+                 guint8    id,
+                 guint64   payload_len,
+                 gsize     file_len)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree guint8 *bytes = g_malloc0 (MAX (file_len, 4096 + payload_len));
+  guint8 offload[5] = { id, 0, 0, 0, 0 };
+  g_autofree char *shard = g_strdup_printf ("%02x", (guint) (XXH3_64bits (offload, 5) >> 56));
+  g_autofree char *shard_dir = g_build_filename (hr->dir, shard, NULL);
+  g_autofree char *name = g_strdup_printf ("%02x_g0.kv", id);
+  guint64 v;
+  guint32 w;
+
+  memcpy (bytes, "KVTIERFS", 8);
+  w = GUINT32_TO_LE (1);
+  memcpy (bytes + 8, &w, 4);
+  w = GUINT32_TO_LE (4096);
+  memcpy (bytes + 12, &w, 4);
+  memcpy (bytes + 16, hr->digest, 32);
+  v = GUINT64_TO_LE (payload_len);
+  memcpy (bytes + 48, &v, 8);
+  memset (bytes + 4096, id, payload_len);
+  v = GUINT64_TO_LE (XXH3_64bits (bytes + 4096, payload_len));
+  memcpy (bytes + 56, &v, 8);
+  w = GUINT32_TO_LE (1);
+  memcpy (bytes + 68, &w, 4);
+  bytes[88] = id;
+  v = GUINT64_TO_LE (XXH3_64bits (bytes, 4088));
+  memcpy (bytes + 4088, &v, 8);
+
+  g_mkdir (shard_dir, 0700);
+  {
+    g_autofree char *path = g_build_filename (shard_dir, name, NULL);
+
+    g_assert_true (g_file_set_contents (path, (const char *) bytes, file_len, &error));
+    g_assert_no_error (error);
+    return g_steal_pointer (&path);
+  }
+}
+
+/* namespace.json lies in a directory anyone may have written: every field
+ * is checked, and a bad one is named (it crashed --verify: a negative
+ * block_size read an empty chunk through NULL, a huge one aborted). */
+static void
+test_inspect_bad_namespace_json (void)
+{
+  g_autofree char *deep = g_strnfill (100, '[');
+  g_autofree char *long_json = g_strdup_printf ("{\"namespace\": \"%0*d\"}", 70000, 0);
+  struct { const char *json; gsize chunk_len; const char *message; } cases[] = {
+    { "{\"block_size\": -4096, \"format_version\": 1, \"header_size\": 4096, \"namespace\": \"x\"}",
+      0, "namespace.json: \"block_size\" is -4096, not a positive multiple of 4096" },
+    { "{\"block_size\": 4611686018427387904, \"format_version\": 1, \"header_size\": 4096,"
+      " \"namespace\": \"x\"}",
+      4096, "\"block_size\" is 4611686018427387904, not a positive multiple of 4096" },
+    { "{\"block_size\": 100, \"format_version\": 1, \"header_size\": 4096, \"namespace\": \"x\"}",
+      4196, "\"block_size\" is 100, not a positive multiple of 4096" },
+    { "{\"block_size\": \"4096\", \"format_version\": 1, \"header_size\": 4096, \"namespace\": \"x\"}",
+      0, "namespace.json: \"block_size\" is not an integer" },
+    { "{\"block_size\": 4096.5, \"format_version\": 1, \"header_size\": 4096, \"namespace\": \"x\"}",
+      0, "namespace.json: \"block_size\" is not an integer" },
+    { "{\"format_version\": 1, \"header_size\": 4096, \"namespace\": \"x\"}",
+      0, "namespace.json: \"block_size\" is missing" },
+    { "{\"block_size\": 4096, \"format_version\": 2, \"header_size\": 4096, \"namespace\": \"x\"}",
+      0, "namespace.json: \"format_version\" is 2, not 1" },
+    { "{\"block_size\": 4096, \"format_version\": 1, \"header_size\": 512, \"namespace\": \"x\"}",
+      0, "namespace.json: \"header_size\" is 512, not 4096" },
+    { "{\"block_size\": 4096, \"format_version\": 1, \"header_size\": 4096, \"namespace\": 7}",
+      0, "namespace.json: \"namespace\" is not a string" },
+    { "{\"block_size\": 4096, \"format_version\": 1, \"header_size\": 4096}",
+      0, "namespace.json: \"namespace\" is missing" },
+    { "{\"block_size\": 4096, \"format_version\": 1, \"header_size\": 4096, \"namespace\": \"x\","
+      " \"owner\": \"mallory\"}",
+      0, "namespace.json: unknown member \"owner\"" },
+    { "[4096, 1]", 0, "namespace.json: not a JSON object" },
+    { "\"kvtier\"", 0, "namespace.json: not a JSON object" },
+    { "{\"block_size\": 4096,", 0, "namespace.json: not valid JSON: " },
+    { "", 0, "namespace.json: empty" },
+    { deep, 0, "namespace.json: nested deeper than 64 levels" },
+    { long_json, 0, "namespace.json: 70017 bytes, more than the 65536 allowed" },
+    /* valid, but not what the directory's name was derived from */
+    { "{\"block_size\": 8192, \"format_version\": 1, \"header_size\": 4096, \"namespace\": \"t\"}",
+      0, "namespace.json does not match its directory: its namespace and block size belong in"
+         " kvtier-" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_auto(HandRoot) hr = { 0 };
+      g_auto(Result) r = { 0 };
+      g_autoptr(GError) error = NULL;
+      g_autofree char *json_path = NULL;
+
+      hand_root_init (&hr, "t", 4096, FALSE);
+      json_path = g_build_filename (hr.dir, "namespace.json", NULL);
+      g_assert_true (g_file_set_contents (json_path, cases[i].json, -1, &error));
+      g_assert_no_error (error);
+      g_free (hand_root_chunk (&hr, 1, 4096, cases[i].chunk_len));
+
+      for (guint verify = 0; verify < 2; verify++)
+        {
+          g_test_message ("case %u, %s", i, verify ? "--verify" : "sizes only");
+          run_kvtier (&r, NULL, "inspect", "fs", hr.root, verify ? "--verify" : NULL, NULL);
+          g_assert_cmpint (r.status, ==, 1);
+          assert_contains (r.out, ": 1 namespace\n");
+          assert_contains (r.out, "(kvtier layout, namespace unknown)");
+          assert_contains (r.out, json_path);
+          assert_contains (r.out, cases[i].message);
+          assert_contains (r.out, "chunks         1 (");
+          if (verify)
+            assert_contains (r.out, "verified       not possible: namespace.json cannot be trusted");
+          /* no criticals, no warnings: the bad file is the only news */
+          g_assert_cmpstr (r.err, ==, "");
+          result_clear (&r);
+        }
+    }
+}
+
+/* Sizes: short, too long, and a header that disagrees with namespace.json,
+ * each named as such (every one was "short file"). */
+static void
+test_inspect_wrong_sizes (void)
+{
+  g_auto(HandRoot) hr = { 0 };
+  g_auto(Result) r = { 0 };
+  g_autofree char *good = NULL, *truncated = NULL, *extended = NULL, *other_len = NULL;
+  g_autofree char *stub = NULL;
+  g_autofree char *line = NULL;
+
+  hand_root_init (&hr, "t", 4096, TRUE);
+  good = hand_root_chunk (&hr, 1, 4096, 8192);
+  truncated = hand_root_chunk (&hr, 2, 4096, 4096 + 100);
+  extended = hand_root_chunk (&hr, 3, 4096, 8192 + 10);
+  other_len = hand_root_chunk (&hr, 4, 8192, 4096 + 8192);
+  stub = hand_root_chunk (&hr, 5, 4096, 100);
+
+  run_kvtier (&r, NULL, "inspect", "fs", hr.root, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, "(kvtier layout, namespace \"t\", chunks of 4 KiB)");
+  assert_contains (r.out, "chunks         5 (");
+  assert_contains (r.out, "wrong size     4\n");
+  line = g_strdup_printf ("bad: %s: short file (4196 bytes, a chunk is 8192)", truncated);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("bad: %s: too long (8202 bytes, a chunk is 8192)", extended);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("bad: %s: too long (12288 bytes, a chunk is 8192)", other_len);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("bad: %s: short file (100 bytes, a chunk is 8192)", stub);
+  assert_contains (r.out, line);
+  g_free (line);
+  g_assert_null (strstr (r.out, good));
+  result_clear (&r);
+
+  /* --verify reads the header: its payload length is the first suspect. */
+  run_kvtier (&r, NULL, "inspect", "fs", hr.root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, "verified       1 ok, 4 bad");
+  assert_contains (r.out, "short file                   2");
+  assert_contains (r.out, "too long                     1");
+  assert_contains (r.out, "wrong payload length         1");
+  line = g_strdup_printf ("bad: %s: short file (4196 bytes, a chunk is 8192)", truncated);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("bad: %s: too long (8202 bytes, a chunk is 8192)", extended);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("bad: %s: wrong payload length (the header says 8192 bytes,"
+                          " namespace.json 4096)", other_len);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("bad: %s: short file (100 bytes, shorter than the 4096-byte header)",
+                          stub);
+  assert_contains (r.out, line);
+  g_assert_cmpstr (r.err, ==, "");
+}
+
+/* What the tier never writes is reported by name and reason, and left
+ * unread: links are not followed, FIFOs not opened, other users' files
+ * not trusted (all were skipped without a word, or followed). */
+static void
+test_inspect_hostile_entries (void)
+{
+  g_auto(HandRoot) hr = { 0 };
+  g_auto(HandRoot) elsewhere = { 0 };
+  g_auto(Result) r = { 0 };
+  g_autoptr(JsonParser) parser = json_parser_new ();
+  g_autoptr(GError) error = NULL;
+  g_autofree char *good = NULL, *outside = NULL, *foreign = NULL;
+  g_autofree char *link = NULL, *fifo = NULL, *unknown = NULL, *shard_link = NULL;
+  g_autofree char *junk = NULL, *line = NULL;
+  gboolean as_root = getuid () == 0;
+  JsonObject *ignored;
+
+  hand_root_init (&hr, "t", 4096, TRUE);
+  hand_root_init (&elsewhere, "t", 4096, TRUE);
+  good = hand_root_chunk (&hr, 1, 4096, 8192);
+  /* a valid chunk of the same namespace, outside the root */
+  outside = hand_root_chunk (&elsewhere, 2, 4096, 8192);
+  {
+    g_autofree char *shard = g_path_get_dirname (good);
+    g_autofree char *outside_shard = g_path_get_dirname (outside);
+    g_autofree char *outside_name = g_path_get_basename (outside);
+    g_autofree char *outside_shard_name = g_path_get_basename (outside_shard);
+
+    link = g_build_filename (shard, "02_g0.kv", NULL);
+    g_assert_cmpint (symlink (outside, link), ==, 0);
+    fifo = g_build_filename (shard, "03_g0.kv", NULL);
+    g_assert_cmpint (mkfifo (fifo, 0600), ==, 0);
+    unknown = g_build_filename (shard, "notes.txt", NULL);
+    g_assert_true (g_file_set_contents (unknown, "hello", -1, &error));
+    /* a whole shard directory through a link: the outside chunk's shard,
+     * unless that is the good chunk's */
+    shard_link = g_build_filename (hr.dir, outside_shard_name, NULL);
+    if (!g_str_equal (shard_link, shard))
+      g_assert_cmpint (symlink (outside_shard, shard_link), ==, 0);
+    else
+      g_clear_pointer (&shard_link, g_free);
+    (void) outside_name;
+  }
+  junk = g_build_filename (hr.root, "junk", NULL);
+  g_assert_true (g_file_set_contents (junk, "x", -1, &error));
+  if (as_root)
+    {
+      foreign = hand_root_chunk (&hr, 4, 4096, 8192);
+      g_assert_cmpint (chown (foreign, 65534, 65534), ==, 0);
+    }
+
+  run_kvtier (&r, NULL, "inspect", "fs", hr.root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, "chunks         1 (");
+  assert_contains (r.out, "verified       1 ok, 0 bad");
+  line = g_strdup_printf ("ignored: %s: symbolic link (not followed)", link);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("ignored: %s: not a regular file", fifo);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("ignored: %s: unknown name", unknown);
+  assert_contains (r.out, line);
+  g_free (line);
+  line = g_strdup_printf ("ignored: %s: unknown name", junk);
+  assert_contains (r.out, line);
+  g_free (line);
+  if (shard_link != NULL)
+    {
+      line = g_strdup_printf ("ignored: %s: symbolic link (not followed)", shard_link);
+      assert_contains (r.out, line);
+      g_free (line);
+    }
+  if (foreign != NULL)
+    {
+      line = g_strdup_printf ("ignored: %s: owned by another user (uid 65534, the root's owner"
+                              " is uid 0)", foreign);
+      assert_contains (r.out, line);
+      g_free (line);
+    }
+  line = g_strdup_printf ("ignored entries: %u (", 4 + (shard_link != NULL) + (foreign != NULL));
+  assert_contains (r.out, line);
+  g_assert_null (strstr (r.out, outside));
+  g_assert_cmpstr (r.err, ==, "");
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "inspect", "fs", hr.root, "--json", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  g_assert_true (json_parser_load_from_data (parser, r.out, -1, &error));
+  g_assert_no_error (error);
+  ignored = json_object_get_object_member (json_node_get_object (json_parser_get_root (parser)),
+                                           "ignored");
+  g_assert_cmpint (json_object_get_int_member (ignored, "count"), ==,
+                   4 + (shard_link != NULL) + (foreign != NULL));
+  g_assert_cmpint (json_object_get_int_member (ignored, "symbolic link (not followed)"), ==,
+                   1 + (shard_link != NULL));
+  g_assert_cmpint (json_object_get_int_member (ignored, "not a regular file"), ==, 1);
+  g_assert_cmpint (json_object_get_int_member (ignored, "unknown name"), ==, 2);
+}
+
+/* Chunk files without namespace.json: one namespace, its chunks counted,
+ * the missing file named (it read "0 namespaces"). */
+static void
+test_inspect_missing_namespace_json (void)
+{
+  g_auto(HandRoot) hr = { 0 };
+  g_auto(Result) r = { 0 };
+  g_autofree char *problem = NULL;
+
+  hand_root_init (&hr, "t", 4096, FALSE);
+  g_free (hand_root_chunk (&hr, 1, 4096, 8192));
+  g_free (hand_root_chunk (&hr, 2, 4096, 8192));
+
+  run_kvtier (&r, NULL, "inspect", "fs", hr.root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, ": 1 namespace\n");
+  problem = g_strdup_printf ("problem        %s/namespace.json is missing\n", hr.dir);
+  assert_contains (r.out, problem);
+  assert_contains (r.out, "chunks         2 (16 KiB), unchecked: the chunk size is unknown");
+  assert_contains (r.out, "verified       not possible: namespace.json cannot be trusted");
+  g_assert_cmpstr (r.err, ==, "");
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -742,6 +1107,11 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/config-check", test_config_check);
   g_test_add_func ("/kvtier/cli/config-check-builds", test_config_check_builds);
   g_test_add_func ("/kvtier/cli/inspect-fs", test_inspect_fs);
+  g_test_add_func ("/kvtier/cli/inspect-fs/bad-namespace-json", test_inspect_bad_namespace_json);
+  g_test_add_func ("/kvtier/cli/inspect-fs/wrong-sizes", test_inspect_wrong_sizes);
+  g_test_add_func ("/kvtier/cli/inspect-fs/hostile-entries", test_inspect_hostile_entries);
+  g_test_add_func ("/kvtier/cli/inspect-fs/missing-namespace-json",
+                   test_inspect_missing_namespace_json);
 
   return g_test_run ();
 }

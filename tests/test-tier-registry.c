@@ -241,13 +241,20 @@ test_load_plugin (void)
   g_assert_null (tier_type);
 }
 
+/* Every plugin directory made, checked gone once the tests ran. */
+static GPtrArray *made_dirs;
+
+/* Under the directories G_TEST_OPTION_ISOLATE_DIRS gives each test (and
+ * removes after it), not in /tmp, where every run left some behind. */
 static char *
 make_plugin_dir (void)
 {
-  g_autoptr(GError) error = NULL;
-  char *dir = g_dir_make_tmp ("kvtier-plugins-XXXXXX", &error);
+  const char *base = g_get_user_runtime_dir ();
+  char *dir = g_build_filename (base, "kvtier-plugins-XXXXXX", NULL);
 
-  g_assert_no_error (error);
+  g_assert_cmpint (g_mkdir_with_parents (base, 0700), ==, 0);
+  g_assert_nonnull (g_mkdtemp (dir));
+  g_ptr_array_add (made_dirs, g_strdup (dir));
   return dir;
 }
 
@@ -590,6 +597,8 @@ int
 main (int   argc,
       char *argv[])
 {
+  int status;
+
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
 
   g_test_add_func ("/kvtier/tier-registry/built-in", test_built_in);
@@ -604,5 +613,14 @@ main (int   argc,
   g_test_add_func ("/kvtier/tier-registry/create-device", test_create_device);
   g_test_add_func ("/kvtier/tier-registry/two-registries", test_two_registries);
 
-  return g_test_run ();
+  made_dirs = g_ptr_array_new_with_free_func (g_free);
+  status = g_test_run ();
+  for (guint i = 0; i < made_dirs->len; i++)
+    if (g_file_test (g_ptr_array_index (made_dirs, i), G_FILE_TEST_EXISTS))
+      {
+        g_printerr ("left behind: %s\n", (const char *) g_ptr_array_index (made_dirs, i));
+        status = 1;
+      }
+  g_ptr_array_unref (made_dirs);
+  return status;
 }

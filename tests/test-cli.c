@@ -1133,6 +1133,51 @@ test_inspect_hostile_entries (void)
   g_assert_cmpint (json_object_get_int_member (ignored, "unknown name"), ==, 2);
 }
 
+/* The vLLM layout's names are known too: its chunks are counted, the
+ * model read from config.json, and only what vLLM does not write is
+ * reported. */
+static void
+test_inspect_vllm_layout (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(GError) error = NULL;
+  g_autofree char *root = g_dir_make_tmp ("kvtier-vllm-XXXXXX", &error);
+  g_autofree char *identity = g_build_filename (root, "org_model_0a2dfacb72cf", NULL);
+  g_autofree char *config = g_build_filename (identity, "config.json", NULL);
+  g_autofree char *leaf = g_build_filename (root, "org_model_0a2dfacb72cf_r0", "4fc", "82_g0", NULL);
+  g_autofree char *chunk = g_build_filename (leaf, "4fc82b26aecb47d2.bin", NULL);
+  g_autofree char *temp = g_build_filename (leaf, "4fc82b26aecb47d2.bin_1234.tmp", NULL);
+  g_autofree char *stray = g_build_filename (leaf, "4FC82B26.bin", NULL);
+  g_autofree char *line = NULL;
+
+  g_assert_no_error (error);
+  g_assert_cmpint (g_mkdir_with_parents (identity, 0700), ==, 0);
+  g_assert_cmpint (g_mkdir_with_parents (leaf, 0700), ==, 0);
+  g_assert_true (g_file_set_contents (config, "{\"model_name\": \"org/model\"}", -1, &error));
+  g_assert_true (g_file_set_contents (chunk, "0123456789", -1, &error));
+  g_assert_true (g_file_set_contents (temp, "01234", -1, &error));
+  g_assert_true (g_file_set_contents (stray, "x", -1, &error));
+  g_assert_no_error (error);
+
+  run_kvtier (&r, NULL, "inspect", "fs", root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, ": 1 namespace\n");
+  assert_contains (r.out, "_r0  (vLLM layout, model org/model)");
+  assert_contains (r.out, "chunks         1 (10 B)");
+  assert_contains (r.out, "verified       not possible: vLLM files have no header or checksum");
+  assert_contains (r.out, "temp files     1 (5 B), 0 stale");
+  line = g_strdup_printf ("ignored: %s: unknown name", stray);
+  assert_contains (r.out, line);
+  assert_contains (r.out, "ignored entries: 1 (");
+  result_clear (&r);
+
+  g_assert_cmpint (g_remove (stray), ==, 0);
+  run_kvtier (&r, NULL, "inspect", "fs", root, NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_null (strstr (r.out, "ignored"));
+  g_assert_cmpint (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), ==, 0);
+}
+
 /* Chunk files without namespace.json: one namespace, its chunks counted,
  * the missing file named (it read "0 namespaces"). */
 static void
@@ -1295,6 +1340,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/inspect-fs/hostile-entries", test_inspect_hostile_entries);
   g_test_add_func ("/kvtier/cli/inspect-fs/missing-namespace-json",
                    test_inspect_missing_namespace_json);
+  g_test_add_func ("/kvtier/cli/inspect-fs/vllm-layout", test_inspect_vllm_layout);
   g_test_add_func ("/kvtier/cli/no-leaks", test_no_leaks);
 
   return g_test_run ();

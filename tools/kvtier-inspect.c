@@ -570,8 +570,8 @@ scan_chunk_dir (Scan       *scan,
             count_temp (scan, ns, &st);
           continue;
         }
-      if (ns->vllm ? !(g_str_has_suffix (base, ".bin") &&
-                       is_hex_name (base, strlen (base) - 4) && strlen (base) > 5)
+      if (ns->vllm ? !(strlen (base) > 4 && g_str_has_suffix (base, ".bin") &&
+                       is_lower_hex (base, strlen (base) - 4))
                    : !parse_chunk_name (base, hash, &hash_len, &group))
         {
           add_ignored (scan, path, IGNORED_UNKNOWN_NAME, NULL);

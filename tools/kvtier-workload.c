@@ -294,7 +294,8 @@ tool_workload_synthetic (const ToolSyntheticParams *params,
       if (max_requests == 0 || workload->requests->len < max_requests)
         {
           request.n_chunks = pending->ids->len;
-          request.ids = (guint64 *) g_array_free (pending->ids, FALSE);
+          request.ids = g_array_steal (pending->ids, NULL);
+          g_array_unref (pending->ids);
           request.input_tokens = (guint64) request.n_chunks * TOOL_TOKENS_PER_CHUNK;
           request.arrival_ms = pending->arrival_ms;
           n_refs += request.n_chunks;

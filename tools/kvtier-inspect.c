@@ -313,6 +313,8 @@ list_dir (Scan       *scan,
         close (fd);
       return names;
     }
+  /* the copy shares the offset of @dir_fd, which may have been read */
+  rewinddir (d);
   while ((entry = readdir (d)) != NULL)
     if (!g_str_equal (entry->d_name, ".") && !g_str_equal (entry->d_name, ".."))
       g_ptr_array_add (names, g_strdup (entry->d_name));

@@ -1046,7 +1046,7 @@ test_inspect_hostile_entries (void)
   g_autoptr(GError) error = NULL;
   g_autofree char *good = NULL, *outside = NULL, *foreign = NULL;
   g_autofree char *link = NULL, *fifo = NULL, *unknown = NULL, *shard_link = NULL;
-  g_autofree char *junk = NULL, *line = NULL;
+  g_autofree char *junk = NULL, *line = NULL, *open_to_all = NULL;
   gboolean as_root = getuid () == 0;
   JsonObject *ignored;
 
@@ -1078,6 +1078,8 @@ test_inspect_hostile_entries (void)
   }
   junk = g_build_filename (hr.root, "junk", NULL);
   g_assert_true (g_file_set_contents (junk, "x", -1, &error));
+  open_to_all = hand_root_chunk (&hr, 5, 4096, 8192);
+  g_assert_cmpint (g_chmod (open_to_all, 0666), ==, 0);
   if (as_root)
     {
       foreign = hand_root_chunk (&hr, 4, 4096, 8192);
@@ -1106,6 +1108,9 @@ test_inspect_hostile_entries (void)
       assert_contains (r.out, line);
       g_free (line);
     }
+  line = g_strdup_printf ("ignored: %s: writable by any user (mode 0666)", open_to_all);
+  assert_contains (r.out, line);
+  g_free (line);
   if (foreign != NULL)
     {
       line = g_strdup_printf ("ignored: %s: owned by another user (uid 65534, the root's owner"
@@ -1113,7 +1118,7 @@ test_inspect_hostile_entries (void)
       assert_contains (r.out, line);
       g_free (line);
     }
-  line = g_strdup_printf ("ignored entries: %u (", 4 + (shard_link != NULL) + (foreign != NULL));
+  line = g_strdup_printf ("ignored entries: %u (", 5 + (shard_link != NULL) + (foreign != NULL));
   assert_contains (r.out, line);
   g_assert_null (strstr (r.out, outside));
   g_assert_cmpstr (r.err, ==, "");
@@ -1126,7 +1131,8 @@ test_inspect_hostile_entries (void)
   ignored = json_object_get_object_member (json_node_get_object (json_parser_get_root (parser)),
                                            "ignored");
   g_assert_cmpint (json_object_get_int_member (ignored, "count"), ==,
-                   4 + (shard_link != NULL) + (foreign != NULL));
+                   5 + (shard_link != NULL) + (foreign != NULL));
+  g_assert_cmpint (json_object_get_int_member (ignored, "writable by any user"), ==, 1);
   g_assert_cmpint (json_object_get_int_member (ignored, "symbolic link (not followed)"), ==,
                    1 + (shard_link != NULL));
   g_assert_cmpint (json_object_get_int_member (ignored, "not a regular file"), ==, 1);

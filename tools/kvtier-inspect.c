@@ -56,6 +56,7 @@ enum {
   IGNORED_NOT_REGULAR,
   IGNORED_NOT_DIRECTORY,
   IGNORED_FOREIGN,
+  IGNORED_WORLD_WRITABLE,
   IGNORED_UNKNOWN_NAME,
   IGNORED_UNREADABLE,
   N_IGNORED
@@ -63,7 +64,7 @@ enum {
 
 static const char * const ignored_names[N_IGNORED] = {
   "symbolic link (not followed)", "not a regular file", "not a directory",
-  "owned by another user", "unknown name", "unreadable",
+  "owned by another user", "writable by any user", "unknown name", "unreadable",
 };
 
 typedef struct
@@ -226,7 +227,8 @@ add_ignored (Scan       *scan,
 
 /* Classifies the entry @name of @dir_fd without following it; returns
  * TRUE when it is of the kind expected there (a directory or a regular
- * file) and the root's owner owns it, else reports it as ignored. */
+ * file), the root's owner owns it and not every user may write it, else
+ * reports it as ignored. */
 static gboolean
 check_entry (Scan        *scan,
              int          dir_fd,
@@ -262,6 +264,14 @@ check_entry (Scan        *scan,
                                                  (guint) st->st_uid, (guint) scan->owner);
 
       add_ignored (scan, path, IGNORED_FOREIGN, detail);
+      return FALSE;
+    }
+  /* the tier makes everything 0700 or 0600: anyone may have changed it */
+  if ((st->st_mode & S_IWOTH) != 0)
+    {
+      g_autofree char *detail = g_strdup_printf ("mode %04o", (guint) (st->st_mode & 07777));
+
+      add_ignored (scan, path, IGNORED_WORLD_WRITABLE, detail);
       return FALSE;
     }
   return TRUE;
@@ -1027,7 +1037,7 @@ tool_inspect (int    argc,
     "(stale when older than an hour). --verify checks every chunk as a load would\n"
     "(doc/on-disk-format.md). Nothing below ROOT is followed through a symbolic link;\n"
     "entries the tier does not write (other names, links, special files, files of\n"
-    "another owner than ROOT's) are listed and left unread. Exits with 1 when a chunk\n"
+    "another owner than ROOT's, files any user may write) are listed and left unread. Exits with 1 when a chunk\n"
     "is bad, a namespace.json is missing or invalid, an entry was left unread, or ROOT\n"
     "cannot be read.");
   g_option_context_add_main_entries (context, entries, NULL);

@@ -342,73 +342,6 @@ test_bench_failures (void)
   g_rmdir (dir);
 }
 
-/* A trace line is bounded and its nesting checked before json-glib, which
- * recurses, parses it (100,000 levels overflowed the stack). */
-static void
-test_bench_hostile_trace (void)
-{
-  g_auto(Result) r = { 0 };
-  g_autofree char *open_brackets = g_strnfill (100000, '[');
-  g_autofree char *close_brackets = g_strnfill (100000, ']');
-  g_autofree char *deep_text = g_strdup_printf ("{\"timestamp\": 0, \"hash_ids\": [1]}\n"
-                                                "{\"hash_ids\": %s%s}\n",
-                                                open_brackets, close_brackets);
-  g_autofree char *deep = write_temp ("deep-trace.jsonl", deep_text);
-  g_autofree char *deep_objects_text = NULL;
-  g_autofree char *deep_objects = NULL;
-  g_autofree char *long_ids = NULL;
-  g_autofree char *long_text = NULL;
-  g_autofree char *long_line = NULL;
-  g_autofree char *in_strings = NULL;
-  GString *objects = g_string_new (NULL);
-  GString *ids = g_string_new ("1");
-
-  run_kvtier (&r, NULL, "bench", "--trace", deep, NULL);
-  g_assert_cmpint (r.status, ==, 1);
-  assert_contains (r.err, "deep-trace.jsonl:2: nested deeper than 64 levels (at byte 77)");
-  result_clear (&r);
-
-  for (guint i = 0; i < 100000; i++)
-    g_string_append (objects, "{\"a\":");
-  g_string_append (objects, "1");
-  for (guint i = 0; i < 100000; i++)
-    g_string_append_c (objects, '}');
-  deep_objects_text = g_string_free (objects, FALSE);
-  deep_objects = write_temp ("deep-objects.jsonl", deep_objects_text);
-  run_kvtier (&r, NULL, "bench", "--trace", deep_objects, NULL);
-  g_assert_cmpint (r.status, ==, 1);
-  assert_contains (r.err, "deep-objects.jsonl:1: nested deeper than 64 levels (at byte 321)");
-  result_clear (&r);
-
-  /* 64 levels are fine; brackets in strings, escaped quotes included, are
-   * not nesting. */
-  in_strings = write_temp ("strings-trace.jsonl",
-                           "{\"note\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\","
-                           " \"quoted\": \"\\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\\\","
-                           " \"hash_ids\": [1, 2]}\n");
-  run_kvtier (&r, NULL, "bench", "--trace", in_strings, "--chunk-size", "16KiB", "--layers", "2",
-              "--gpu-size", "1MiB", "--primary-size", "2MiB", "--quiet", NULL);
-  g_assert_cmpint (r.status, ==, 0);
-  g_assert_cmpstr (r.err, ==, "");
-  result_clear (&r);
-
-  /* A line longer than 1 MiB is refused before it is parsed. */
-  while (ids->len < 1100 * 1024)
-    g_string_append (ids, ", 1234567");
-  long_ids = g_string_free (ids, FALSE);
-  long_text = g_strdup_printf ("{\"hash_ids\": [%s]}\n", long_ids);
-  long_line = write_temp ("long-trace.jsonl", long_text);
-  run_kvtier (&r, NULL, "bench", "--trace", long_line, NULL);
-  g_assert_cmpint (r.status, ==, 1);
-  assert_contains (r.err, "long-trace.jsonl:1: ");
-  assert_contains (r.err, " bytes long, more than the 1048576 allowed");
-
-  g_remove (deep);
-  g_remove (deep_objects);
-  g_remove (in_strings);
-  g_remove (long_line);
-}
-
 static void
 test_bench_synthetic (void)
 {
@@ -1322,6 +1255,73 @@ test_no_leaks (void)
   g_assert_cmpint (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), ==, 0);
 }
 
+/* A trace line is bounded and its nesting checked before json-glib, which
+ * recurses, parses it (100,000 levels overflowed the stack). */
+static void
+test_bench_hostile_trace (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autofree char *open_brackets = g_strnfill (100000, '[');
+  g_autofree char *close_brackets = g_strnfill (100000, ']');
+  g_autofree char *deep_text = g_strdup_printf ("{\"timestamp\": 0, \"hash_ids\": [1]}\n"
+                                                "{\"hash_ids\": %s%s}\n",
+                                                open_brackets, close_brackets);
+  g_autofree char *deep = write_temp ("deep-trace.jsonl", deep_text);
+  g_autofree char *deep_objects_text = NULL;
+  g_autofree char *deep_objects = NULL;
+  g_autofree char *long_ids = NULL;
+  g_autofree char *long_text = NULL;
+  g_autofree char *long_line = NULL;
+  g_autofree char *in_strings = NULL;
+  GString *objects = g_string_new (NULL);
+  GString *ids = g_string_new ("1");
+
+  run_kvtier (&r, NULL, "bench", "--trace", deep, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "deep-trace.jsonl:2: nested deeper than 64 levels (at byte 77)");
+  result_clear (&r);
+
+  for (guint i = 0; i < 100000; i++)
+    g_string_append (objects, "{\"a\":");
+  g_string_append (objects, "1");
+  for (guint i = 0; i < 100000; i++)
+    g_string_append_c (objects, '}');
+  deep_objects_text = g_string_free (objects, FALSE);
+  deep_objects = write_temp ("deep-objects.jsonl", deep_objects_text);
+  run_kvtier (&r, NULL, "bench", "--trace", deep_objects, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "deep-objects.jsonl:1: nested deeper than 64 levels (at byte 321)");
+  result_clear (&r);
+
+  /* 64 levels are fine; brackets in strings, escaped quotes included, are
+   * not nesting. */
+  in_strings = write_temp ("strings-trace.jsonl",
+                           "{\"note\": \"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\","
+                           " \"quoted\": \"\\\"[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\\\\\","
+                           " \"hash_ids\": [1, 2]}\n");
+  run_kvtier (&r, NULL, "bench", "--trace", in_strings, "--chunk-size", "16KiB", "--layers", "2",
+              "--gpu-size", "1MiB", "--primary-size", "2MiB", "--quiet", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  g_assert_cmpstr (r.err, ==, "");
+  result_clear (&r);
+
+  /* A line longer than 1 MiB is refused before it is parsed. */
+  while (ids->len < 1100 * 1024)
+    g_string_append (ids, ", 1234567");
+  long_ids = g_string_free (ids, FALSE);
+  long_text = g_strdup_printf ("{\"hash_ids\": [%s]}\n", long_ids);
+  long_line = write_temp ("long-trace.jsonl", long_text);
+  run_kvtier (&r, NULL, "bench", "--trace", long_line, NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.err, "long-trace.jsonl:1: ");
+  assert_contains (r.err, " bytes long, more than the 1048576 allowed");
+
+  g_remove (deep);
+  g_remove (deep_objects);
+  g_remove (in_strings);
+  g_remove (long_line);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -1336,7 +1336,6 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/bench/repeated-ids", test_bench_repeated_ids);
   g_test_add_func ("/kvtier/cli/bench/failures", test_bench_failures);
   g_test_add_func ("/kvtier/cli/bench/usage-error-frees", test_bench_usage_error_frees);
-  g_test_add_func ("/kvtier/cli/bench/hostile-trace", test_bench_hostile_trace);
   g_test_add_func ("/kvtier/cli/plugins", test_plugins);
   g_test_add_func ("/kvtier/cli/config-check", test_config_check);
   g_test_add_func ("/kvtier/cli/config-check-builds", test_config_check_builds);
@@ -1348,6 +1347,7 @@ main (int   argc,
                    test_inspect_missing_namespace_json);
   g_test_add_func ("/kvtier/cli/inspect-fs/vllm-layout", test_inspect_vllm_layout);
   g_test_add_func ("/kvtier/cli/no-leaks", test_no_leaks);
+  g_test_add_func ("/kvtier/cli/bench/hostile-trace", test_bench_hostile_trace);
 
   return g_test_run ();
 }

@@ -2139,9 +2139,14 @@ _kv_secondary_tier_take_released (KvSecondaryTier *self,
     return NULL;
 
   g_mutex_lock (&priv->lock);
-  *n_ids = priv->released->len;
-  ids = (guint64 *) g_array_free (priv->released, FALSE);
-  priv->released = g_array_new (FALSE, FALSE, sizeof (guint64));
+  {
+    gsize len;
+
+    /* g_array_steal keeps the array (no cast from gchar *, which clang's
+     * -Wcast-align refuses) */
+    ids = g_array_steal (priv->released, &len);
+    *n_ids = len;
+  }
   g_atomic_int_set (&priv->n_released, 0);
   g_mutex_unlock (&priv->lock);
   return ids;

@@ -39,6 +39,20 @@ void     _kv_primary_tier_free_slots              (KvPrimaryTier *self,
                                                    const guint32 *slots,
                                                    guint          n_slots);
 
+/* kv_primary_tier_complete_store() of a successful write followed by
+ * @n_pins (> 0) kv_primary_tier_prepare_read() calls, for the manager's
+ * cascades: each chunk goes straight from "being written" to pinned
+ * @n_pins times, with one lookup per key and no LRU move. @chunk_ids (room
+ * for @n_keys) gets the slot of each key. Returns FALSE and changes nothing
+ * unless every key is being written and the policy is the built-in LRU
+ * (another policy hears every call of the long way). */
+G_GNUC_INTERNAL
+gboolean _kv_primary_tier_complete_store_pinned (KvPrimaryTier *self,
+                                                 KvKey * const *keys,
+                                                 guint          n_keys,
+                                                 guint          n_pins,
+                                                 guint32       *chunk_ids);
+
 /* Called with a stamped entry's key and stamp when the entry goes away
  * (eviction, failed store, reset), before the key is released. */
 typedef void (*KvPrimaryStampDropFunc) (KvKey    *key,

@@ -1297,6 +1297,64 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
     primary_queue_event (self, (KvKey * const *) stored->pdata, stored->len, FALSE);
 }
 
+gboolean
+_kv_primary_tier_complete_store_pinned (KvPrimaryTier *self,
+                                        KvKey * const *keys,
+                                        guint          n_keys,
+                                        guint          n_pins,
+                                        guint32       *chunk_ids)
+{
+  KvBucket *stack_buckets[KV_STACK_KEYS];
+  g_autofree KvBucket **heap_buckets = NULL;
+  KvBucket **buckets = stack_buckets;
+  g_autoptr(GPtrArray) stored = NULL;
+
+  g_return_val_if_fail (n_pins > 0, FALSE);
+
+  if (self->lru == NULL)
+    return FALSE;
+  if (n_keys > G_N_ELEMENTS (stack_buckets))
+    buckets = heap_buckets = g_new (KvBucket *, n_keys);
+
+  /* All or nothing: the long way handles a key that is not being written. */
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvBucket *bucket = entry_table_find (&self->entries, keys[i]);
+
+      if (bucket == NULL || ((guintptr) bucket->value & KV_ENTRY_PENDING_TAG) == 0)
+        return FALSE;
+      buckets[i] = bucket;
+    }
+
+  if (self->enable_events)
+    stored = g_ptr_array_sized_new (n_keys);
+
+  /* Nothing below changes the table: the buckets stay valid. */
+  for (guint i = 0; i < n_keys; i++)
+    {
+      KvBucket *bucket = buckets[i];
+      KvEntry *entry = entry_from_value (bucket->value);
+
+      /* a repeated key is written once and pinned per occurrence, as
+       * complete_store() and prepare_read() would */
+      if (entry->ref_cnt < 0)
+        {
+          entry->ref_cnt = 0;
+          bucket->value = entry;
+          self->n_write_pending--;
+          if (stored != NULL)
+            g_ptr_array_add (stored, entry->key);
+        }
+      /* its LRU node was inserted not evictable and stays so */
+      entry->ref_cnt += n_pins;
+      chunk_ids[i] = entry->slot;
+    }
+
+  if (stored != NULL)
+    primary_queue_event (self, (KvKey * const *) stored->pdata, stored->len, FALSE);
+  return TRUE;
+}
+
 guint
 _kv_primary_tier_drop_pending_keep_slots (KvPrimaryTier *self,
                                           KvKey * const *keys,

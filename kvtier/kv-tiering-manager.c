@@ -736,26 +736,33 @@ submit_store_job (KvTieringManager *self,
     refuse_job (self, tier, job, error);
 }
 
-/* Cascades @keys (ready in the primary tier) to @tier unless its
- * backpressure detector drops the store: a dropped store consumes no job id
- * and pins nothing (reference §6.5). */
-static void
-cascade_to_tier (KvTieringManager *self,
-                 KvKey * const    *keys,
-                 guint             n_keys,
-                 KvRequest        *request,
-                 guint             tier)
+/* Whether @tier takes a cascade of @n_keys chunks: an open circuit breaker
+ * or the backpressure detector may drop it, and a dropped store consumes no
+ * job id and pins nothing (reference §6.5; the tier counts the drop). */
+static gboolean
+cascade_admitted (KvTieringManager *self,
+                  guint             n_keys,
+                  guint             tier)
 {
   KvBackpressureDetector *detector;
+
+  if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
+    return FALSE;
+  detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, tier)->tier);
+  return detector == NULL || kv_backpressure_detector_should_store (detector, n_keys);
+}
+
+/* Pins @keys (ready in the primary tier) and submits their store job to
+ * @tier, which admitted it. */
+static void
+cascade_admitted_to_tier (KvTieringManager *self,
+                          KvKey * const    *keys,
+                          guint             n_keys,
+                          KvRequest        *request,
+                          guint             tier)
+{
   g_autoptr(GError) error = NULL;
   KvTransferJob *job;
-
-  /* An open circuit breaker: no job, no pin (counted by the tier). */
-  if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
-    return;
-  detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, tier)->tier);
-  if (detector != NULL && !kv_backpressure_detector_should_store (detector, n_keys))
-    return;
 
   job = _kv_tiering_manager_create_store_job (self, keys, n_keys, request, tier, &error);
   if (job == NULL)
@@ -767,6 +774,56 @@ cascade_to_tier (KvTieringManager *self,
       return;
     }
   submit_store_job (self, tier, job);
+}
+
+/* Cascades @keys (ready in the primary tier) to @tier unless it drops the
+ * store. */
+static void
+cascade_to_tier (KvTieringManager *self,
+                 KvKey * const    *keys,
+                 guint             n_keys,
+                 KvRequest        *request,
+                 guint             tier)
+{
+  if (cascade_admitted (self, n_keys, tier))
+    cascade_admitted_to_tier (self, keys, n_keys, request, tier);
+}
+
+/* A successful store of @keys, cascaded to every tier that admits it. In
+ * the usual case (every key was being written) each chunk goes straight
+ * from written to pinned once per cascade job, in one primary lookup per
+ * key; otherwise the primary tier completes the store and each job pins
+ * the chunks itself. */
+static void
+complete_store_and_cascade (KvTieringManager *self,
+                            KvKey * const    *keys,
+                            guint             n_keys,
+                            KvRequest        *request)
+{
+  guint *admitted = g_newa (guint, self->tiers->len);
+  guint n_admitted = 0;
+  guint32 stack_ids[64];
+  g_autofree guint32 *heap_ids = NULL;
+  guint32 *chunk_ids = stack_ids;
+
+  for (guint i = 0; i < self->tiers->len; i++)
+    if (cascade_admitted (self, n_keys, i))
+      admitted[n_admitted++] = i;
+
+  if (n_keys > G_N_ELEMENTS (stack_ids))
+    chunk_ids = heap_ids = g_new (guint32, n_keys);
+  if (n_admitted > 0 &&
+      _kv_primary_tier_complete_store_pinned (self->primary, keys, n_keys, n_admitted, chunk_ids))
+    {
+      for (guint i = 0; i < n_admitted; i++)
+        submit_store_job (self, admitted[i],
+                          register_job (self, keys, chunk_ids, n_keys, FALSE, request, admitted[i]));
+      return;
+    }
+
+  kv_primary_tier_complete_store (self->primary, keys, n_keys, TRUE);
+  for (guint i = 0; i < n_admitted; i++)
+    cascade_admitted_to_tier (self, keys, n_keys, request, admitted[i]);
 }
 
 static void
@@ -1589,11 +1646,10 @@ kv_tiering_manager_complete_store (KvTieringManager *self,
   OWNER_SERVE (self, );
 
   ensure_started (self);
-  kv_primary_tier_complete_store (self->primary, keys, n_keys, success);
-
   if (success && n_keys > 0)
-    for (guint i = 0; i < self->tiers->len; i++)
-      cascade_to_tier (self, keys, n_keys, request, i);
+    complete_store_and_cascade (self, keys, n_keys, request);
+  else
+    kv_primary_tier_complete_store (self->primary, keys, n_keys, success);
 
   state = lookup_request (self, request);
   if (state == NULL || state->pending_primary_stores == 0)

@@ -56,6 +56,10 @@ typedef struct
 
 #define KV_ENTRY_TABLE_MIN_CAPACITY 64
 
+/* Entries are allocated this many at a time: filling the tier then costs
+ * one allocation per block of chunks, not one per chunk. */
+#define KV_ENTRY_BLOCK 256
+
 /**
  * KvPrimaryTier:
  *
@@ -103,8 +107,11 @@ struct _KvPrimaryTier
 
   /* KvKey (the entry's own key) → KvEntry, tagged while pending */
   KvEntryTable entries;
-  /* KvEntry structs of removed chunks, reused by the next stores */
+  /* unused KvEntry structs (of removed chunks, or never used yet), taken
+   * by the next stores */
   KvEntry *spare_entries;
+  /* the arrays of KV_ENTRY_BLOCK entries that every KvEntry lives in */
+  GPtrArray *entry_blocks;
 
   /* bump allocator: slots [0, n_bumped) have been handed out at least once */
   guint n_bumped;
@@ -160,7 +167,7 @@ _kv_primary_tier_set_owner (KvPrimaryTier *self,
 /* The table's value is the entry pointer, tagged with this bit while the
  * entry is being written (ref_cnt −1). lookup() then answers from the table
  * alone, without touching the entry: one cache miss less on the
- * manager's per-key hot path. Entries are malloc'ed, so the bit is free. */
+ * manager's per-key hot path. Entries are pointer-aligned, so the bit is free. */
 #define KV_ENTRY_PENDING_TAG ((guintptr) 1)
 
 static inline KvEntry *
@@ -302,11 +309,20 @@ primary_take_entry (KvPrimaryTier *self,
 {
   KvEntry *entry;
 
+  if (G_UNLIKELY (self->spare_entries == NULL))
+    {
+      KvEntry *block = g_new (KvEntry, KV_ENTRY_BLOCK);
+
+      g_ptr_array_add (self->entry_blocks, block);
+      for (guint i = 0; i < KV_ENTRY_BLOCK; i++)
+        {
+          block[i].key = NULL;
+          block[i].next_spare = i + 1 < KV_ENTRY_BLOCK ? &block[i + 1] : NULL;
+        }
+      self->spare_entries = block;
+    }
   entry = self->spare_entries;
-  if (entry != NULL)
-    self->spare_entries = entry->next_spare;
-  else
-    entry = g_new (KvEntry, 1);
+  self->spare_entries = entry->next_spare;
   entry->key = kv_key_ref (key);
   entry->slot = G_MAXUINT32;
   entry->ref_cnt = -1;
@@ -514,13 +530,8 @@ kv_primary_tier_finalize (GObject *object)
   self->stamp_drop_func = NULL;
   primary_clear_entries (self);
   g_clear_pointer (&self->entries.buckets, g_free);
-  while (self->spare_entries != NULL)
-    {
-      KvEntry *next = self->spare_entries->next_spare;
-
-      g_free (self->spare_entries);
-      self->spare_entries = next;
-    }
+  self->spare_entries = NULL;
+  g_clear_pointer (&self->entry_blocks, g_ptr_array_unref);
   g_clear_pointer (&self->free_list, g_free);
   g_clear_pointer (&self->events, g_ptr_array_unref);
 
@@ -659,6 +670,7 @@ static void
 kv_primary_tier_init (KvPrimaryTier *self)
 {
   entry_table_init (&self->entries);
+  self->entry_blocks = g_ptr_array_new_with_free_func (g_free);
   self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
 }
 

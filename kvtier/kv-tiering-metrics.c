@@ -48,6 +48,13 @@ typedef struct
   guint64 active_cascades;
   guint64 write_chunks;   /* primary slots being written by promotions */
   guint64 read_chunks;    /* primary slots being read by cascades */
+  /* bytes and transfer time of finished jobs, [0] cascades (write), [1]
+   * promotions (read): summed here per job and folded into the stats when
+   * they are taken, so that a job probes no table of them */
+  gdouble moved_bytes[2];
+  gdouble moved_time[2];
+  gboolean has_moved_bytes[2];
+  gboolean has_moved_time[2];
 } LabelState;
 
 /* Finished requests' states kept for the next new requests, so that a
@@ -710,6 +717,7 @@ kv_tiering_metrics_on_job_finished (KvTieringMetrics *m,
   gboolean success;
   gdouble transfer_time;
   guint n_moved = 0;
+  guint dir = is_promotion ? 1 : 0;
 
   g_return_if_fail (m != NULL);
   g_return_if_fail (label_index < m->n_labels);
@@ -749,13 +757,13 @@ kv_tiering_metrics_on_job_finished (KvTieringMetrics *m,
   else
     return;
 
-  kv_stats_increase_counter (m->pending,
-                             is_promotion ? KV_METRIC_READ_BYTES : KV_METRIC_WRITE_BYTES,
-                             (gdouble) n_moved * m->chunk_size, labels);
+  ls->moved_bytes[dir] += (gdouble) n_moved * m->chunk_size;
+  ls->has_moved_bytes[dir] = TRUE;
   if (transfer_time >= 0.0)
-    kv_stats_increase_counter (m->pending,
-                               is_promotion ? KV_METRIC_READ_TIME : KV_METRIC_WRITE_TIME,
-                               transfer_time, labels);
+    {
+      ls->moved_time[dir] += transfer_time;
+      ls->has_moved_time[dir] = TRUE;
+    }
 }
 
 void
@@ -828,6 +836,20 @@ kv_tiering_metrics_take_stats (KvTieringMetrics *m)
       memset (ls->async_counts, 0, sizeof ls->async_counts);
       ls->async_n = 0;
       ls->async_sum = 0.0;
+
+      /* the sums start from 0 as the counters of a fresh stats object do,
+       * so the values are those of adding each job to the counter */
+      for (guint p = 0; p < 2; p++)
+        {
+          if (ls->has_moved_bytes[p])
+            kv_stats_increase_counter (stats, p ? KV_METRIC_READ_BYTES : KV_METRIC_WRITE_BYTES,
+                                       ls->moved_bytes[p], labels);
+          if (ls->has_moved_time[p])
+            kv_stats_increase_counter (stats, p ? KV_METRIC_READ_TIME : KV_METRIC_WRITE_TIME,
+                                       ls->moved_time[p], labels);
+          ls->moved_bytes[p] = ls->moved_time[p] = 0.0;
+          ls->has_moved_bytes[p] = ls->has_moved_time[p] = FALSE;
+        }
 
       /* Jobs only run on secondary tiers; their gauges are always sent. */
       if (i == 0)

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-prepare-store-result.h"
+#include "kv-prepare-store-result-private.h"
 
 #include <string.h>
 
@@ -106,6 +107,28 @@ kv_prepare_store_result_new (KvKey * const *keys_to_store,
  *
  * Returns: (transfer full): @self
  */
+KvPrepareStoreResult *
+_kv_prepare_store_result_new_take (KvKey   **keys_to_store,
+                                   guint32  *chunk_ids,
+                                   guint     n_keys,
+                                   KvKey   **evicted_keys,
+                                   guint     n_evicted)
+{
+  KvPrepareStoreResult *self = g_new (KvPrepareStoreResult, 1);
+
+  g_atomic_ref_count_init (&self->ref_count);
+  self->n_keys = n_keys;
+  self->n_evicted = n_evicted;
+  for (guint i = 0; i < n_keys; i++)
+    kv_key_ref (keys_to_store[i]);
+  keys_to_store[n_keys] = NULL;
+  self->keys_to_store = keys_to_store;
+  self->chunk_ids = chunk_ids;
+  evicted_keys[n_evicted] = NULL;
+  self->evicted_keys = evicted_keys;
+  return self;
+}
+
 KvPrepareStoreResult *
 kv_prepare_store_result_ref (KvPrepareStoreResult *self)
 {

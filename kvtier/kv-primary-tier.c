@@ -4,6 +4,7 @@
 
 #include "kv-primary-tier.h"
 #include "kv-primary-tier-private.h"
+#include "kv-prepare-store-result-private.h"
 
 #include "kv-cache-policy-private.h"
 #include "kv-lru-policy.h"
@@ -1214,40 +1215,37 @@ kv_primary_tier_prepare_store (KvPrimaryTier  *self,
                                guint           n_keys,
                                GError        **error)
 {
-  KvKey *stack_to_store[KV_STACK_KEYS];
-  guint32 stack_chunk_ids[KV_STACK_KEYS];
-  KvKey *stack_evicted[KV_STACK_KEYS + 1];
-  g_autofree KvKey **heap_to_store = NULL;
-  g_autofree guint32 *heap_chunk_ids = NULL;
-  g_autofree KvKey **heap_evicted = NULL;
-  KvKey **to_store = stack_to_store;
-  guint32 *chunk_ids = stack_chunk_ids;
-  KvKey **buffer_evicted = stack_evicted;
-  KvKey **evicted;
+  KvKey **to_store, **buffer_evicted, **evicted;
+  guint32 *chunk_ids;
   guint n_to_store, n_evicted;
-  KvPrepareStoreResult *result = NULL;
 
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), NULL);
   g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
   OWNER_CHECK (self, NULL);
 
-  if (n_keys > KV_STACK_KEYS)
-    {
-      to_store = heap_to_store = g_new (KvKey *, n_keys);
-      chunk_ids = heap_chunk_ids = g_new (guint32, n_keys);
-      buffer_evicted = heap_evicted = g_new (KvKey *, n_keys + 1);
-    }
-
-  evicted = buffer_evicted;
+  /* the result's own arrays, filled in place: the evicted keys' references
+   * pass to it as they are */
+  to_store = g_new (KvKey *, n_keys + 1);
+  chunk_ids = g_new0 (guint32, MAX (n_keys, 1));
+  evicted = buffer_evicted = g_new (KvKey *, n_keys + 1);
   if (_kv_primary_tier_prepare_store_into (self, keys, n_keys, to_store, chunk_ids, &n_to_store,
                                            &evicted, &n_evicted, error))
-    result = kv_prepare_store_result_new (to_store, chunk_ids, n_to_store, evicted, n_evicted);
+    {
+      if (evicted != buffer_evicted)
+        g_free (buffer_evicted);
+      return _kv_prepare_store_result_new_take (to_store, chunk_ids, n_to_store,
+                                                evicted, n_evicted);
+    }
+
   for (guint i = 0; i < n_evicted; i++)
     kv_key_unref (evicted[i]);
   if (evicted != buffer_evicted)
     g_free (evicted);
-  return result;
+  g_free (buffer_evicted);
+  g_free (to_store);
+  g_free (chunk_ids);
+  return NULL;
 }
 
 /**

@@ -288,6 +288,36 @@ kv_tiering_metrics_get_label (KvTieringMetrics *m,
   return m->labels[label_index];
 }
 
+/* A state for @id, which has none; a request that starts out not
+ * accounting is never live. */
+static RequestState *
+request_state_add (KvTieringMetrics *m,
+                   const char       *id,
+                   gboolean          accounting)
+{
+  RequestState *state;
+  gsize id_size = strlen (id) + 1;
+
+  if (m->spare_states->len > 0)
+    state = g_ptr_array_steal_index_fast (m->spare_states, m->spare_states->len - 1);
+  else
+    state = g_new0 (RequestState, 1);
+  if (state->id_size < id_size)
+    {
+      g_free (state->id);
+      state->id = g_malloc (id_size);
+      state->id_size = id_size;
+    }
+  memcpy (state->id, id, id_size);
+  state->accounting = accounting;
+  state->primary_in_table = FALSE;
+  state->serial = ++m->next_serial;
+  g_hash_table_insert (m->requests, state->id, state);
+  if (accounting)
+    g_hash_table_add (m->live, &state->serial);
+  return state;
+}
+
 static RequestState *
 get_request_state (KvTieringMetrics *m,
                    KvRequest        *request,
@@ -301,30 +331,7 @@ get_request_state (KvTieringMetrics *m,
 
   state = g_hash_table_lookup (m->requests, id);
   if (state == NULL)
-    {
-      gsize id_size = strlen (id) + 1;
-
-      if (m->spare_states->len > 0)
-        {
-          state = g_ptr_array_steal_index_fast (m->spare_states, m->spare_states->len - 1);
-        }
-      else
-        {
-          state = g_new0 (RequestState, 1);
-        }
-      if (state->id_size < id_size)
-        {
-          g_free (state->id);
-          state->id = g_malloc (id_size);
-          state->id_size = id_size;
-        }
-      memcpy (state->id, id, id_size);
-      state->accounting = TRUE;
-      state->primary_in_table = FALSE;
-      state->serial = ++m->next_serial;
-      g_hash_table_insert (m->requests, state->id, state);
-      g_hash_table_add (m->live, &state->serial);
-    }
+    state = request_state_add (m, id, TRUE);
 
   if (request != NULL)
     {
@@ -647,8 +654,13 @@ kv_tiering_metrics_on_request_allocated (KvTieringMetrics *m,
   g_return_if_fail (m != NULL);
   g_return_if_fail (request_id != NULL);
 
-  state = get_request_state (m, NULL, request_id);
-  request_state_retire (m, state);
+  /* A request seen first here never counts a lookup: its state starts
+   * retired, without passing through the live requests. */
+  state = g_hash_table_lookup (m->requests, request_id);
+  if (state == NULL)
+    request_state_add (m, request_id, FALSE);
+  else
+    request_state_retire (m, state);
 }
 
 void

@@ -9,6 +9,7 @@
 #include "kv-host-buffer.h"
 #include "kv-lru-policy.h"
 #include "kv-primary-tier.h"
+#include "kv-primary-tier-private.h"
 #include "kv-request.h"
 #include "kv-types.h"
 
@@ -896,6 +897,82 @@ test_index_churn (void)
   g_assert_cmpuint (kv_primary_tier_get_n_stored (tier), ==, 0);
 }
 
+static gint
+ref_of (Fixture *fx,
+        char     name)
+{
+  gint ref = G_MININT;
+
+  g_assert_true (kv_primary_tier_get_ref_count (fx->tier, K (name), &ref));
+  return ref;
+}
+
+/* The manager's cascade shortcut: written → pinned once per cascade job,
+ * all or nothing, and the LRU order after the last unpin is that of
+ * complete_store() followed by prepare_read(). */
+static void
+test_complete_store_pinned (Fixture       *fx,
+                            gconstpointer  data)
+{
+  KvKey *keys[N_TEST_KEYS];
+  guint32 ids[N_TEST_KEYS];
+  guint n;
+
+  make_tier (fx, 4, NULL, TRUE);
+  store (fx, "a");
+  assert_prepare_store (fx, "bc", "bc", "1,2", "");
+  assert_events (fx, "+a");
+
+  /* a is ready already: nothing happens, the manager takes the long way */
+  n = keys_of (fx, "ba", keys);
+  g_assert_false (_kv_primary_tier_complete_store_pinned (fx->tier, keys, n, 2, ids));
+  assert_counts (fx, 3, 1, 1, 2);
+  g_assert_cmpint (kv_primary_tier_lookup (fx->tier, K ('b')), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  assert_events (fx, "");
+
+  /* a repeated key is written once and pinned per occurrence */
+  n = keys_of (fx, "bcb", keys);
+  g_assert_true (_kv_primary_tier_complete_store_pinned (fx->tier, keys, n, 2, ids));
+  g_assert_cmpuint (ids[0], ==, 1);
+  g_assert_cmpuint (ids[1], ==, 2);
+  g_assert_cmpuint (ids[2], ==, 1);
+  g_assert_cmpint (ref_of (fx, 'b'), ==, 4);
+  g_assert_cmpint (ref_of (fx, 'c'), ==, 2);
+  assert_counts (fx, 3, 1, 1, 0);
+  assert_events (fx, "+bc");
+
+  /* pinned chunks are not evictable: only a goes */
+  assert_prepare_store (fx, "d", "d", "3", "");
+  complete_store (fx, "d", TRUE);
+  n = keys_of (fx, "c", keys);
+  kv_primary_tier_complete_load (fx->tier, keys, n);
+  kv_primary_tier_complete_load (fx->tier, keys, n);
+  n = keys_of (fx, "bb", keys);
+  kv_primary_tier_complete_load (fx->tier, keys, n);
+  kv_primary_tier_complete_load (fx->tier, keys, n);
+  assert_counts (fx, 4, 0, 4, 0);
+  /* unpinned last, c then b are the most recent: a and d go first */
+  assert_prepare_store (fx, "ef", "ef", "3,0", "ad");
+  assert_events (fx, "+d -ad");
+}
+
+/* Another policy hears every call of the long way: no shortcut. */
+static void
+test_complete_store_pinned_custom_policy (Fixture       *fx,
+                                          gconstpointer  data)
+{
+  g_autoptr(KvCachePolicy) policy = KV_CACHE_POLICY (kv_arc_policy_new (4));
+  KvKey *keys[N_TEST_KEYS];
+  guint32 ids[N_TEST_KEYS];
+  guint n;
+
+  make_tier (fx, 4, policy, FALSE);
+  assert_prepare_store (fx, "ab", "ab", "0,1", "");
+  n = keys_of (fx, "ab", keys);
+  g_assert_false (_kv_primary_tier_complete_store_pinned (fx->tier, keys, n, 1, ids));
+  assert_counts (fx, 2, 2, 0, 2);
+}
+
 int
 main (int    argc,
       char **argv)
@@ -922,6 +999,8 @@ main (int    argc,
   ADD ("touch-eviction-order", test_touch_eviction_order);
   ADD ("on-request-finished", test_on_request_finished);
   ADD ("arc-policy", test_arc_policy);
+  ADD ("complete-store-pinned", test_complete_store_pinned);
+  ADD ("complete-store-pinned-custom-policy", test_complete_store_pinned_custom_policy);
 
 #undef ADD
 

@@ -223,12 +223,41 @@ entry_table_place (KvEntryTable   *table,
   table->buckets[i] = *from;
 }
 
+/* Whether adding a key makes the table more than half full. */
+static inline gboolean
+entry_table_add_grows (KvEntryTable *table)
+{
+  return (table->n_entries + 1) * 2 > table->mask + 1;
+}
+
+/* The bucket of @key (whose hash is @hash), or NULL with *@empty set to
+ * the empty bucket where it would go, valid until the table changes. */
+static inline KvBucket *
+entry_table_probe (KvEntryTable *table,
+                   const KvKey  *key,
+                   guint         hash,
+                   KvBucket    **empty)
+{
+  for (guint i = hash & table->mask;; i = (i + 1) & table->mask)
+    {
+      KvBucket *bucket = &table->buckets[i];
+
+      if (bucket->value == NULL)
+        {
+          *empty = bucket;
+          return NULL;
+        }
+      if (bucket->hash == hash && kv_key_equal (bucket->key, key))
+        return bucket;
+    }
+}
+
 /* Adds @value (the tagged entry of a key not in the table). */
 static void
 entry_table_add (KvEntryTable *table,
                  gpointer      value)
 {
-  if (G_UNLIKELY ((table->n_entries + 1) * 2 > table->mask + 1))
+  if (G_UNLIKELY (entry_table_add_grows (table)))
     {
       KvBucket *old = table->buckets;
       guint old_capacity = table->mask + 1;
@@ -1065,23 +1094,34 @@ _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
   for (guint i = 0; i < n_keys; i++)
     {
       KvEntry *entry;
-      gpointer value = entry_table_lookup (&self->entries, keys[i]);
+      guint hash = kv_key_hash (keys[i]);
+      KvBucket *empty = NULL;
+      KvBucket *present = entry_table_probe (&self->entries, keys[i], hash, &empty);
 
-      if (value != NULL)
+      if (present != NULL)
         {
           /* A key of the batch the tier holds must not be evicted for
            * it; the keys claimed below have no policy node yet. */
           if (self->lru != NULL)
             {
-              KvEntry *present = entry_from_value (value);
+              KvEntry *present_entry = entry_from_value (present->value);
 
-              _kv_lru_policy_protect_node (self->lru, present->lru_node, present->key);
+              _kv_lru_policy_protect_node (self->lru, present_entry->lru_node, present_entry->key);
             }
           continue;
         }
 
       entry = primary_take_entry (self, keys[i]);
-      entry_table_add (&self->entries, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
+      if (G_UNLIKELY (entry_table_add_grows (&self->entries)))
+        {
+          entry_table_add (&self->entries, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
+        }
+      else
+        {
+          /* the probe found the bucket to claim: no second probe */
+          *empty = (KvBucket) { hash, entry->key, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG), 0 };
+          self->entries.n_entries++;
+        }
       fresh[n_fresh++] = entry;
     }
 

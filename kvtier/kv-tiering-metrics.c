@@ -315,6 +315,11 @@ request_state_add (KvTieringMetrics *m,
   g_hash_table_insert (m->requests, state->id, state);
   if (accounting)
     g_hash_table_add (m->live, &state->serial);
+  else if (state->serial == m->oldest_live)
+    /* no request is live (the newest serial would be the oldest): keep
+     * the bound tight, as retiring the request would, so that stamps of
+     * earlier requests stay known dead without a table probe */
+    m->oldest_live = m->next_serial + 1;
   return state;
 }
 

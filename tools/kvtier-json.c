@@ -17,9 +17,12 @@
  *
  * Counts the nesting of `[` and `{` outside strings (minding escapes),
  * without parsing, so that a text json-glib would recurse too deep on is
- * refused before it is parsed.
+ * refused before it is parsed. It also refuses anything but whitespace
+ * after the first complete value: json-glib 1.6 leaks the nodes it built
+ * when it fails with "expected end of file".
  *
- * Returns: %TRUE when @text nests at most @max_depth levels
+ * Returns: %TRUE when @text nests at most @max_depth levels and holds one
+ *   value
  */
 gboolean
 tool_json_check_depth (const char  *text,
@@ -29,6 +32,8 @@ tool_json_check_depth (const char  *text,
 {
   gboolean in_string = FALSE;
   gboolean escaped = FALSE;
+  gboolean in_scalar = FALSE;   /* a top-level number or literal */
+  gboolean value_ended = FALSE; /* the first top-level value is complete */
   guint depth = 0;
 
   for (gsize i = 0; i < length; i++)
@@ -42,8 +47,26 @@ tool_json_check_depth (const char  *text,
           else if (c == '\\')
             escaped = TRUE;
           else if (c == '"')
-            in_string = FALSE;
+            {
+              in_string = FALSE;
+              value_ended = depth == 0;
+            }
           continue;
+        }
+      if (in_scalar)
+        {
+          if (!strchr (" \t\r\n[]{}\",:", c))
+            continue;
+          in_scalar = FALSE;
+          value_ended = TRUE;
+        }
+      if (c == ' ' || c == '\t' || c == '\r' || c == '\n')
+        continue;
+      if (value_ended)
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                       "data after the JSON value (at byte %" G_GSIZE_FORMAT ")", i + 1);
+          return FALSE;
         }
       switch (c)
         {
@@ -62,10 +85,12 @@ tool_json_check_depth (const char  *text,
           break;
         case ']':
         case '}':
-          if (depth > 0)
-            depth--;
+          if (depth > 0 && --depth == 0)
+            value_ended = TRUE;
           break;
         default:
+          if (depth == 0)
+            in_scalar = TRUE;
           break;
         }
     }

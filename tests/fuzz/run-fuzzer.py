@@ -38,6 +38,10 @@ def main():
                f"-max_total_time={seconds}", f"-runs={runs}",
                "-timeout=10", "-rss_limit_mb=2048", "-max_len=65536",
                "-print_final_stats=1",
+               # libFuzzer's own exit codes for a finding (77 for a crash
+               # or leak, 70 for a timeout) would read as "skipped" or pass
+               # unnoticed in meson: any finding fails the test
+               "-error_exitcode=1", "-timeout_exitcode=1",
                "-artifact_prefix=" + os.path.join(artifacts, name + "-")]
         print(" ".join(cmd), flush=True)
         return subprocess.call(cmd, env=env)

@@ -4,6 +4,7 @@
 #include "kv-connector.h"
 
 #include "kv-prefix-lookup-private.h"
+#include "kv-wakeup-source-private.h"
 
 #include <errno.h>
 #include <string.h>
@@ -1105,35 +1106,6 @@ kv_connector_get_wakeup_fd (KvConnector *self)
   return self->epoll_fd;
 }
 
-typedef struct
-{
-  GSource      source;
-  KvConnector *connector;
-} WakeupSource;
-
-static gboolean
-wakeup_source_dispatch (GSource     *source,
-                        GSourceFunc  callback,
-                        gpointer     user_data)
-{
-  if (callback == NULL)
-    return G_SOURCE_CONTINUE;
-  return callback (user_data);
-}
-
-static void
-wakeup_source_finalize (GSource *source)
-{
-  WakeupSource *ws = (WakeupSource *) source;
-
-  g_clear_object (&ws->connector);
-}
-
-static GSourceFuncs wakeup_source_funcs = {
-  .dispatch = wakeup_source_dispatch,
-  .finalize = wakeup_source_finalize,
-};
-
 /**
  * kv_connector_create_source:
  * @self: a connector
@@ -1149,17 +1121,11 @@ static GSourceFuncs wakeup_source_funcs = {
 GSource *
 kv_connector_create_source (KvConnector *self)
 {
-  GSource *source;
-  WakeupSource *ws;
-
   g_return_val_if_fail (KV_IS_CONNECTOR (self), NULL);
 
-  source = g_source_new (&wakeup_source_funcs, sizeof (WakeupSource));
-  ws = (WakeupSource *) source;
-  ws->connector = g_object_ref (self);
-  g_source_set_static_name (source, "KvConnector wake-up");
-  g_source_add_unix_fd (source, self->epoll_fd, G_IO_IN);
-  return source;
+  /* nothing to re-arm: the epoll fd is readable while the device's or the
+   * manager's eventfd is, and those are cleared where results are taken */
+  return _kv_wakeup_source_new (G_OBJECT (self), self->epoll_fd, NULL, "KvConnector wake-up");
 }
 
 /**

@@ -14,6 +14,7 @@
 #include "kv-stats.h"
 #include "kv-tier-parent-private.h"
 #include "kv-tiering-metrics-private.h"
+#include "kv-wakeup-source-private.h"
 
 /**
  * KvTieringManager:
@@ -2110,39 +2111,13 @@ kv_tiering_manager_get_wakeup_fd (KvTieringManager *self)
   return self->wakeup_fd;
 }
 
-typedef struct
-{
-  GSource source;
-  KvTieringManager *manager;
-} WakeupSource;
-
-static gboolean
-wakeup_source_dispatch (GSource     *source,
-                        GSourceFunc  callback,
-                        gpointer     user_data)
-{
-  WakeupSource *ws = (WakeupSource *) source;
-
-  /* Re-arm before the callback, so completions queued while it runs wake
-   * the loop again instead of being lost. */
-  kv_tiering_manager_clear_wakeup (ws->manager);
-  if (callback == NULL)
-    return G_SOURCE_CONTINUE;
-  return callback (user_data);
-}
-
+/* Re-arm before the source's callback, so completions queued while it
+ * runs wake the loop again instead of being lost. */
 static void
-wakeup_source_finalize (GSource *source)
+rearm_wakeup (gpointer owner)
 {
-  WakeupSource *ws = (WakeupSource *) source;
-
-  g_clear_object (&ws->manager);
+  kv_tiering_manager_clear_wakeup (KV_TIERING_MANAGER (owner));
 }
-
-static GSourceFuncs wakeup_source_funcs = {
-  .dispatch = wakeup_source_dispatch,
-  .finalize = wakeup_source_finalize,
-};
 
 /**
  * kv_tiering_manager_create_source:
@@ -2158,15 +2133,8 @@ static GSourceFuncs wakeup_source_funcs = {
 GSource *
 kv_tiering_manager_create_source (KvTieringManager *self)
 {
-  GSource *source;
-  WakeupSource *ws;
-
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
 
-  source = g_source_new (&wakeup_source_funcs, sizeof (WakeupSource));
-  ws = (WakeupSource *) source;
-  ws->manager = g_object_ref (self);
-  g_source_set_static_name (source, "KvTieringManager wake-up");
-  g_source_add_unix_fd (source, self->wakeup_fd, G_IO_IN);
-  return source;
+  return _kv_wakeup_source_new (G_OBJECT (self), self->wakeup_fd, rearm_wakeup,
+                                "KvTieringManager wake-up");
 }

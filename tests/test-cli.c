@@ -934,7 +934,7 @@ test_inspect_wrong_sizes (void)
   g_auto(HandRoot) hr = { 0 };
   g_auto(Result) r = { 0 };
   g_autofree char *good = NULL, *truncated = NULL, *extended = NULL, *other_len = NULL;
-  g_autofree char *stub = NULL;
+  g_autofree char *short_chunk = NULL;
   g_autofree char *line = NULL;
 
   hand_root_init (&hr, "t", 4096, TRUE);
@@ -942,7 +942,7 @@ test_inspect_wrong_sizes (void)
   truncated = hand_root_chunk (&hr, 2, 4096, 4096 + 100);
   extended = hand_root_chunk (&hr, 3, 4096, 8192 + 10);
   other_len = hand_root_chunk (&hr, 4, 8192, 4096 + 8192);
-  stub = hand_root_chunk (&hr, 5, 4096, 100);
+  short_chunk = hand_root_chunk (&hr, 5, 4096, 100);
 
   run_kvtier (&r, NULL, "inspect", "fs", hr.root, NULL);
   g_assert_cmpint (r.status, ==, 1);
@@ -958,7 +958,7 @@ test_inspect_wrong_sizes (void)
   line = g_strdup_printf ("bad: %s: too long (12288 bytes, a chunk is 8192)", other_len);
   assert_contains (r.out, line);
   g_free (line);
-  line = g_strdup_printf ("bad: %s: short file (100 bytes, a chunk is 8192)", stub);
+  line = g_strdup_printf ("bad: %s: short file (100 bytes, a chunk is 8192)", short_chunk);
   assert_contains (r.out, line);
   g_free (line);
   g_assert_null (strstr (r.out, good));
@@ -982,7 +982,7 @@ test_inspect_wrong_sizes (void)
   assert_contains (r.out, line);
   g_free (line);
   line = g_strdup_printf ("bad: %s: short file (100 bytes, shorter than the 4096-byte header)",
-                          stub);
+                          short_chunk);
   assert_contains (r.out, line);
   g_assert_cmpstr (r.err, ==, "");
 }

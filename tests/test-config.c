@@ -7,241 +7,14 @@
 
 #include <kvtier.h>
 
-/* ------------------------------------------------------------------------ */
-/* A tier with a property of every configurable kind. `fail-start` makes its
- * GInitable init fail; shutdown() appends its label to shutdown_log. */
-
-static GPtrArray *shutdown_log;
-
-#define TEST_TYPE_CONFIG_TIER (test_config_tier_get_type ())
-G_DECLARE_FINAL_TYPE (TestConfigTier, test_config_tier, TEST, CONFIG_TIER, KvSecondaryTier)
-
-struct _TestConfigTier
-{
-  KvSecondaryTier parent_instance;
-  guint64         max_size;
-  guint           n_threads;
-  gint            offset;
-  gdouble         ratio;
-  char           *label;
-  gboolean        verify;
-  char          **hosts;
-  GFileCreateFlags create_flags;
-  gboolean        fail_start;
-};
-
-enum {
-  PROP_0,
-  PROP_MAX_SIZE,
-  PROP_N_THREADS,
-  PROP_OFFSET,
-  PROP_RATIO,
-  PROP_LABEL,
-  PROP_VERIFY,
-  PROP_HOSTS,
-  PROP_CREATE_FLAGS,
-  PROP_FAIL_START,
-  N_PROPS
-};
-
-static GParamSpec *properties[N_PROPS];
-
-/* How many times a test tier was initialized (started). */
-static guint n_started;
-
-static void test_config_tier_initable_iface_init (GInitableIface *iface);
-static void test_config_tier_configurable_iface_init (KvConfigurableInterface *iface);
-
-G_DEFINE_FINAL_TYPE_WITH_CODE (TestConfigTier, test_config_tier, KV_TYPE_SECONDARY_TIER,
-                               G_IMPLEMENT_INTERFACE (G_TYPE_INITABLE,
-                                                      test_config_tier_initable_iface_init)
-                               G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
-                                                      test_config_tier_configurable_iface_init))
-
-/* What init refuses before it starts anything: shared by check and init. */
-static gboolean
-test_config_tier_check (KvConfigurable  *configurable,
-                        GError         **error)
-{
-  TestConfigTier *self = TEST_CONFIG_TIER (configurable);
-
-  if (self->fail_start)
-    {
-      g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
-                   "tier %s refuses to start", self->label);
-      return FALSE;
-    }
-  return TRUE;
-}
-
-static void
-test_config_tier_configurable_iface_init (KvConfigurableInterface *iface)
-{
-  iface->check = test_config_tier_check;
-}
-
-static gboolean
-test_config_tier_initable_init (GInitable     *initable,
-                                GCancellable  *cancellable,
-                                GError       **error)
-{
-  if (!test_config_tier_check (KV_CONFIGURABLE (initable), error))
-    return FALSE;
-  n_started++;
-  return TRUE;
-}
-
-static void
-test_config_tier_initable_iface_init (GInitableIface *iface)
-{
-  iface->init = test_config_tier_initable_init;
-}
-
-static KvLookupResult
-test_config_tier_lookup (KvSecondaryTier *tier,
-                         KvKey           *key,
-                         KvRequest       *request)
-{
-  return KV_LOOKUP_RESULT_MISS;
-}
-
-static gboolean
-test_config_tier_submit (KvSecondaryTier  *tier,
-                         KvTransferJob    *job,
-                         GError          **error)
-{
-  g_autoptr(KvJobResult) result = kv_job_result_new (kv_transfer_job_get_id (job), TRUE);
-
-  kv_secondary_tier_complete_job (tier, result);
-  return TRUE;
-}
-
-static KvOffloadPolicy
-test_config_tier_on_new_request (KvSecondaryTier *tier,
-                                 KvRequest       *request)
-{
-  return KV_OFFLOAD_POLICY_CHUNK_LEVEL;
-}
-
-static gboolean
-test_config_tier_drain_jobs (KvSecondaryTier  *tier,
-                             GError          **error)
-{
-  return TRUE;
-}
-
-static gboolean
-test_config_tier_shutdown (KvSecondaryTier  *tier,
-                           GError          **error)
-{
-  if (shutdown_log != NULL)
-    g_ptr_array_add (shutdown_log, g_strdup (TEST_CONFIG_TIER (tier)->label));
-  return TRUE;
-}
-
-static void
-test_config_tier_finalize (GObject *object)
-{
-  TestConfigTier *self = TEST_CONFIG_TIER (object);
-
-  g_free (self->label);
-  g_strfreev (self->hosts);
-  G_OBJECT_CLASS (test_config_tier_parent_class)->finalize (object);
-}
-
-static void
-test_config_tier_get_property (GObject    *object,
-                               guint       prop_id,
-                               GValue     *value,
-                               GParamSpec *pspec)
-{
-  TestConfigTier *self = TEST_CONFIG_TIER (object);
-
-  switch (prop_id)
-    {
-    case PROP_MAX_SIZE: g_value_set_uint64 (value, self->max_size); break;
-    case PROP_N_THREADS: g_value_set_uint (value, self->n_threads); break;
-    case PROP_OFFSET: g_value_set_int (value, self->offset); break;
-    case PROP_RATIO: g_value_set_double (value, self->ratio); break;
-    case PROP_LABEL: g_value_set_string (value, self->label); break;
-    case PROP_VERIFY: g_value_set_boolean (value, self->verify); break;
-    case PROP_HOSTS: g_value_set_boxed (value, self->hosts); break;
-    case PROP_CREATE_FLAGS: g_value_set_flags (value, self->create_flags); break;
-    case PROP_FAIL_START: g_value_set_boolean (value, self->fail_start); break;
-    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    }
-}
-
-static void
-test_config_tier_set_property (GObject      *object,
-                               guint         prop_id,
-                               const GValue *value,
-                               GParamSpec   *pspec)
-{
-  TestConfigTier *self = TEST_CONFIG_TIER (object);
-
-  switch (prop_id)
-    {
-    case PROP_MAX_SIZE: self->max_size = g_value_get_uint64 (value); break;
-    case PROP_N_THREADS: self->n_threads = g_value_get_uint (value); break;
-    case PROP_OFFSET: self->offset = g_value_get_int (value); break;
-    case PROP_RATIO: self->ratio = g_value_get_double (value); break;
-    case PROP_LABEL: g_free (self->label); self->label = g_value_dup_string (value); break;
-    case PROP_VERIFY: self->verify = g_value_get_boolean (value); break;
-    case PROP_HOSTS: g_strfreev (self->hosts); self->hosts = g_value_dup_boxed (value); break;
-    case PROP_CREATE_FLAGS: self->create_flags = g_value_get_flags (value); break;
-    case PROP_FAIL_START: self->fail_start = g_value_get_boolean (value); break;
-    default: G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
-    }
-}
-
-static void
-test_config_tier_class_init (TestConfigTierClass *klass)
-{
-  GObjectClass *object_class = G_OBJECT_CLASS (klass);
-  KvSecondaryTierClass *tier_class = KV_SECONDARY_TIER_CLASS (klass);
-  GParamFlags flags = G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | G_PARAM_STATIC_STRINGS;
-
-  object_class->finalize = test_config_tier_finalize;
-  object_class->get_property = test_config_tier_get_property;
-  object_class->set_property = test_config_tier_set_property;
-  tier_class->lookup = test_config_tier_lookup;
-  tier_class->submit_store = test_config_tier_submit;
-  tier_class->submit_load = test_config_tier_submit;
-  tier_class->on_new_request = test_config_tier_on_new_request;
-  tier_class->drain_jobs = test_config_tier_drain_jobs;
-  tier_class->shutdown = test_config_tier_shutdown;
-
-  properties[PROP_MAX_SIZE] = g_param_spec_uint64 ("max-size", NULL, NULL,
-                                                   0, G_MAXUINT64, 0, flags);
-  properties[PROP_N_THREADS] = g_param_spec_uint ("n-threads", NULL, NULL, 1, 64, 4, flags);
-  properties[PROP_OFFSET] = g_param_spec_int ("offset", NULL, NULL, -10, 10, 0, flags);
-  properties[PROP_RATIO] = g_param_spec_double ("ratio", NULL, NULL, 0.0, 1.0, 0.5, flags);
-  properties[PROP_LABEL] = g_param_spec_string ("label", NULL, NULL, NULL, flags);
-  properties[PROP_VERIFY] = g_param_spec_boolean ("verify", NULL, NULL, FALSE, flags);
-  properties[PROP_HOSTS] = g_param_spec_boxed ("hosts", NULL, NULL, G_TYPE_STRV, flags);
-  properties[PROP_CREATE_FLAGS] = g_param_spec_flags ("create-flags", NULL, NULL,
-                                                      G_TYPE_FILE_CREATE_FLAGS,
-                                                      G_FILE_CREATE_NONE, flags);
-  properties[PROP_FAIL_START] = g_param_spec_boolean ("fail-start", NULL, NULL, FALSE, flags);
-  g_object_class_install_properties (object_class, N_PROPS, properties);
-}
-
-static void
-test_config_tier_init (TestConfigTier *self)
-{
-  self->n_threads = 4;
-  self->ratio = 0.5;
-}
-
-/* ------------------------------------------------------------------------ */
+#include "kv-config-test-tier.h"
 
 static KvTierRegistry *
 new_registry (void)
 {
   KvTierRegistry *registry = kv_tier_registry_new ();
 
-  g_assert_true (kv_tier_registry_register_tier_type (registry, "test", TEST_TYPE_CONFIG_TIER, NULL));
+  g_assert_true (kv_tier_registry_register_tier_type (registry, "test", KV_TYPE_CONFIG_TEST_TIER, NULL));
   return registry;
 }
 
@@ -779,7 +552,7 @@ test_create_manager (void)
   g_assert_true (KV_IS_ARC_POLICY (kv_primary_tier_get_policy (primary)));
 
   fast = kv_tiering_manager_get_tier (manager, 0);
-  g_assert_true (TEST_IS_CONFIG_TIER (fast));
+  g_assert_true (KV_IS_CONFIG_TEST_TIER (fast));
   g_assert_cmpstr (kv_secondary_tier_get_tier_type (fast), ==, "test");
   g_assert_cmpint (kv_secondary_tier_get_locality (fast), ==, KV_LOCALITY_REMOTE);
   g_object_get (fast, "max-size", &max_size, "label", &label, "hosts", &hosts,
@@ -811,6 +584,7 @@ test_create_failure (void)
   g_autoptr(GError) error = NULL;
   g_autoptr(KvConfig) config = NULL;
   g_autoptr(KvTieringManager) manager = NULL;
+  g_autoptr(GPtrArray) shutdown_log = NULL;
 
   config = parse ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n"
                   "[tier a]\ntype = test\nlabel = a\n"
@@ -820,6 +594,7 @@ test_create_failure (void)
   g_assert_no_error (error);
 
   shutdown_log = g_ptr_array_new_with_free_func (g_free);
+  kv_config_test_tier_set_shutdown_log (shutdown_log);
   manager = kv_config_create_manager (config, &error);
   g_assert_null (manager);
   g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_FAILED);
@@ -828,7 +603,7 @@ test_create_failure (void)
   g_assert_cmpuint (shutdown_log->len, ==, 2);
   g_assert_cmpstr (g_ptr_array_index (shutdown_log, 0), ==, "b");
   g_assert_cmpstr (g_ptr_array_index (shutdown_log, 1), ==, "a");
-  g_clear_pointer (&shutdown_log, g_ptr_array_unref);
+  kv_config_test_tier_set_shutdown_log (NULL);
 }
 
 static void
@@ -1000,11 +775,11 @@ expect_check_error (const char *text,
   g_autoptr(KvTieringManager) manager = NULL;
 
   g_assert_no_error (error);
-  n_started = 0;
+  kv_config_test_tier_reset_n_started ();
   g_assert_false (kv_config_check (config, &error));
   g_assert_error (error, KV_CONFIG_ERROR, code);
   g_assert_cmpstr (error->message, ==, message);
-  g_assert_cmpuint (n_started, ==, 0);
+  g_assert_cmpuint (kv_config_test_tier_get_n_started (), ==, 0);
 
   manager = kv_config_create_manager (config, &build_error);
   g_assert_null (manager);
@@ -1019,10 +794,10 @@ test_check (void)
   g_autoptr(KvConfig) config = parse (full_config, &error);
 
   g_assert_no_error (error);
-  n_started = 0;
+  kv_config_test_tier_reset_n_started ();
   g_assert_true (kv_config_check (config, &error));
   g_assert_no_error (error);
-  g_assert_cmpuint (n_started, ==, 0);
+  g_assert_cmpuint (kv_config_test_tier_get_n_started (), ==, 0);
 
   /* No slot at all, and more slots than a primary tier can have. */
   expect_check_error ("[primary]\nsize = 64KiB\nslot-size = 128KiB\n",

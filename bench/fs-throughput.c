@@ -15,7 +15,7 @@
 #include <kvtier.h>
 
 #include "kv-fs-config.h"
-#include "kv-fs-format.h"
+#include "kv-chunk-format.h"
 #include "kv-fs-tier.h"
 #if KV_FS_HAVE_URING
 # include <liburing.h>
@@ -785,7 +785,7 @@ measure_cpu_floor (const char *root,
   memset (memory, 0x5a, span);
   c = cpu_s ();
   for (guint64 i = 0; i < n; i++)
-    sink += kv_fs_checksum (memory + (i * size) % span, size);
+    sink += kv_chunk_checksum (memory + (i * size) % span, size);
   *hash_cpu = (cpu_s () - c) / gb;
   g_clear_object (&buffer);
 
@@ -1127,7 +1127,7 @@ run_round (const char  *root,
   g_autofree char *size = size_name (chunk);
   guint64 n_chunks = MAX (opt_total / chunk, 1);
   /* what one chunk takes of max-size in the kvtier layout */
-  guint64 file_size = chunk + KV_FS_HEADER_SIZE;
+  guint64 file_size = chunk + KV_CHUNK_HEADER_SIZE;
   Stack writer = { 0 };
   Stack reader = { 0 };
   guint64 stored, evicted, reused, used;

@@ -75,7 +75,7 @@ child_main (const char *root,
   else if (g_strcmp0 (engine, "gio") == 0)
     v.engine = KV_FS_IO_ENGINE_GIO;
   tier = fs_test_tier_new (buffer, root, &v,
-                           "max-size", (guint64) max_files * (FS_TEST_SLOT + KV_FS_HEADER_SIZE),
+                           "max-size", (guint64) max_files * (FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE),
                            "preallocate", preallocate, NULL);
   printf ("ready\n");
   fflush (stdout);
@@ -177,7 +177,7 @@ static void
 test_crash (gconstpointer data)
 {
   const CrashCase *crash = data;
-  guint64 max_size = crash->bounded ? BOUNDED_FILES * (FS_TEST_SLOT + KV_FS_HEADER_SIZE) : 0;
+  guint64 max_size = crash->bounded ? BOUNDED_FILES * (FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE) : 0;
   g_autofree char *root = fs_test_make_dir ();
   g_autoptr(GError) error = NULL;
   g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (8, FS_TEST_SLOT, &error);

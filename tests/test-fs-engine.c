@@ -29,7 +29,7 @@ typedef struct
   char       *root;
   KvFsLayout *layout;
   const char *dir;     /* the layout's chunk directory: ops' files go below */
-  guint8      ns[KV_FS_NAMESPACE_DIGEST_LEN];
+  guint8      ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
   KvFsOpFlags flags;
   KvKey      *keys[N_SLOTS];
   GMutex      lock;
@@ -99,7 +99,7 @@ setup (Fixture       *f,
   g_assert_true (kv_fs_layout_create_dirs (f->layout, &error));
   g_assert_no_error (error);
   f->dir = kv_fs_layout_get_chunk_dir (f->layout, 0);
-  kv_fs_namespace_digest ("engine-test", FS_TEST_SLOT, f->ns);
+  kv_chunk_namespace_digest ("engine-test", FS_TEST_SLOT, f->ns);
   f->flags = KV_FS_OP_FLAG_HEADER | (v->o_direct ? KV_FS_OP_FLAG_O_DIRECT : 0);
   for (guint i = 0; i < N_SLOTS; i++)
     f->keys[i] = fs_test_key (i);
@@ -215,11 +215,11 @@ test_round_trip (Fixture       *f,
 
   store (f, 1, 0);
   g_assert_true (g_file_get_contents (path, &contents, &length, NULL));
-  g_assert_cmpuint (length, ==, KV_FS_HEADER_SIZE + FS_TEST_SLOT);
-  g_assert_cmpint (kv_fs_chunk_check ((guint8 *) contents, KV_FS_HEADER_SIZE,
-                                      contents + KV_FS_HEADER_SIZE, FS_TEST_SLOT, FS_TEST_SLOT,
-                                      f->ns, f->keys[1], TRUE), ==, KV_FS_CHECK_OK);
-  g_assert_true (fs_test_check ((guint8 *) contents + KV_FS_HEADER_SIZE, FS_TEST_SLOT, 1));
+  g_assert_cmpuint (length, ==, KV_CHUNK_HEADER_SIZE + FS_TEST_SLOT);
+  g_assert_cmpint (kv_chunk_check ((guint8 *) contents, KV_CHUNK_HEADER_SIZE,
+                                      contents + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT, FS_TEST_SLOT,
+                                      f->ns, f->keys[1], TRUE), ==, KV_CHUNK_CHECK_OK);
+  g_assert_true (fs_test_check ((guint8 *) contents + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT, 1));
   g_assert_cmpint (g_stat (path, &st), ==, 0);
   g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
   g_assert_cmpuint (fs_test_count_files (f->dir, ".tmp"), ==, 0);
@@ -265,7 +265,7 @@ test_headerless (Fixture       *f,
   g_assert_true (g_file_set_contents (path, contents, FS_TEST_SLOT / 2, NULL));
   op = new_op (f, KV_FS_OP_LOAD, 2, 6, KV_FS_OP_FLAG_VERIFY);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_CORRUPT);
-  g_assert_cmpint (op->check, ==, KV_FS_CHECK_SHORT);
+  g_assert_cmpint (op->check, ==, KV_CHUNK_CHECK_SHORT);
   g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
   free_op (op);
 }
@@ -297,7 +297,7 @@ test_corrupt_and_missing (Fixture       *f,
 
   /* a payload bit flip, verify off: loaded as is, file kept */
   store (f, 3, 0);
-  rewrite_byte (path, KV_FS_HEADER_SIZE + 100);
+  rewrite_byte (path, KV_CHUNK_HEADER_SIZE + 100);
   op = new_op (f, KV_FS_OP_LOAD, 3, 4, 0);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
   free_op (op);
@@ -306,7 +306,7 @@ test_corrupt_and_missing (Fixture       *f,
   /* verify on: detected and deleted */
   op = new_op (f, KV_FS_OP_LOAD, 3, 4, KV_FS_OP_FLAG_VERIFY);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_CORRUPT);
-  g_assert_cmpint (op->check, ==, KV_FS_CHECK_BAD_PAYLOAD_CHECKSUM);
+  g_assert_cmpint (op->check, ==, KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM);
   free_op (op);
   g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
 
@@ -318,7 +318,7 @@ test_corrupt_and_missing (Fixture       *f,
     g_assert_cmpint (g_rename (path, other), ==, 0);
     op = new_op (f, KV_FS_OP_LOAD, 4, 4, KV_FS_OP_FLAG_VERIFY);
     g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_CORRUPT);
-    g_assert_cmpint (op->check, ==, KV_FS_CHECK_WRONG_KEY);
+    g_assert_cmpint (op->check, ==, KV_CHUNK_CHECK_WRONG_KEY);
     g_assert_false (g_file_test (other, G_FILE_TEST_EXISTS));
     free_op (op);
   }

@@ -4,7 +4,7 @@
 #include <json-glib/json-glib.h>
 
 #include "test-fs-common.h"
-#include "kv-fs-format.h"
+#include "kv-chunk-format.h"
 #include "kv-fs-layout.h"
 #include "kv-fs-op.h"
 
@@ -15,7 +15,7 @@
 
 #define PAYLOAD 8192
 
-static guint8 ns[KV_FS_NAMESPACE_DIGEST_LEN];
+static guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
 
 static void
 encode (guint8 *header,
@@ -23,14 +23,14 @@ encode (guint8 *header,
         KvKey  *key)
 {
   fs_test_fill (payload, PAYLOAD, 7);
-  kv_fs_header_encode (header, ns, key, payload, PAYLOAD, 1234);
+  kv_chunk_header_encode (header, ns, key, payload, PAYLOAD, 1234);
 }
 
 static void
 test_header_round_trip (void)
 {
   g_autoptr(KvKey) key = fs_test_key (1);
-  g_autofree guint8 *header = g_malloc0 (KV_FS_HEADER_SIZE);
+  g_autofree guint8 *header = g_malloc0 (KV_CHUNK_HEADER_SIZE);
   g_autofree guint8 *payload = g_malloc (PAYLOAD);
   guint32 v32;
   guint64 v64;
@@ -47,7 +47,7 @@ test_header_round_trip (void)
   memcpy (&v64, header + 48, 8);
   g_assert_cmpuint (GUINT64_FROM_LE (v64), ==, PAYLOAD);
   memcpy (&v64, header + 56, 8);
-  g_assert_cmpuint (GUINT64_FROM_LE (v64), ==, kv_fs_checksum (payload, PAYLOAD));
+  g_assert_cmpuint (GUINT64_FROM_LE (v64), ==, kv_chunk_checksum (payload, PAYLOAD));
   memcpy (&v32, header + 64, 4);
   g_assert_cmpuint (GUINT32_FROM_LE (v32), ==, kv_key_get_group (key));
   memcpy (&v32, header + 68, 4);
@@ -58,10 +58,10 @@ test_header_round_trip (void)
   for (guint i = 88 + 32; i < 4088; i++)
     g_assert_cmpuint (header[i], ==, 0);
   memcpy (&v64, header + 4088, 8);
-  g_assert_cmpuint (GUINT64_FROM_LE (v64), ==, kv_fs_checksum (header, 4088));
+  g_assert_cmpuint (GUINT64_FROM_LE (v64), ==, kv_chunk_checksum (header, 4088));
 
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
-                                      ns, key, TRUE), ==, KV_FS_CHECK_OK);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
+                                      ns, key, TRUE), ==, KV_CHUNK_CHECK_OK);
 }
 
 static void
@@ -69,55 +69,55 @@ test_header_detects_damage (void)
 {
   g_autoptr(KvKey) key = fs_test_key (1);
   g_autoptr(KvKey) other = fs_test_key (2);
-  g_autofree guint8 *header = g_malloc0 (KV_FS_HEADER_SIZE);
+  g_autofree guint8 *header = g_malloc0 (KV_CHUNK_HEADER_SIZE);
   g_autofree guint8 *payload = g_malloc (PAYLOAD);
-  guint8 other_ns[KV_FS_NAMESPACE_DIGEST_LEN];
-  struct { guint offset; KvFsCheck expected; } flips[] = {
-    { 0, KV_FS_CHECK_BAD_MAGIC },
-    { 9, KV_FS_CHECK_BAD_HEADER_CHECKSUM },
-    { 20, KV_FS_CHECK_BAD_HEADER_CHECKSUM },
-    { 50, KV_FS_CHECK_BAD_HEADER_CHECKSUM },
-    { 100, KV_FS_CHECK_BAD_HEADER_CHECKSUM },
-    { 3000, KV_FS_CHECK_BAD_HEADER_CHECKSUM },
-    { 4090, KV_FS_CHECK_BAD_HEADER_CHECKSUM },
+  guint8 other_ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  struct { guint offset; KvChunkCheck expected; } flips[] = {
+    { 0, KV_CHUNK_CHECK_BAD_MAGIC },
+    { 9, KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM },
+    { 20, KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM },
+    { 50, KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM },
+    { 100, KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM },
+    { 3000, KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM },
+    { 4090, KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM },
   };
 
   for (guint i = 0; i < G_N_ELEMENTS (flips); i++)
     {
       encode (header, payload, key);
       header[flips[i].offset] ^= 0x10;
-      g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
+      g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
                                           ns, key, TRUE), ==, flips[i].expected);
     }
 
   /* a payload bit flip: caught by the checksum, unless verify is off */
   encode (header, payload, key);
   payload[PAYLOAD / 2] ^= 1;
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
-                                      ns, key, TRUE), ==, KV_FS_CHECK_BAD_PAYLOAD_CHECKSUM);
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
-                                      ns, key, FALSE), ==, KV_FS_CHECK_OK);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
+                                      ns, key, TRUE), ==, KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
+                                      ns, key, FALSE), ==, KV_CHUNK_CHECK_OK);
 
   /* an intact file for another key, namespace or size */
   encode (header, payload, key);
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
-                                      ns, other, TRUE), ==, KV_FS_CHECK_WRONG_KEY);
-  kv_fs_namespace_digest ("other", PAYLOAD, other_ns);
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
-                                      other_ns, key, TRUE), ==, KV_FS_CHECK_WRONG_NAMESPACE);
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD / 2,
-                                      PAYLOAD / 2, ns, key, TRUE), ==, KV_FS_CHECK_WRONG_LENGTH);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
+                                      ns, other, TRUE), ==, KV_CHUNK_CHECK_WRONG_KEY);
+  kv_chunk_namespace_digest ("other", PAYLOAD, other_ns);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD,
+                                      other_ns, key, TRUE), ==, KV_CHUNK_CHECK_WRONG_NAMESPACE);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD / 2,
+                                      PAYLOAD / 2, ns, key, TRUE), ==, KV_CHUNK_CHECK_WRONG_LENGTH);
 
   /* short reads */
-  g_assert_cmpint (kv_fs_chunk_check (header, 100, payload, PAYLOAD, 0, ns, key, TRUE),
-                   ==, KV_FS_CHECK_SHORT);
-  g_assert_cmpint (kv_fs_chunk_check (header, KV_FS_HEADER_SIZE, payload, PAYLOAD, PAYLOAD - 1,
-                                      ns, key, TRUE), ==, KV_FS_CHECK_SHORT);
+  g_assert_cmpint (kv_chunk_check (header, 100, payload, PAYLOAD, 0, ns, key, TRUE),
+                   ==, KV_CHUNK_CHECK_SHORT);
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, PAYLOAD, PAYLOAD - 1,
+                                      ns, key, TRUE), ==, KV_CHUNK_CHECK_SHORT);
   /* headerless (vLLM) files: only the length counts */
-  g_assert_cmpint (kv_fs_chunk_check (NULL, 0, payload, PAYLOAD, PAYLOAD, ns, key, TRUE),
-                   ==, KV_FS_CHECK_OK);
-  g_assert_cmpint (kv_fs_chunk_check (NULL, 0, payload, PAYLOAD, 10, ns, key, TRUE),
-                   ==, KV_FS_CHECK_SHORT);
+  g_assert_cmpint (kv_chunk_check (NULL, 0, payload, PAYLOAD, PAYLOAD, ns, key, TRUE),
+                   ==, KV_CHUNK_CHECK_OK);
+  g_assert_cmpint (kv_chunk_check (NULL, 0, payload, PAYLOAD, 10, ns, key, TRUE),
+                   ==, KV_CHUNK_CHECK_SHORT);
 }
 
 static void
@@ -129,10 +129,10 @@ test_namespace_digest (void)
   gsize len = 32;
   static const guchar bytes[] = "kvtier-fs\0" "1\0" "llama\0" "8192";
 
-  kv_fs_namespace_digest ("llama", 8192, a);
-  kv_fs_namespace_digest ("llama", 8192, b);
-  kv_fs_namespace_digest ("llama", 4096, c);
-  kv_fs_namespace_digest ("mistral", 8192, d);
+  kv_chunk_namespace_digest ("llama", 8192, a);
+  kv_chunk_namespace_digest ("llama", 8192, b);
+  kv_chunk_namespace_digest ("llama", 4096, c);
+  kv_chunk_namespace_digest ("mistral", 8192, d);
   g_assert_cmpmem (a, 32, b, 32);
   g_assert_true (memcmp (a, c, 32) != 0);
   g_assert_true (memcmp (a, d, 32) != 0);
@@ -314,7 +314,7 @@ test_kvtier_paths (void)
   g_autofree char *ns_file = NULL;
   g_autofree char *base = NULL;
   g_autoptr(GBytes) offload = kv_key_to_offload_key (key);
-  guint64 shard = kv_fs_checksum (g_bytes_get_data (offload, NULL), g_bytes_get_size (offload));
+  guint64 shard = kv_chunk_checksum (g_bytes_get_data (offload, NULL), g_bytes_get_size (offload));
   guint8 digest[32];
   GStatBuf st;
   KvFsLayout *layout;
@@ -326,7 +326,7 @@ test_kvtier_paths (void)
   g_assert_true (kv_fs_layout_create_dirs (layout, &error));
   g_assert_no_error (error);
 
-  kv_fs_namespace_digest ("llama-3-bf16-tp1", FS_TEST_SLOT, digest);
+  kv_chunk_namespace_digest ("llama-3-bf16-tp1", FS_TEST_SLOT, digest);
   base = g_strdup_printf ("%s/kvtier-%02x%02x%02x%02x%02x%02x%02x%02x", root,
                           digest[0], digest[1], digest[2], digest[3],
                           digest[4], digest[5], digest[6], digest[7]);
@@ -520,7 +520,7 @@ main (int argc, char **argv)
 {
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
 
-  kv_fs_namespace_digest ("test", PAYLOAD, ns);
+  kv_chunk_namespace_digest ("test", PAYLOAD, ns);
 
   g_test_add_func ("/kvtier/fs/format/header-round-trip", test_header_round_trip);
   g_test_add_func ("/kvtier/fs/format/header-detects-damage", test_header_detects_damage);

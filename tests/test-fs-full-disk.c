@@ -151,7 +151,7 @@ make_preallocating_tier (KvHostBuffer *buffer,
 
   /* a max-size far past what the filesystem holds */
   return fs_test_tier_new (buffer, spec->root, &spec->variant, "breaker-threshold", 0,
-                           "max-size", (guint64) 64 * (FS_TEST_SLOT + KV_FS_HEADER_SIZE),
+                           "max-size", (guint64) 64 * (FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE),
                            "preallocate", TRUE, NULL);
 }
 

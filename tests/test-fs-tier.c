@@ -135,7 +135,7 @@ chunk_path (Fixture *f,
 static guint64
 chunk_file_size (const FsVariant *v)
 {
-  return FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? KV_FS_HEADER_SIZE : 0);
+  return FS_TEST_SLOT + (v->layout == KV_FS_LAYOUT_KIND_KVTIER ? KV_CHUNK_HEADER_SIZE : 0);
 }
 
 /* The chunk files under the fixture's root. */
@@ -1350,7 +1350,7 @@ static void
 test_preallocate_restart (Fixture       *f,
                           gconstpointer  data)
 {
-  guint64 file = FS_TEST_SLOT + KV_FS_HEADER_SIZE;
+  guint64 file = FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE;
   g_autoptr(GPtrArray) spares = NULL;
   g_autoptr(GPtrArray) after = NULL;
   g_autofree char *dir = NULL;
@@ -1406,7 +1406,7 @@ static void
 test_preallocate_fills_what_is_left (Fixture       *f,
                                      gconstpointer  data)
 {
-  guint64 file = FS_TEST_SLOT + KV_FS_HEADER_SIZE;
+  guint64 file = FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE;
   g_autoptr(GPtrArray) spares = NULL;
 
   f->tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
@@ -1431,7 +1431,7 @@ static void
 test_preallocate_multi_root (Fixture       *f,
                              gconstpointer  data)
 {
-  guint64 file = FS_TEST_SLOT + KV_FS_HEADER_SIZE;
+  guint64 file = FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE;
   g_autofree char *a = g_build_filename (f->root, "drive-a", NULL);
   g_autofree char *b = g_build_filename (f->root, "drive-b", NULL);
   g_autofree char *roots = g_strdup_printf ("%s,%s", a, b);

@@ -546,7 +546,7 @@ store_opened (GObject      *source,
     }
   gop->out = g_unix_output_stream_new ((int) fd, TRUE);
   if ((op->flags & KV_FS_OP_FLAG_HEADER) || op->kind == KV_FS_OP_PROBE)
-    g_output_stream_write_all_async (gop->out, op->header, KV_FS_HEADER_SIZE,
+    g_output_stream_write_all_async (gop->out, op->header, KV_CHUNK_HEADER_SIZE,
                                      G_PRIORITY_DEFAULT, NULL, store_header_written, gop);
   else
     store_write_payload (gop);
@@ -640,7 +640,7 @@ load_header_read (GObject      *source,
 
   g_input_stream_read_all_finish (G_INPUT_STREAM (source), result, &n, &error);
   gop->op->got_header = n;
-  if (error != NULL || n < KV_FS_HEADER_SIZE)
+  if (error != NULL || n < KV_CHUNK_HEADER_SIZE)
     {
       load_close (gop, error);
       return;
@@ -670,7 +670,7 @@ load_opened (GObject      *source,
     }
   gop->in = g_unix_input_stream_new ((int) fd, TRUE);
   if (gop->op->flags & KV_FS_OP_FLAG_HEADER)
-    g_input_stream_read_all_async (gop->in, gop->op->header, KV_FS_HEADER_SIZE,
+    g_input_stream_read_all_async (gop->in, gop->op->header, KV_CHUNK_HEADER_SIZE,
                                    G_PRIORITY_DEFAULT, NULL, load_header_read, gop);
   else
     load_read_payload (gop);
@@ -713,7 +713,7 @@ start_op (KvFsGioEngine *self,
   gop->engine = self;
   gop->op = op;
   gop->header_index = self->free_headers[--self->n_free_headers];
-  op->header = self->headers + (gsize) gop->header_index * KV_FS_HEADER_SIZE;
+  op->header = self->headers + (gsize) gop->header_index * KV_CHUNK_HEADER_SIZE;
   op->engine_data = gop;
   self->n_active++;
 
@@ -800,7 +800,7 @@ kv_fs_gio_engine_start (KvFsEngine  *engine,
 
   self->n_headers = config->queue_depth;
   if (posix_memalign ((void **) &self->headers, 4096,
-                      (gsize) self->n_headers * KV_FS_HEADER_SIZE) != 0)
+                      (gsize) self->n_headers * KV_CHUNK_HEADER_SIZE) != 0)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
                    "gio engine: cannot allocate %u header buffers", self->n_headers);

@@ -25,7 +25,7 @@ struct _KvFsLayout
   char         **meta_dirs;    /* per root: where the identity file lives */
   char          *meta_name;    /* namespace.json or config.json */
   char          *meta_contents;
-  guint8         ns_digest[KV_FS_NAMESPACE_DIGEST_LEN];
+  guint8         ns_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN];
 
   uid_t          uid;          /* the tier's user: owns every directory and file */
   gint64         trusted_gid;  /* a group trusted to write them too, or -1 */
@@ -434,7 +434,7 @@ kv_fs_layout_new (KvFsLayoutKind   kind,
       g_autoptr(JsonBuilder) builder = json_builder_new ();
       g_autoptr(JsonNode) node = NULL;
 
-      kv_fs_namespace_digest (namespace_, block_size, self->ns_digest);
+      kv_chunk_namespace_digest (namespace_, block_size, self->ns_digest);
       hex = digest_hex (self->ns_digest, 8);
       dir_name = g_strdup_printf ("kvtier-%s", hex);
       for (guint i = 0; i < self->n_roots; i++)
@@ -445,13 +445,13 @@ kv_fs_layout_new (KvFsLayoutKind   kind,
 
       json_builder_begin_object (builder);
       json_builder_set_member_name (builder, "format_version");
-      json_builder_add_int_value (builder, KV_FS_FORMAT_VERSION);
+      json_builder_add_int_value (builder, KV_CHUNK_FORMAT_VERSION);
       json_builder_set_member_name (builder, "namespace");
       json_builder_add_string_value (builder, namespace_ ? namespace_ : "");
       json_builder_set_member_name (builder, "block_size");
       json_builder_add_int_value (builder, block_size);
       json_builder_set_member_name (builder, "header_size");
-      json_builder_add_int_value (builder, KV_FS_HEADER_SIZE);
+      json_builder_add_int_value (builder, KV_CHUNK_HEADER_SIZE);
       json_builder_end_object (builder);
       node = json_builder_get_root (builder);
       self->meta_name = g_strdup ("namespace.json");
@@ -514,7 +514,7 @@ kv_fs_layout_has_header (const KvFsLayout *self)
 gsize
 kv_fs_layout_get_file_size (const KvFsLayout *self)
 {
-  return self->block_size + (kv_fs_layout_has_header (self) ? KV_FS_HEADER_SIZE : 0);
+  return self->block_size + (kv_fs_layout_has_header (self) ? KV_CHUNK_HEADER_SIZE : 0);
 }
 
 /* ---- directories -------------------------------------------------------- */
@@ -1088,8 +1088,8 @@ kv_fs_layout_key_supported (const KvFsLayout *self,
 
   kv_key_get_hash (key, &len);
   if (self->kind == KV_FS_LAYOUT_KIND_VLLM)
-    return len >= 3 && len <= KV_FS_MAX_KEY_HASH_LEN;
-  return kv_fs_key_fits (key);
+    return len >= 3 && len <= KV_CHUNK_MAX_KEY_HASH_LEN;
+  return kv_chunk_key_fits (key);
 }
 
 /* vLLM's sharding rule, for both layouts: the block hash read as a
@@ -1161,7 +1161,7 @@ kv_fs_layout_chunk_path (const KvFsLayout *self,
       g_autoptr(GBytes) offload = kv_key_to_offload_key (key);
       gsize offload_len = 0;
       const guint8 *data = g_bytes_get_data (offload, &offload_len);
-      guint64 shard = kv_fs_checksum (data, offload_len);
+      guint64 shard = kv_chunk_checksum (data, offload_len);
 
       g_string_append_printf (path, "%02x/", (guint) (shard >> 56) & 0xff);
       append_hex (path, hash, len);
@@ -1190,7 +1190,7 @@ parse_hex (const char *hex,
            gsize       hex_len,
            guint8     *out)
 {
-  if (hex_len == 0 || hex_len % 2 != 0 || hex_len > 2 * KV_FS_MAX_KEY_HASH_LEN)
+  if (hex_len == 0 || hex_len % 2 != 0 || hex_len > 2 * KV_CHUNK_MAX_KEY_HASH_LEN)
     return FALSE;
   for (gsize i = 0; i < hex_len; i += 2)
     {
@@ -1229,7 +1229,7 @@ parse_group (const char *str,
 static KvKey *
 parse_kvtier_name (const char *name)
 {
-  guint8 hash[KV_FS_MAX_KEY_HASH_LEN];
+  guint8 hash[KV_CHUNK_MAX_KEY_HASH_LEN];
   const char *suffix;
   const char *g;
   guint32 group;
@@ -1250,7 +1250,7 @@ parse_vllm_name (const char *dir1,
                  const char *dir2,
                  const char *name)
 {
-  guint8 hash[KV_FS_MAX_KEY_HASH_LEN];
+  guint8 hash[KV_CHUNK_MAX_KEY_HASH_LEN];
   const char *g = strstr (dir2, "_g");
   gsize hex_len;
   guint32 group;

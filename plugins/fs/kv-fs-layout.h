@@ -5,7 +5,7 @@
 #include <kvtier.h>
 #include <sys/stat.h>
 
-#include "kv-fs-format.h"
+#include "kv-chunk-format.h"
 #include "kv-fs-types.h"
 
 G_BEGIN_DECLS

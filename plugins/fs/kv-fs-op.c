@@ -48,7 +48,7 @@ kv_fs_op_clear (KvFsOp *op)
 gsize
 kv_fs_op_file_size (const KvFsOp *op)
 {
-  return op->payload_len + ((op->flags & KV_FS_OP_FLAG_HEADER) ? KV_FS_HEADER_SIZE : 0);
+  return op->payload_len + ((op->flags & KV_FS_OP_FLAG_HEADER) ? KV_CHUNK_HEADER_SIZE : 0);
 }
 
 const char *
@@ -75,13 +75,13 @@ kv_fs_op_prepare_header (KvFsOp *op)
 {
   if (op->kind == KV_FS_OP_PROBE)
     {
-      memset (op->header, 0, KV_FS_HEADER_SIZE);
+      memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
       memcpy (op->header, "KVTIERFS-PROBE", 14);
       return;
     }
   if (!(op->flags & KV_FS_OP_FLAG_HEADER))
     return;
-  kv_fs_header_encode (op->header, op->namespace_digest, op->key,
+  kv_chunk_header_encode (op->header, op->namespace_digest, op->key,
                        op->payload, op->payload_len, g_get_real_time ());
 }
 
@@ -92,12 +92,12 @@ kv_fs_op_check_load (KvFsOp *op)
 {
   gboolean has_header = (op->flags & KV_FS_OP_FLAG_HEADER) != 0;
 
-  op->check = kv_fs_chunk_check (has_header ? op->header : NULL,
+  op->check = kv_chunk_check (has_header ? op->header : NULL,
                                  MAX (op->got_header, 0),
                                  op->payload, op->payload_len, MAX (op->got_payload, 0),
                                  op->namespace_digest, op->key,
                                  (op->flags & KV_FS_OP_FLAG_VERIFY) != 0);
-  op->status = op->check == KV_FS_CHECK_OK ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_CORRUPT;
+  op->status = op->check == KV_CHUNK_CHECK_OK ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_CORRUPT;
 }
 
 static const char *

@@ -3,7 +3,7 @@
 
 #include <kvtier.h>
 
-#include "kv-fs-format.h"
+#include "kv-chunk-format.h"
 #include "kv-fs-layout.h"
 
 G_BEGIN_DECLS
@@ -29,7 +29,7 @@ typedef enum {
   KV_FS_OP_FLAG_DIRSYNC       = 1 << 2, /* fsync() the directory after rename */
   KV_FS_OP_FLAG_SKIP_EXISTING = 1 << 3, /* store: succeed without writing if the file exists */
   KV_FS_OP_FLAG_VERIFY        = 1 << 4, /* load: check the payload checksum */
-  KV_FS_OP_FLAG_HEADER        = 1 << 5, /* the file has a KV_FS_HEADER_SIZE header */
+  KV_FS_OP_FLAG_HEADER        = 1 << 5, /* the file has a KV_CHUNK_HEADER_SIZE header */
   /* store: @reuse_path is no chunk's name (a spare file): overwrite it
    * where it is and publish it with one rename, without first renaming
    * it to a temporary name; a crash leaves it a spare, whose bytes
@@ -78,7 +78,7 @@ struct _KvFsOp
   /* result, set by the engine */
   KvFsOpStatus    status;
   int             error;         /* errno for IO_ERROR (and NOT_FOUND) */
-  KvFsCheck       check;         /* why a load was CORRUPT */
+  KvChunkCheck       check;         /* why a load was CORRUPT */
   gint64          start_us;      /* monotonic */
   gint64          end_us;
 
@@ -88,7 +88,7 @@ struct _KvFsOp
   gsize           cost;          /* bytes charged to the root's budget */
   char           *tmp_path;      /* store: temporary file */
   gboolean        reused;        /* store: tmp_path is the taken-over file */
-  guint8         *header;        /* a KV_FS_HEADER_SIZE buffer from the engine */
+  guint8         *header;        /* a KV_CHUNK_HEADER_SIZE buffer from the engine */
   int             fd;
   int             state;
   int             n_pending;     /* engine-defined: outstanding sub-requests */

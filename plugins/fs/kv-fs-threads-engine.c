@@ -183,7 +183,7 @@ run_store (KvFsOp           *op,
 
   kv_fs_op_prepare_header (op);
   if ((op->flags & KV_FS_OP_FLAG_HEADER) || op->kind == KV_FS_OP_PROBE)
-    iov[n_iov++] = (struct iovec) { op->header, KV_FS_HEADER_SIZE };
+    iov[n_iov++] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
   if (op->payload_len > 0)
     iov[n_iov++] = (struct iovec) { op->payload, op->payload_len };
 
@@ -235,7 +235,7 @@ run_load (KvFsOp           *op,
       return;
     }
   if (has_header)
-    iov[n_iov++] = (struct iovec) { op->header, KV_FS_HEADER_SIZE };
+    iov[n_iov++] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
   iov[n_iov++] = (struct iovec) { op->payload, op->payload_len };
   got = read_all (fd, iov, n_iov);
   close (fd);
@@ -248,7 +248,7 @@ run_load (KvFsOp           *op,
 
   if (has_header)
     {
-      op->got_header = MIN (got, KV_FS_HEADER_SIZE);
+      op->got_header = MIN (got, KV_CHUNK_HEADER_SIZE);
       op->got_payload = got - op->got_header;
     }
   else
@@ -262,7 +262,7 @@ run_load (KvFsOp           *op,
 }
 
 /* Runs @op to completion on the calling thread. @header_buffer is a
- * KV_FS_HEADER_SIZE buffer aligned for O_DIRECT. */
+ * KV_CHUNK_HEADER_SIZE buffer aligned for O_DIRECT. */
 void
 kv_fs_op_run_sync (KvFsEngine *engine,
                    KvFsOp     *op,
@@ -315,7 +315,7 @@ worker_main (gpointer data)
   guint8 *header = NULL;
   KvFsOp *op;
 
-  if (posix_memalign ((void **) &header, 4096, KV_FS_HEADER_SIZE) != 0)
+  if (posix_memalign ((void **) &header, 4096, KV_CHUNK_HEADER_SIZE) != 0)
     g_error ("Cannot allocate an aligned header buffer");
 
   while ((op = _kv_fs_engine_pop (worker->engine, worker->prefer_loads, TRUE)) != NULL)

@@ -666,14 +666,14 @@ op_done (KvFsOp   *op,
         case KV_FS_OP_STATUS_CORRUPT:
           removed = TRUE;
           count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, 1);
-          if (op->check == KV_FS_CHECK_BAD_PAYLOAD_CHECKSUM ||
-              op->check == KV_FS_CHECK_BAD_HEADER_CHECKSUM)
+          if (op->check == KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM ||
+              op->check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM)
             {
               count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
               fj->checksum_failed = TRUE;
             }
           g_message ("fs tier: deleted corrupt chunk file %s (%s)", op->path,
-                     kv_fs_check_to_string (op->check));
+                     kv_chunk_check_to_string (op->check));
           break;
         case KV_FS_OP_STATUS_NOT_FOUND:
           removed = TRUE;

@@ -294,7 +294,7 @@ submit_io (KvFsUringEngine *self,
   OpData *data = op->engine_data;
   gboolean write = op->kind != KV_FS_OP_LOAD;
   gboolean has_header = (op->flags & KV_FS_OP_FLAG_HEADER) || op->kind == KV_FS_OP_PROBE;
-  gsize header_len = has_header ? KV_FS_HEADER_SIZE : 0;
+  gsize header_len = has_header ? KV_CHUNK_HEADER_SIZE : 0;
 
   op->state = ST_IO;
   op->n_pending = 0;
@@ -310,7 +310,7 @@ submit_io (KvFsUringEngine *self,
     {
       struct io_uring_sqe *sqe = get_sqe (self);
 
-      data->iov[0] = (struct iovec) { op->header, KV_FS_HEADER_SIZE };
+      data->iov[0] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
       data->iov[1] = (struct iovec) { op->payload, op->payload_len };
       io_uring_prep_writev (sqe, op->fd, data->iov, 2, 0);
       io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
@@ -318,10 +318,10 @@ submit_io (KvFsUringEngine *self,
       op->n_pending = 1;
       return;
     }
-  if (has_header && data->header_done < KV_FS_HEADER_SIZE)
+  if (has_header && data->header_done < KV_CHUNK_HEADER_SIZE)
     {
       prep_rw (self, op, write, op->header + data->header_done,
-               KV_FS_HEADER_SIZE - data->header_done, data->header_done,
+               KV_CHUNK_HEADER_SIZE - data->header_done, data->header_done,
                data->header_done == 0 ? header_fixed_index (self) : -1, TAG_HEADER);
       op->n_pending++;
     }
@@ -413,7 +413,7 @@ start_op (KvFsUringEngine *self,
   data->header_index = header_index;
   data->o_direct = (op->flags & KV_FS_OP_FLAG_O_DIRECT) != 0;
   op->engine_data = data;
-  op->header = self->headers + (gsize) header_index * KV_FS_HEADER_SIZE;
+  op->header = self->headers + (gsize) header_index * KV_CHUNK_HEADER_SIZE;
   op->fd = -1;
   self->n_active++;
 
@@ -592,7 +592,7 @@ handle_io (KvFsUringEngine *self,
     {
       gsize n = res;
 
-      data->header_done = MIN (n, KV_FS_HEADER_SIZE);
+      data->header_done = MIN (n, KV_CHUNK_HEADER_SIZE);
       data->body_done = n - data->header_done;
     }
   else if (tag == TAG_HEADER)
@@ -629,7 +629,7 @@ handle_io (KvFsUringEngine *self,
   /* A short write (a full disk, usually) continues where it stopped;
    * a second short write reports the disk's error. */
   if (data->header_done < ((op->flags & KV_FS_OP_FLAG_HEADER) || op->kind == KV_FS_OP_PROBE ?
-                           KV_FS_HEADER_SIZE : 0) ||
+                           KV_CHUNK_HEADER_SIZE : 0) ||
       data->body_done < op->payload_len)
     {
       if (data->header_done + data->body_done == data->round_start)
@@ -912,7 +912,7 @@ register_buffers (KvFsUringEngine        *self,
 
       iov[n++] = (struct iovec) { self->base + offset, MIN (self->piece_size, self->base_size - offset) };
     }
-  iov[n++] = (struct iovec) { self->headers, (gsize) self->n_headers * KV_FS_HEADER_SIZE };
+  iov[n++] = (struct iovec) { self->headers, (gsize) self->n_headers * KV_CHUNK_HEADER_SIZE };
 
   ret = io_uring_register_buffers (&self->ring, iov, n);
   if (ret == 0)
@@ -956,13 +956,13 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
     return FALSE;
 
   if (posix_memalign ((void **) &self->headers, 4096,
-                      (gsize) self->n_headers * KV_FS_HEADER_SIZE) != 0)
+                      (gsize) self->n_headers * KV_CHUNK_HEADER_SIZE) != 0)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
                    "io_uring: cannot allocate %u header buffers", self->n_headers);
       return FALSE;
     }
-  memset (self->headers, 0, (gsize) self->n_headers * KV_FS_HEADER_SIZE);
+  memset (self->headers, 0, (gsize) self->n_headers * KV_CHUNK_HEADER_SIZE);
   self->free_headers = g_new (int, self->n_headers);
   self->op_data = g_new0 (OpData, self->n_headers);
   for (guint i = 0; i < self->n_headers; i++)

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-chunk-format.h"
+
+#include <string.h>
+#include <xxhash.h>
+#if defined(__x86_64__)
+# include <xxh_x86dispatch.h>
+#endif
+
+/*
+ * The kvtier chunk file format (doc/on-disk-format.md):
+ *
+ *   0     8  magic "KVTIERFS"
+ *   8     4  format version (1)
+ *   12    4  header size (4096)
+ *   16   32  namespace digest (SHA-256, see kv_chunk_namespace_digest())
+ *   48    8  payload length in bytes
+ *   56    8  XXH3-64 of the payload (seed 0)
+ *   64    4  key group
+ *   68    4  key hash length in bytes (at most KV_CHUNK_MAX_KEY_HASH_LEN)
+ *   72    8  flags (0)
+ *   80    8  creation time, microseconds since the Unix epoch
+ *   88  112  key hash bytes, zero padded
+ *   200 ...  zero
+ *   4088  8  XXH3-64 of bytes 0..4087
+ *
+ * The payload starts at 4096, so it stays aligned for O_DIRECT.
+ */
+
+const char *
+kv_chunk_check_to_string (KvChunkCheck check)
+{
+  switch (check)
+    {
+    case KV_CHUNK_CHECK_OK: return "ok";
+    case KV_CHUNK_CHECK_SHORT: return "short file";
+    case KV_CHUNK_CHECK_BAD_MAGIC: return "bad magic";
+    case KV_CHUNK_CHECK_BAD_VERSION: return "unknown format version";
+    case KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM: return "header checksum mismatch";
+    case KV_CHUNK_CHECK_WRONG_NAMESPACE: return "written for another namespace";
+    case KV_CHUNK_CHECK_WRONG_KEY: return "written for another key";
+    case KV_CHUNK_CHECK_WRONG_LENGTH: return "wrong payload length";
+    case KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM: return "payload checksum mismatch";
+    default: return "unknown";
+    }
+}
+
+/* XXH3-64 with seed 0; the dispatching variant picks AVX2/AVX-512 at run
+ * time and returns the same value as the portable one. */
+guint64
+kv_chunk_checksum (const void *data,
+                gsize       len)
+{
+#if defined(__x86_64__)
+  return XXH3_64bits_dispatch (data, len);
+#else
+  return XXH3_64bits (data, len);
+#endif
+}
+
+static void
+put_u32 (guint8 *p, guint32 v)
+{
+  v = GUINT32_TO_LE (v);
+  memcpy (p, &v, 4);
+}
+
+static void
+put_u64 (guint8 *p, guint64 v)
+{
+  v = GUINT64_TO_LE (v);
+  memcpy (p, &v, 8);
+}
+
+static guint32
+get_u32 (const guint8 *p)
+{
+  guint32 v;
+
+  memcpy (&v, p, 4);
+  return GUINT32_FROM_LE (v);
+}
+
+static guint64
+get_u64 (const guint8 *p)
+{
+  guint64 v;
+
+  memcpy (&v, p, 8);
+  return GUINT64_FROM_LE (v);
+}
+
+/* The namespace digest names the cache identity: two tiers share chunk
+ * files only when their namespace string and chunk size are equal, so a
+ * file can never be read into slots of another size or model. */
+void
+kv_chunk_namespace_digest (const char *namespace_,
+                        gsize       block_size,
+                        guint8      digest[KV_CHUNK_NAMESPACE_DIGEST_LEN])
+{
+  g_autoptr(GChecksum) sum = g_checksum_new (G_CHECKSUM_SHA256);
+  g_autofree char *size_str = g_strdup_printf ("%" G_GSIZE_FORMAT, block_size);
+  gsize len = KV_CHUNK_NAMESPACE_DIGEST_LEN;
+  static const guchar prefix[] = "kvtier-fs";
+  guchar zero = 0;
+  char version[16];
+
+  g_snprintf (version, sizeof version, "%u", KV_CHUNK_FORMAT_VERSION);
+  g_checksum_update (sum, prefix, sizeof prefix);       /* includes the NUL */
+  g_checksum_update (sum, (const guchar *) version, -1);
+  g_checksum_update (sum, &zero, 1);
+  g_checksum_update (sum, (const guchar *) (namespace_ ? namespace_ : ""), -1);
+  g_checksum_update (sum, &zero, 1);
+  g_checksum_update (sum, (const guchar *) size_str, -1);
+  g_checksum_get_digest (sum, digest, &len);
+}
+
+gboolean
+kv_chunk_key_fits (const KvKey *key)
+{
+  gsize len = 0;
+
+  kv_key_get_hash (key, &len);
+  return len > 0 && len <= KV_CHUNK_MAX_KEY_HASH_LEN;
+}
+
+/* Fills the 4096 bytes at @header for @key and @payload. Runs on an I/O
+ * thread: the payload checksum reads the whole slot. */
+void
+kv_chunk_header_encode (guint8       *header,
+                     const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                     const KvKey  *key,
+                     const void   *payload,
+                     gsize         payload_len,
+                     gint64        created_unix_us)
+{
+  const guint8 *hash;
+  gsize hash_len = 0;
+
+  hash = kv_key_get_hash (key, &hash_len);
+  g_return_if_fail (hash_len <= KV_CHUNK_MAX_KEY_HASH_LEN);
+
+  memset (header, 0, KV_CHUNK_HEADER_SIZE);
+  memcpy (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8);
+  put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
+  put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
+  memcpy (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
+  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
+  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, kv_chunk_checksum (payload, payload_len));
+  put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
+  put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
+  put_u64 (header + KV_CHUNK_OFF_FLAGS, 0);
+  put_u64 (header + KV_CHUNK_OFF_CREATED, (guint64) created_unix_us);
+  memcpy (header + KV_CHUNK_OFF_HASH, hash, hash_len);
+  put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
+           kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3));
+}
+
+/* Checks everything but the payload bytes. */
+KvChunkCheck
+kv_chunk_header_check (const guint8 *header,
+                    const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                    const KvKey  *key,
+                    gsize         payload_len,
+                    guint64      *out_payload_checksum)
+{
+  const guint8 *hash;
+  gsize hash_len = 0;
+  guint32 stored_hash_len;
+
+  if (memcmp (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8) != 0)
+    return KV_CHUNK_CHECK_BAD_MAGIC;
+  /* The header checksum first: every later field is trusted only if the
+   * header is intact. */
+  if (get_u64 (header + KV_CHUNK_OFF_HEADER_XXH3) !=
+      kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3))
+    return KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM;
+  if (get_u32 (header + KV_CHUNK_OFF_VERSION) != KV_CHUNK_FORMAT_VERSION ||
+      get_u32 (header + KV_CHUNK_OFF_HEADER_SIZE) != KV_CHUNK_HEADER_SIZE)
+    return KV_CHUNK_CHECK_BAD_VERSION;
+  if (memcmp (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN) != 0)
+    return KV_CHUNK_CHECK_WRONG_NAMESPACE;
+
+  hash = kv_key_get_hash (key, &hash_len);
+  stored_hash_len = get_u32 (header + KV_CHUNK_OFF_HASH_LEN);
+  if (stored_hash_len != hash_len ||
+      get_u32 (header + KV_CHUNK_OFF_GROUP) != kv_key_get_group (key) ||
+      hash_len > KV_CHUNK_MAX_KEY_HASH_LEN ||
+      memcmp (header + KV_CHUNK_OFF_HASH, hash, hash_len) != 0)
+    return KV_CHUNK_CHECK_WRONG_KEY;
+  if (get_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN) != payload_len)
+    return KV_CHUNK_CHECK_WRONG_LENGTH;
+
+  if (out_payload_checksum != NULL)
+    *out_payload_checksum = get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
+  return KV_CHUNK_CHECK_OK;
+}
+
+/* Checks a chunk read back from disk. @header is NULL for headerless
+ * (vLLM layout) files, whose only check is their length. */
+KvChunkCheck
+kv_chunk_check (const guint8 *header,
+                   gsize         header_bytes_read,
+                   const void   *payload,
+                   gsize         payload_len,
+                   gsize         payload_bytes_read,
+                   const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                   const KvKey  *key,
+                   gboolean      verify_payload)
+{
+  guint64 expected = 0;
+  KvChunkCheck check;
+
+  if (header != NULL)
+    {
+      if (header_bytes_read < KV_CHUNK_HEADER_SIZE)
+        return KV_CHUNK_CHECK_SHORT;
+      check = kv_chunk_header_check (header, namespace_digest, key, payload_len, &expected);
+      if (check != KV_CHUNK_CHECK_OK)
+        return check;
+    }
+  if (payload_bytes_read < payload_len)
+    return KV_CHUNK_CHECK_SHORT;
+  if (header != NULL && verify_payload &&
+      kv_chunk_checksum (payload, payload_len) != expected)
+    return KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM;
+  return KV_CHUNK_CHECK_OK;
+}

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <kvtier.h>
+
+G_BEGIN_DECLS
+
+/* The kvtier chunk record: a 4096-byte header, then the payload (one
+ * primary slot). The fs tier stores it as a file, the redis tier as a value,
+ * the peer tier sends it in DATA frames; every reader checks it the same way.
+ * Every field is little-endian; doc/on-disk-format.md describes it byte by
+ * byte. */
+#define KV_CHUNK_HEADER_SIZE          4096
+#define KV_CHUNK_FORMAT_VERSION       1
+#define KV_CHUNK_MAGIC                "KVTIERFS"
+#define KV_CHUNK_NAMESPACE_DIGEST_LEN 32
+/* Longest block hash a kvtier-layout file can hold: its hex form is the
+ * file name, which must stay below NAME_MAX. */
+#define KV_CHUNK_MAX_KEY_HASH_LEN     112
+
+#define KV_CHUNK_OFF_MAGIC            0
+#define KV_CHUNK_OFF_VERSION          8
+#define KV_CHUNK_OFF_HEADER_SIZE      12
+#define KV_CHUNK_OFF_NAMESPACE        16
+#define KV_CHUNK_OFF_PAYLOAD_LEN      48
+#define KV_CHUNK_OFF_PAYLOAD_XXH3     56
+#define KV_CHUNK_OFF_GROUP            64
+#define KV_CHUNK_OFF_HASH_LEN         68
+#define KV_CHUNK_OFF_FLAGS            72
+#define KV_CHUNK_OFF_CREATED          80
+#define KV_CHUNK_OFF_HASH             88
+#define KV_CHUNK_OFF_HEADER_XXH3      4088
+
+/*
+ * KvChunkCheck:
+ * The outcome of checking a chunk file read back from disk.
+ */
+typedef enum {
+  KV_CHUNK_CHECK_OK,
+  KV_CHUNK_CHECK_SHORT,             /* fewer bytes than the format requires */
+  KV_CHUNK_CHECK_BAD_MAGIC,
+  KV_CHUNK_CHECK_BAD_VERSION,
+  KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM,
+  KV_CHUNK_CHECK_WRONG_NAMESPACE,
+  KV_CHUNK_CHECK_WRONG_KEY,         /* e.g. a file renamed to another key's name */
+  KV_CHUNK_CHECK_WRONG_LENGTH,
+  KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM,
+} KvChunkCheck;
+
+const char *kv_chunk_check_to_string      (KvChunkCheck     check);
+
+guint64     kv_chunk_checksum             (const void   *data,
+                                        gsize         len);
+
+void        kv_chunk_namespace_digest     (const char   *namespace_,
+                                        gsize         block_size,
+                                        guint8        digest[KV_CHUNK_NAMESPACE_DIGEST_LEN]);
+
+gboolean    kv_chunk_key_fits             (const KvKey  *key);
+
+void        kv_chunk_header_encode        (guint8       *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        const void   *payload,
+                                        gsize         payload_len,
+                                        gint64        created_unix_us);
+
+KvChunkCheck   kv_chunk_header_check         (const guint8 *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        gsize         payload_len,
+                                        guint64      *out_payload_checksum);
+
+KvChunkCheck   kv_chunk_check          (const guint8 *header,
+                                        gsize         header_bytes_read,
+                                        const void   *payload,
+                                        gsize         payload_len,
+                                        gsize         payload_bytes_read,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        gboolean      verify_payload);
+
+G_END_DECLS

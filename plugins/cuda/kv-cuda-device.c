@@ -596,6 +596,10 @@ issue_job (Lane    *lane,
     }
   else
     {
+      /* Explicit kinds: with cudaMemcpyDefault a device address CUDA does
+       * not know (memory freed under us) would be read as host memory. */
+      enum cudaMemcpyKind kind = to_primary ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+
       for (guint i = 0; i < runs->len && job->error == NULL; i++)
         {
           const KvCudaRun *run = &g_array_index (runs, KvCudaRun, i);
@@ -604,13 +608,13 @@ issue_job (Lane    *lane,
 
           if (run->height == 1)
             err = cudaMemcpyAsync (to_primary ? host : dev, to_primary ? dev : host,
-                                   run->width, cudaMemcpyDefault, lane->stream);
+                                   run->width, kind, lane->stream);
           else if (to_primary)
             err = cudaMemcpy2DAsync (host, run->host_pitch, dev, run->device_pitch,
-                                     run->width, run->height, cudaMemcpyDefault, lane->stream);
+                                     run->width, run->height, kind, lane->stream);
           else
             err = cudaMemcpy2DAsync (dev, run->device_pitch, host, run->host_pitch,
-                                     run->width, run->height, cudaMemcpyDefault, lane->stream);
+                                     run->width, run->height, kind, lane->stream);
           if (err != cudaSuccess)
             (void) cudaGetLastError ();
           cuda_check (err, run->height == 1 ? "cudaMemcpyAsync" : "cudaMemcpy2DAsync",

@@ -303,17 +303,19 @@ kv_cuda_layout_plan (const KvCudaLayout *layout,
 {
   GArray *runs = g_array_new (FALSE, FALSE, sizeof (KvCudaRun));
 
-  for (guint i = 0; i < n_copies; i++)
-    {
-      const KvDeviceCopy *copy = &copies[i];
+  /* Plane by plane: a layer's K blocks are adjacent on the device, its K
+   * and V pieces of one block are not. */
+  for (guint p = 0; p < layout->n_planes; p++)
+    for (guint i = 0; i < n_copies; i++)
+      {
+        const KvDeviceCopy *copy = &copies[i];
 
-      for (guint p = 0; p < layout->n_planes; p++)
         append_piece (runs,
                       kv_cuda_layout_lane_start (layout, copy->layer, p) +
                         (guint64) copy->block * layout->block_stride,
                       copy->primary_offset + (guint64) p * layout->plane_bytes,
                       layout->plane_bytes, max_pitch);
-    }
+      }
   return runs;
 }
 

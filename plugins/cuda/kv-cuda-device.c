@@ -103,6 +103,10 @@ struct _KvCudaDevice
   gboolean      registered;     /* we registered the primary buffer */
   guint8       *primary_mapped; /* its device address, or NULL: no kernel */
 
+  /* fill-blocks and check-blocks, made on first use (owner thread) */
+  cudaStream_t  compute_stream;
+  unsigned long long *counter;
+
   GMutex        lock;
   Lane          lanes[2];
   gboolean      started;
@@ -125,6 +129,14 @@ enum {
 };
 
 static GParamSpec *properties[N_PROPS];
+
+enum {
+  SIGNAL_FILL_BLOCKS,
+  SIGNAL_CHECK_BLOCKS,
+  N_SIGNALS
+};
+
+static guint signals[N_SIGNALS];
 
 static void kv_cuda_device_configurable_iface_init (KvConfigurableInterface *iface);
 
@@ -834,7 +846,8 @@ static void
 release_cuda (KvCudaDevice *self)
 {
   int previous = -1;
-  gboolean any = self->registered || self->memory != NULL;
+  gboolean any = self->registered || self->memory != NULL || self->compute_stream != NULL ||
+                 self->counter != NULL;
 
   for (guint d = 0; d < 2; d++)
     any = any || self->lanes[d].stream != NULL || self->lanes[d].n_free_events > 0 ||
@@ -858,6 +871,10 @@ release_cuda (KvCudaDevice *self)
         (void) cudaFreeHost (g_steal_pointer (&lane->ring));
       lane->ring_device = NULL;
     }
+  if (self->compute_stream != NULL)
+    (void) cudaStreamDestroy (g_steal_pointer (&self->compute_stream));
+  if (self->counter != NULL)
+    (void) cudaFree (g_steal_pointer (&self->counter));
   if (self->registered)
     (void) cudaHostUnregister (self->primary_data);
   self->registered = FALSE;
@@ -1145,6 +1162,52 @@ kv_cuda_device_class_init (KvCudaDeviceClass *klass)
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
+
+  /**
+   * KvCudaDevice::fill-blocks:
+   * @self: an initialized CUDA device
+   * @seed: what to fill with
+   * @first_block: the first block
+   * @n_blocks: how many blocks
+   *
+   * Writes the blocks first_block .. first_block + n_blocks − 1 of every
+   * layer on the GPU, as a benchmark's "compute" would: every 64-bit word
+   * of layer `l` becomes the same value, derived from @seed and `l`
+   * (kvtier bench's chunk pattern). Synchronous, on a stream of its own;
+   * for benchmarks and tests. An action signal: bindings emit it.
+   *
+   * Returns: %TRUE on success, %FALSE (with a message logged) when the
+   *   blocks are out of range or a CUDA call failed
+   */
+  signals[SIGNAL_FILL_BLOCKS] =
+    g_signal_new_class_handler ("fill-blocks", G_TYPE_FROM_CLASS (klass),
+                                G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+                                G_CALLBACK (kv_cuda_device_fill_blocks),
+                                g_signal_accumulator_first_wins, NULL, NULL,
+                                G_TYPE_BOOLEAN, 3, G_TYPE_UINT64, G_TYPE_UINT, G_TYPE_UINT);
+
+  /**
+   * KvCudaDevice::check-blocks:
+   * @self: an initialized CUDA device
+   * @seed: what the blocks should hold
+   * @first_block: the first block
+   * @n_blocks: how many blocks
+   *
+   * Counts, on the GPU, the 64-bit words of those blocks of every layer
+   * that differ from what [signal@Kv.CudaDevice::fill-blocks] writes for
+   * @seed: 0 means a byte-exact match. Synchronous; for benchmarks and
+   * tests.
+   *
+   * Returns: the number of differing words, or %G_MAXUINT64 (with a
+   *   message logged) when the blocks are out of range or a CUDA call
+   *   failed
+   */
+  signals[SIGNAL_CHECK_BLOCKS] =
+    g_signal_new_class_handler ("check-blocks", G_TYPE_FROM_CLASS (klass),
+                                G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+                                G_CALLBACK (kv_cuda_device_check_blocks),
+                                g_signal_accumulator_first_wins, NULL, NULL,
+                                G_TYPE_UINT64, 3, G_TYPE_UINT64, G_TYPE_UINT, G_TYPE_UINT);
 }
 
 static void
@@ -1242,4 +1305,143 @@ kv_cuda_device_dup_last_error (KvCudaDevice *self)
   text = g_strdup (self->last_error);
   g_mutex_unlock (&self->lock);
   return text;
+}
+
+/* Fills (or, with @mismatches, checks) blocks of every layer with the
+ * bench's chunk pattern, on the compute stream, and waits. */
+static gboolean
+run_on_blocks (KvCudaDevice  *self,
+               guint64        seed,
+               guint          first_block,
+               guint          n_blocks,
+               guint64       *mismatches,
+               GError       **error)
+{
+  const KvCudaLayout *layout = &self->layout;
+  gboolean contiguous = layout->block_stride == layout->plane_bytes;
+  unsigned long long count = 0;
+  int previous = -1;
+  gboolean ok = TRUE;
+
+  if (!self->started)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED,
+                   "KvCudaDevice: the device is not initialized or was shut down");
+      return FALSE;
+    }
+  if (first_block >= layout->n_blocks || n_blocks > layout->n_blocks - first_block ||
+      layout->plane_bytes % 8 != 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "KvCudaDevice: blocks %u to %u are not whole 64-bit words of the"
+                   " %u blocks", first_block, first_block + n_blocks, layout->n_blocks);
+      return FALSE;
+    }
+
+  if (cudaGetDevice (&previous) != cudaSuccess)
+    previous = -1;
+  ok = cuda_check (cudaSetDevice (self->ordinal), "cudaSetDevice", error);
+  if (ok && self->compute_stream == NULL)
+    ok = cuda_check (cudaStreamCreateWithFlags (&self->compute_stream, cudaStreamNonBlocking),
+                     "cudaStreamCreateWithFlags", error);
+  if (ok && mismatches != NULL && self->counter == NULL)
+    ok = cuda_check (cudaMalloc ((void **) &self->counter, sizeof *self->counter),
+                     "cudaMalloc", error);
+  if (ok && mismatches != NULL)
+    ok = cuda_check (cudaMemsetAsync (self->counter, 0, sizeof *self->counter,
+                                      self->compute_stream), "cudaMemsetAsync", error);
+
+  for (guint l = 0; ok && l < layout->n_layers; l++)
+    for (guint p = 0; ok && p < layout->n_planes; p++)
+      {
+        unsigned long long word = kv_cuda_pattern_word (seed, l + 1);
+        guint n_runs = contiguous ? 1 : n_blocks;
+        guint64 words = (contiguous ? n_blocks : 1) * layout->plane_bytes / 8;
+
+        for (guint r = 0; ok && r < n_runs; r++)
+          {
+            unsigned long long *at = (unsigned long long *) (guintptr)
+              (kv_cuda_layout_lane_start (layout, l, p) +
+               (guint64) (first_block + r) * layout->block_stride);
+            cudaError_t err;
+
+            if (mismatches != NULL)
+              err = kv_cuda_launch_check_word (at, words, word, self->counter, self->compute_stream);
+            else
+              err = kv_cuda_launch_fill_word (at, words, word, self->compute_stream);
+            ok = cuda_check (err, mismatches != NULL ? "the check kernel" : "the fill kernel", error);
+          }
+      }
+
+  if (ok && mismatches != NULL)
+    ok = cuda_check (cudaMemcpyAsync (&count, self->counter, sizeof count, cudaMemcpyDeviceToHost,
+                                      self->compute_stream), "cudaMemcpyAsync", error);
+  if (ok)
+    ok = cuda_check (cudaStreamSynchronize (self->compute_stream), "cudaStreamSynchronize", error);
+  if (!ok)
+    (void) cudaGetLastError ();
+  if (previous >= 0 && previous != self->ordinal)
+    (void) cudaSetDevice (previous);
+  if (ok && mismatches != NULL)
+    *mismatches = count;
+  return ok;
+}
+
+/**
+ * kv_cuda_device_fill_blocks:
+ * @self: an initialized CUDA device
+ * @seed: what to fill with
+ * @first_block: the first block
+ * @n_blocks: how many blocks
+ *
+ * The handler of [signal@Kv.CudaDevice::fill-blocks].
+ *
+ * Returns: %TRUE on success
+ */
+gboolean
+kv_cuda_device_fill_blocks (KvCudaDevice *self,
+                            guint64       seed,
+                            guint         first_block,
+                            guint         n_blocks)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_return_val_if_fail (KV_IS_CUDA_DEVICE (self), FALSE);
+
+  if (!run_on_blocks (self, seed, first_block, n_blocks, NULL, &error))
+    {
+      g_message ("fill-blocks: %s", error->message);
+      return FALSE;
+    }
+  return TRUE;
+}
+
+/**
+ * kv_cuda_device_check_blocks:
+ * @self: an initialized CUDA device
+ * @seed: what the blocks should hold
+ * @first_block: the first block
+ * @n_blocks: how many blocks
+ *
+ * The handler of [signal@Kv.CudaDevice::check-blocks].
+ *
+ * Returns: the number of differing 64-bit words, or %G_MAXUINT64 on error
+ */
+guint64
+kv_cuda_device_check_blocks (KvCudaDevice *self,
+                             guint64       seed,
+                             guint         first_block,
+                             guint         n_blocks)
+{
+  g_autoptr(GError) error = NULL;
+  guint64 mismatches = 0;
+
+  g_return_val_if_fail (KV_IS_CUDA_DEVICE (self), G_MAXUINT64);
+
+  if (!run_on_blocks (self, seed, first_block, n_blocks, &mismatches, &error))
+    {
+      g_message ("check-blocks: %s", error->message);
+      return G_MAXUINT64;
+    }
+  return mismatches;
 }

@@ -38,5 +38,13 @@ int           kv_cuda_device_get_ordinal     (KvCudaDevice *self);
 guint64       kv_cuda_device_get_layer_address (KvCudaDevice *self,
                                               guint         layer);
 char         *kv_cuda_device_dup_last_error  (KvCudaDevice *self);
+gboolean      kv_cuda_device_fill_blocks     (KvCudaDevice *self,
+                                              guint64       seed,
+                                              guint         first_block,
+                                              guint         n_blocks);
+guint64       kv_cuda_device_check_blocks    (KvCudaDevice *self,
+                                              guint64       seed,
+                                              guint         first_block,
+                                              guint         n_blocks);
 
 G_END_DECLS

@@ -16,11 +16,24 @@ copy_spans (const KvCudaSpan *spans,
 
       if (((span.dst | span.src | span.bytes) & 15) == 0)
         {
-          uint4 *dst = (uint4 *) span.dst;
-          const uint4 *src = (const uint4 *) span.src;
+          uint4 *__restrict__ dst = (uint4 *) span.dst;
+          const uint4 *__restrict__ src = (const uint4 *) span.src;
           unsigned long long n = span.bytes / 16;
+          unsigned long long i = threadIdx.x;
+          unsigned int step = blockDim.x;
 
-          for (unsigned long long i = threadIdx.x; i < n; i += blockDim.x)
+          /* Four loads in flight per thread before their stores: reads
+           * through PCIe (the mapped primary) need many outstanding. */
+          for (; i + 3 * step < n; i += 4 * step)
+            {
+              uint4 a = src[i], b = src[i + step], c = src[i + 2 * step], d = src[i + 3 * step];
+
+              dst[i] = a;
+              dst[i + step] = b;
+              dst[i + 2 * step] = c;
+              dst[i + 3 * step] = d;
+            }
+          for (; i < n; i += step)
             dst[i] = src[i];
         }
       else
@@ -98,5 +111,51 @@ kv_cuda_launch_check_pattern (const unsigned long long *src,
                               cudaStream_t              stream)
 {
   check_pattern<<<grid_for (n_words), COPY_THREADS, 0, stream>>> (src, n_words, seed, mismatches);
+  return cudaGetLastError ();
+}
+
+__global__ static void
+fill_word (unsigned long long *dst,
+           unsigned long long  n_words,
+           unsigned long long  word)
+{
+  for (unsigned long long i = blockIdx.x * (unsigned long long) blockDim.x + threadIdx.x;
+       i < n_words; i += (unsigned long long) gridDim.x * blockDim.x)
+    dst[i] = word;
+}
+
+__global__ static void
+check_word (const unsigned long long *src,
+            unsigned long long        n_words,
+            unsigned long long        word,
+            unsigned long long       *mismatches)
+{
+  unsigned long long bad = 0;
+
+  for (unsigned long long i = blockIdx.x * (unsigned long long) blockDim.x + threadIdx.x;
+       i < n_words; i += (unsigned long long) gridDim.x * blockDim.x)
+    bad += src[i] != word;
+  if (bad != 0)
+    atomicAdd (mismatches, bad);
+}
+
+extern "C" cudaError_t
+kv_cuda_launch_fill_word (unsigned long long *dst,
+                          unsigned long long  n_words,
+                          unsigned long long  word,
+                          cudaStream_t        stream)
+{
+  fill_word<<<grid_for (n_words), COPY_THREADS, 0, stream>>> (dst, n_words, word);
+  return cudaGetLastError ();
+}
+
+extern "C" cudaError_t
+kv_cuda_launch_check_word (const unsigned long long *src,
+                           unsigned long long        n_words,
+                           unsigned long long        word,
+                           unsigned long long       *mismatches,
+                           cudaStream_t              stream)
+{
+  check_word<<<grid_for (n_words), COPY_THREADS, 0, stream>>> (src, n_words, word, mismatches);
   return cudaGetLastError ();
 }

@@ -36,6 +36,17 @@ cudaError_t kv_cuda_launch_check_pattern (const unsigned long long *src,
                                           unsigned long long       *mismatches,
                                           cudaStream_t              stream);
 
+/* The same with one word everywhere (a bench's computed chunk). */
+cudaError_t kv_cuda_launch_fill_word  (unsigned long long *dst,
+                                       unsigned long long  n_words,
+                                       unsigned long long  word,
+                                       cudaStream_t        stream);
+cudaError_t kv_cuda_launch_check_word (const unsigned long long *src,
+                                       unsigned long long        n_words,
+                                       unsigned long long        word,
+                                       unsigned long long       *mismatches,
+                                       cudaStream_t              stream);
+
 /* The value kv_cuda_launch_fill_pattern() writes at word @i for @seed;
  * host code checks bytes with it. */
 #ifdef __CUDACC__

@@ -662,6 +662,54 @@ test_bad_ids (void)
   rig_free (rig);
 }
 
+/* The bench's "compute" and GPU-side verification, through the action
+ * signals bindings use: filled blocks store the pattern, loaded blocks
+ * check clean, other bytes do not. */
+static void
+test_fill_check (void)
+{
+  Rig *rig = rig_new (LAYOUT_KV_PLANES, 64 * 1024, 256 * 1024);
+  KvDevice *device = KV_DEVICE (rig->device);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) results = NULL;
+  guint32 blocks[BPC] = { 8, 9, 10, 11 };
+  guint32 load_blocks[BPC] = { 20, 21, 22, 23 };
+  guint32 chunk = 0;
+  gboolean ok = FALSE;
+  guint64 bad = 0;
+  const guint64 *words;
+  gsize block_words = rig->block_bytes / 8;
+
+  g_signal_emit_by_name (rig->device, "fill-blocks", (guint64) 99, 8u, (guint) BPC, &ok);
+  g_assert_true (ok);
+  g_assert_cmpuint (kv_device_submit_store (device, blocks, BPC, &chunk, 1, &error), >, 0);
+  g_assert_no_error (error);
+  g_clear_pointer (&results, g_ptr_array_unref);
+  results = collect (device, 1, NULL);
+  g_assert_true (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+  words = kv_host_buffer_peek_slot (rig->buffer, chunk);
+  for (guint l = 0; l < N_LAYERS; l++)
+    for (gsize w = 0; w < BPC * block_words; w++)
+      g_assert_cmpuint (words[l * BPC * block_words + w], ==, kv_cuda_pattern_word (99, l + 1));
+
+  g_signal_emit_by_name (rig->device, "check-blocks", (guint64) 99, 8u, (guint) BPC, &bad);
+  g_assert_cmpuint (bad, ==, 0);
+  g_signal_emit_by_name (rig->device, "check-blocks", (guint64) 100, 8u, (guint) BPC, &bad);
+  g_assert_cmpuint (bad, ==, (guint64) N_LAYERS * BPC * block_words);
+
+  g_assert_cmpuint (kv_device_submit_load (device, &chunk, 1, load_blocks, BPC, &error), >, 0);
+  g_assert_no_error (error);
+  g_clear_pointer (&results, g_ptr_array_unref);
+  results = collect (device, 1, NULL);
+  g_assert_true (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+  g_assert_cmpuint (kv_cuda_device_check_blocks (rig->device, 99, 20, BPC), ==, 0);
+  /* One block off: the pattern of block 19 (from the rig's fill) differs. */
+  g_assert_cmpuint (kv_cuda_device_check_blocks (rig->device, 99, 19, BPC), >, 0);
+  g_assert_cmpuint (kv_cuda_device_check_blocks (rig->device, 99, rig->n_blocks - 1, 2), ==, G_MAXUINT64);
+  g_assert_false (kv_cuda_device_fill_blocks (rig->device, 99, rig->n_blocks, 1));
+  rig_free (rig);
+}
+
 /* The layout is checked against the GPU's allocations at initialization. */
 static void
 test_layout_outside_allocation (void)
@@ -759,6 +807,7 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/cuda/gpu/cancel", test_cancel);
   g_test_add_func ("/kvtier/cuda/gpu/dispose-in-flight", test_dispose_in_flight);
   g_test_add_func ("/kvtier/cuda/gpu/bad-ids", test_bad_ids);
+  g_test_add_func ("/kvtier/cuda/gpu/fill-check", test_fill_check);
   g_test_add_func ("/kvtier/cuda/gpu/layout-outside-allocation", test_layout_outside_allocation);
   g_test_add_func ("/kvtier/cuda/gpu/freed-memory", test_freed_memory);
 

@@ -101,6 +101,7 @@ typedef struct
   gint      layers;
   gboolean  layers_given;
   char     *gpu_size_text;
+  char     *device_type;   /* --device, or NULL: the configuration's or host */
   char     *primary_size_text;
   char     *tier_size_text;
   gint      batch;
@@ -124,6 +125,7 @@ typedef struct
   KvDevice          *device;
   KvConnector       *connector;
   KvHostDevice      *host;        /* the device, when it is a host device */
+  gboolean           device_fills; /* it computes and checks chunks itself (cuda) */
   char              *temp_root;   /* the default fs tier's directory */
   char              *tier_note;   /* why the default tier is not fs */
   guint              n_tiers;
@@ -320,12 +322,43 @@ piece_word (guint64 id,
   return z ^ (z >> 31);
 }
 
+/* A device whose memory the bench cannot touch (a GPU) computes and
+ * checks chunks itself, with the same pattern, through its "fill-blocks"
+ * and "check-blocks" actions. */
+static void
+device_compute_chunk (Bench *b,
+                      Chunk *chunk)
+{
+  gboolean ok = FALSE;
+
+  g_signal_emit_by_name (b->device, "fill-blocks", (guint64) chunk->id,
+                         (guint) chunk->slot * b->bpc, b->bpc, &ok);
+  /* A chunk the device could not write cannot be stored right. */
+  if (!ok)
+    b->verify_mismatches++;
+}
+
+static gboolean
+device_chunk_matches (Bench *b,
+                      Chunk *chunk)
+{
+  guint64 mismatches = G_MAXUINT64;
+
+  g_signal_emit_by_name (b->device, "check-blocks", (guint64) chunk->id,
+                         (guint) chunk->slot * b->bpc, b->bpc, &mismatches);
+  return mismatches == 0;
+}
+
 static void
 compute_chunk (Bench *b,
                Chunk *chunk)
 {
   if (b->host == NULL)
-    return;
+    {
+      if (b->device_fills)
+        device_compute_chunk (b, chunk);
+      return;
+    }
   for (guint layer = 0; layer < b->n_layers; layer++)
     {
       guint64 word = piece_word (chunk->id, layer);
@@ -346,9 +379,11 @@ verify_chunk (Bench *b,
 {
   gboolean ok = TRUE;
 
-  if (b->host == NULL || b->no_verify)
+  if ((b->host == NULL && !b->device_fills) || b->no_verify)
     return;
-  for (guint layer = 0; layer < b->n_layers && ok; layer++)
+  if (b->host == NULL)
+    ok = device_chunk_matches (b, chunk);
+  for (guint layer = 0; layer < b->n_layers && ok && b->host != NULL; layer++)
     {
       guint64 word = piece_word (chunk->id, layer);
 
@@ -1315,14 +1350,23 @@ build_config (Bench   *b,
         }
     }
 
-  /* The device: from the configuration, or the simulated GPU sized by the
-   * options (one block per chunk per layer). */
+  /* The device: from the configuration, or --device (the simulated GPU by
+   * default) sized by the options (one block per chunk per layer). */
+  if (b->device_type != NULL && kv_config_get_device_type (b->config) != NULL &&
+      !g_str_equal (b->device_type, kv_config_get_device_type (b->config)))
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_ARGUMENT,
+                   "--device %s: the configuration's [device] is of type %s",
+                   b->device_type, kv_config_get_device_type (b->config));
+      return FALSE;
+    }
   if (kv_config_get_device_type (b->config) == NULL || have_chunk || have_gpu || b->layers_given)
     {
       guint64 n_blocks = gpu_size / chunk_size;
 
       if (kv_config_get_device_type (b->config) == NULL &&
-          !set (b->config, "device", "type", "host", error))
+          !set (b->config, "device", "type", b->device_type != NULL ? b->device_type : "host",
+                error))
         return FALSE;
       if (n_blocks == 0 || n_blocks > G_MAXUINT32)
         {
@@ -1366,6 +1410,9 @@ setup (Bench   *b,
     return FALSE;
   if (KV_IS_HOST_DEVICE (b->device))
     b->host = KV_HOST_DEVICE (b->device);
+  else
+    b->device_fills = g_signal_lookup ("fill-blocks", G_OBJECT_TYPE (b->device)) != 0 &&
+                      g_signal_lookup ("check-blocks", G_OBJECT_TYPE (b->device)) != 0;
   b->connector = kv_connector_new (b->manager, b->device, error);
   if (b->connector == NULL)
     return FALSE;
@@ -1481,6 +1528,7 @@ teardown (Bench *b)
   g_free (b->trace_path);
   g_free (b->chunk_size_text);
   g_free (b->gpu_size_text);
+  g_free (b->device_type);
   g_free (b->primary_size_text);
   g_free (b->tier_size_text);
   g_free (b->json_path);
@@ -1928,6 +1976,9 @@ tool_bench (int    argc,
       "Model layers: a device block is chunk-size / layers (default 8)", "N" },
     { "gpu-size", 0, 0, G_OPTION_ARG_STRING, &b->gpu_size_text,
       "Device KV capacity (default 1024 chunks)", "SIZE" },
+    { "device", 0, 0, G_OPTION_ARG_STRING, &b->device_type,
+      "Device type: host (simulated GPU, default) or cuda (a real GPU, chunks computed"
+      " and checked on it)", "TYPE" },
     { "primary-size", 0, 0, G_OPTION_ARG_STRING, &b->primary_size_text,
       "Primary tier capacity (default 2048 chunks)", "SIZE" },
     { "tier-size", 0, 0, G_OPTION_ARG_STRING, &b->tier_size_text,

@@ -89,12 +89,13 @@ test_describe (void)
 static KvDevice *
 create (KvTierRegistry  *registry,
         KvHostBuffer    *buffer,
-        GVariant        *extra,
+        GVariant        *extra,   /* (transfer full) (nullable) */
         GError         **error)
 {
+  g_autoptr(GVariant) owned = extra;   /* g_variant_parse() gave a full reference */
   GVariantDict dict;
 
-  g_variant_dict_init (&dict, extra);
+  g_variant_dict_init (&dict, owned);
   if (!g_variant_dict_contains (&dict, "n-blocks"))
     g_variant_dict_insert (&dict, "n-blocks", "u", 64);
   if (!g_variant_dict_contains (&dict, "block-bytes"))

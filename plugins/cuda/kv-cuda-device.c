@@ -438,7 +438,10 @@ open_on_current_device (KvCudaDevice  *self,
       if (!cuda_check (cudaMalloc (&self->memory, layer_bytes * self->layout.n_layers),
                        "cudaMalloc of the device's KV memory", error) ||
           !cuda_check (cudaMemset (self->memory, 0, layer_bytes * self->layout.n_layers),
-                       "cudaMemset", error))
+                       "cudaMemset", error) ||
+          /* The memset runs on the legacy stream, which the device's
+           * non-blocking streams do not wait for. */
+          !cuda_check (cudaStreamSynchronize (NULL), "cudaStreamSynchronize", error))
         return FALSE;
       for (guint l = 0; l < self->layout.n_layers; l++)
         self->layout.layer_addresses[l] = (guint64) (guintptr) self->memory + l * layer_bytes;
@@ -520,7 +523,7 @@ kv_cuda_device_open (KvDevice  *device,
        open_on_current_device (self, error);
   if (!ok)
     release_cuda (self);
-  if (previous >= 0)
+  if (previous >= 0 && previous != self->ordinal)
     (void) cudaSetDevice (previous);
   if (!ok)
     return FALSE;

@@ -326,6 +326,9 @@ roundtrip (LayoutKind kind,
    * (the copy engine's coalesced path) for half the slots, scattered
    * blocks for the rest. */
   cuda_ok (cudaMemset (rig->memory, 0, rig->memory_size), "cudaMemset");
+  /* A device memset does not wait for itself; the device's streams do not
+   * wait for the legacy stream either. */
+  cuda_ok (cudaDeviceSynchronize (), "cudaDeviceSynchronize");
   {
     g_autofree guint *dev_chunks = distinct (rand, n_chunks / 2, n_device_chunks);
 

@@ -576,11 +576,7 @@ issue_job (Lane    *lane,
       guint64 start, offset, k = 0;
 
       g_mutex_lock (&self->lock);
-      /* Contiguous spans: skip the ring's tail when they would wrap. */
-      start = lane->ring_head;
-      if (start % RING_SPANS + n_spans > RING_SPANS)
-        start += RING_SPANS - start % RING_SPANS;
-      while (start + n_spans - lane->ring_tail > RING_SPANS)
+      while (!kv_cuda_ring_reserve (RING_SPANS, lane->ring_head, &lane->ring_tail, n_spans, &start))
         g_cond_wait (&lane->cond, &self->lock);
       lane->ring_head = start + n_spans;
       job->ring_end = lane->ring_head;
@@ -657,11 +653,11 @@ issuer_thread (gpointer data)
   Lane *lane = data;
   KvCudaDevice *self = lane->self;
   GError *set_error = NULL;
+  cudaError_t err = cudaSetDevice (self->ordinal);
 
-  if (cudaSetDevice (self->ordinal) != cudaSuccess)
-    {
-      cuda_check (cudaGetLastError (), "cudaSetDevice", &set_error);
-    }
+  /* Then every job fails, in order, saying why. */
+  if (err != cudaSuccess)
+    cuda_check (err, "cudaSetDevice", &set_error);
 
   g_mutex_lock (&self->lock);
   for (;;)
@@ -781,7 +777,7 @@ completer_thread (gpointer data)
         lane->free_events[lane->n_free_events++] = job->event;
       job->event = NULL;
       if (job->ring_end != 0)
-        lane->ring_tail = job->ring_end;
+        lane->ring_tail = MAX (lane->ring_tail, job->ring_end);
       /* The job's own GPU time: from its issue or from the end of the job
        * before it, whichever is later. */
       start_ns = job->issued_ns != 0 ? MAX (job->issued_ns, lane->last_done_ns) : done_ns;

@@ -325,3 +325,30 @@ kv_cuda_layout_clear (KvCudaLayout *layout)
   g_clear_pointer (&layout->layer_addresses, g_free);
   layout->n_layers = 0;
 }
+
+/* The gather/scatter kernel's descriptors live in a ring of @capacity
+ * entries per direction, handed out and given back in job order: [tail,
+ * head) are in use (counters that only grow; entry i is at i % capacity).
+ * Finds where @n ≤ @capacity contiguous entries go: at @head, or at the
+ * ring's start when they would wrap (the entries skipped go with them).
+ * Returns whether they are free now; if not, the caller waits for older
+ * jobs to give theirs back (@tail grows) and asks again. With nothing in
+ * use, @tail moves up to the new start, so a request always fits then. */
+gboolean
+kv_cuda_ring_reserve (guint64  capacity,
+                      guint64  head,
+                      guint64 *tail,
+                      guint64  n,
+                      guint64 *out_start)
+{
+  guint64 start = head;
+
+  g_return_val_if_fail (n > 0 && n <= capacity, FALSE);
+
+  if (start % capacity + n > capacity)
+    start += capacity - start % capacity;
+  if (*tail == head)
+    *tail = start;
+  *out_start = start;
+  return start + n - *tail <= capacity;
+}

@@ -61,4 +61,10 @@ GArray   *kv_cuda_layout_plan            (const KvCudaLayout  *layout,
                                           guint64              max_pitch);
 void      kv_cuda_layout_clear           (KvCudaLayout        *layout);
 
+gboolean  kv_cuda_ring_reserve           (guint64              capacity,
+                                          guint64              head,
+                                          guint64             *tail,
+                                          guint64              n,
+                                          guint64             *out_start);
+
 G_END_DECLS

@@ -497,6 +497,70 @@ test_plan_empty (void)
   kv_cuda_layout_clear (&layout);
 }
 
+/* Descriptor ring of the gather/scatter kernel: random requests given
+ * back in order never overlap live entries, never wrap, and always fit
+ * once everything was given back (no wait that nothing would end). */
+static void
+test_ring (void)
+{
+  const guint64 cap = 1000;
+  GRand *rand = g_rand_new_with_seed (7);
+  GQueue live = G_QUEUE_INIT;   /* (start, end) pairs, oldest first */
+  guint64 head = 0, tail = 0;
+  guint n_waits = 0, n_skips = 0;
+
+  for (guint round = 0; round < 20000; round++)
+    {
+      guint64 n = g_rand_int_range (rand, 1, cap + 1);
+      guint64 start = 0;
+
+      if (g_rand_int_range (rand, 0, 8) == 0)
+        n = g_rand_int_range (rand, cap / 2, cap + 1);
+      while (!kv_cuda_ring_reserve (cap, head, &tail, n, &start))
+        {
+          guint64 *oldest = g_queue_pop_head (&live);
+
+          /* Waiting is only right while something is in use. */
+          g_assert_nonnull (oldest);
+          tail = MAX (tail, oldest[1]);
+          g_free (oldest);
+          n_waits++;
+        }
+      g_assert_cmpuint (start, >=, head);
+      g_assert_cmpuint (start % cap + n, <=, cap);   /* contiguous */
+      if (start != head)
+        n_skips++;
+      /* Disjoint from every live entry, modulo the ring. */
+      for (GList *l = live.head; l != NULL; l = l->next)
+        {
+          guint64 *r = l->data;
+
+          g_assert_cmpuint (r[0], <, start);
+          g_assert_cmpuint (start + n - r[0], <=, cap);
+        }
+      head = start + n;
+      {
+        guint64 *r = g_new (guint64, 2);
+
+        r[0] = start;
+        r[1] = head;
+        g_queue_push_tail (&live, r);
+      }
+      /* Jobs finish, in order, now and then. */
+      while (!g_queue_is_empty (&live) && g_rand_int_range (rand, 0, 3) == 0)
+        {
+          guint64 *oldest = g_queue_pop_head (&live);
+
+          tail = MAX (tail, oldest[1]);
+          g_free (oldest);
+        }
+    }
+  g_assert_cmpuint (n_waits, >, 100);
+  g_assert_cmpuint (n_skips, >, 100);
+  g_queue_clear_full (&live, g_free);
+  g_rand_free (rand);
+}
+
 int
 main (int argc, char **argv)
 {
@@ -509,6 +573,7 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/cuda/layout/parse-addresses", test_parse_addresses);
   g_test_add_func ("/kvtier/cuda/layout/plan", test_plan);
   g_test_add_func ("/kvtier/cuda/layout/plan-empty", test_plan_empty);
+  g_test_add_func ("/kvtier/cuda/layout/ring", test_ring);
 
   return g_test_run ();
 }

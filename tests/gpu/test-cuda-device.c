@@ -14,7 +14,24 @@
  * maps in vLLM's layouts, both directions at once with many jobs in
  * flight, drain, cancellation and disposal with jobs in flight, bad block
  * ids and freed memory. Exits 77 (skipped) where cudaGetDeviceCount finds
- * no GPU. Linked with a static copy of the device. */
+ * no GPU. Linked with a static copy of the device.
+ *
+ * Built a second time as test-cuda-device-fake (tests/cuda), against the
+ * test double of the CUDA runtime in tests/cuda/fake-cudart.c, with
+ * KV_CUDA_FAKE: the same tests at smaller sizes on host memory, plus
+ * injected CUDA failures, so the device's threads and error paths run on
+ * every machine. */
+
+#ifdef KV_CUDA_FAKE
+# include "fake-cudart.h"
+# define MEMORY_BUDGET (8u << 20)
+# define BIG_BLOCK (256 * 1024)
+# define MID_BLOCK (128 * 1024)
+#else
+# define MEMORY_BUDGET (256u << 20)
+# define BIG_BLOCK (2 * 1024 * 1024)
+# define MID_BLOCK (512 * 1024)
+#endif
 
 #define N_LAYERS 4
 #define BPC 4
@@ -147,8 +164,8 @@ rig_new (LayoutKind kind,
   rig->kind = kind;
   rig->block_bytes = block_bytes;
   rig->n_planes = kind == LAYOUT_DENSE ? 1 : 2;
-  /* At most 256 MiB of device memory, at least 16 chunks of blocks. */
-  rig->n_blocks = (guint) CLAMP ((256u << 20) / (N_LAYERS * block_bytes), 16 * BPC, 64 * BPC);
+  /* At most MEMORY_BUDGET of device memory, at least 16 chunks of blocks. */
+  rig->n_blocks = (guint) CLAMP (MEMORY_BUDGET / (N_LAYERS * block_bytes), 16 * BPC, 64 * BPC);
   rig->memory_size = (gsize) N_LAYERS * rig->n_blocks * block_bytes;
   cuda_ok (cudaMalloc ((void **) &rig->memory, rig->memory_size), "cudaMalloc");
   rig->buffer = kv_host_buffer_new (N_SLOTS, slot_size, &error);
@@ -406,7 +423,11 @@ roundtrip (LayoutKind kind,
 static void
 test_roundtrip (gconstpointer data)
 {
+#ifdef KV_CUDA_FAKE
+  static const gsize sizes[] = { 4096, 64 * 1024, BIG_BLOCK };
+#else
   static const gsize sizes[] = { 4096, 64 * 1024, 512 * 1024, 2 * 1024 * 1024 };
+#endif
   LayoutKind kind = GPOINTER_TO_INT (data);
 
   for (guint i = 0; i < G_N_ELEMENTS (sizes); i++)
@@ -462,7 +483,8 @@ test_bidirectional (void)
 
       for (guint j = 0; j < BPC; j++)
         {
-          store_blocks[j] = (k % 4) * BPC * 3 + j * 2;       /* scattered, lower half */
+          store_blocks[j] = (k % 4) * BPC * 2 + j * 2;       /* scattered, lower half */
+          g_assert_cmpuint (store_blocks[j], <, half);
           load_blocks[j] = half + (k % 4) * BPC + j;        /* consecutive, upper half */
         }
       *key = kv_device_submit_store (device, store_blocks, BPC, &store_chunk, 1, &error);
@@ -481,7 +503,7 @@ test_bidirectional (void)
       guint blocks[BPC];
 
       for (guint j = 0; j < BPC; j++)
-        blocks[j] = s * BPC * 3 + j * 2;
+        blocks[j] = s * BPC * 2 + j * 2;
       check_stored_slot (rig, 4 + s, blocks, 0);
     }
   cuda_ok (cudaMemcpy (after, rig->memory, rig->memory_size, cudaMemcpyDeviceToHost), "cudaMemcpy");
@@ -503,7 +525,7 @@ test_bidirectional (void)
 static void
 test_drain (void)
 {
-  Rig *rig = rig_new (LAYOUT_CROSS_LAYER, 2 * 1024 * 1024, 256 * 1024);
+  Rig *rig = rig_new (LAYOUT_CROSS_LAYER, BIG_BLOCK, 256 * 1024);
   KvDevice *device = KV_DEVICE (rig->device);
   g_autoptr(GError) error = NULL;
   g_autoptr(GHashTable) store_ids = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free, NULL);
@@ -556,7 +578,7 @@ still_works (Rig *rig)
 static void
 test_cancel (void)
 {
-  Rig *rig = rig_new (LAYOUT_DENSE, 2 * 1024 * 1024, 256 * 1024);
+  Rig *rig = rig_new (LAYOUT_DENSE, BIG_BLOCK, 256 * 1024);
   KvDevice *device = KV_DEVICE (rig->device);
   g_autoptr(GError) error = NULL;
   g_autoptr(GHashTable) store_ids = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free, NULL);
@@ -577,17 +599,27 @@ test_cancel (void)
   for (guint k = 0; k < 64; k++)
     {
       guint64 *key = g_new (guint64, 1);
+      gint64 deadline = g_get_monotonic_time () + TIMEOUT_MS * 1000;
 
       *key = kv_device_submit_store (device, blocks, 2 * BPC, store_chunks, 2, &error);
       g_assert_no_error (error);
       g_hash_table_add (store_ids, key);
       g_assert_cmpuint (kv_device_submit_load (device, load_chunks, 2, load_blocks, 2 * BPC, &error), >, 0);
       g_assert_no_error (error);
+      /* The first jobs finish before the rest are queued, so there is
+       * something on both sides of the cancellation. */
+      while (k == 3 && kv_device_get_n_active_jobs (device) > 6)
+        {
+          g_assert_cmpint (g_get_monotonic_time (), <, deadline);
+          g_usleep (100);
+        }
     }
   n_cancelled = kv_cuda_device_cancel (rig->device);
   g_test_message ("%u of 128 jobs cancelled", n_cancelled);
-  /* 64 MiB jobs, at most 32 per direction on the GPU: some were waiting. */
+  /* Jobs of 32 big blocks, at most 32 per direction on the GPU: some were
+   * waiting; two at least had finished. */
   g_assert_cmpuint (n_cancelled, >, 0);
+  g_assert_cmpuint (n_cancelled, <=, 126);
 
   results = collect (device, 128, store_ids);
   for (guint i = 0; i < results->len; i++)
@@ -617,7 +649,7 @@ test_cancel (void)
 static void
 test_dispose_in_flight (void)
 {
-  Rig *rig = rig_new (LAYOUT_DENSE, 512 * 1024, 256 * 1024);
+  Rig *rig = rig_new (LAYOUT_DENSE, MID_BLOCK, 256 * 1024);
   g_autoptr(GError) error = NULL;
   guint32 blocks[2 * BPC];
   guint32 chunks[2] = { 0, 1 };
@@ -759,7 +791,7 @@ test_freed_memory (void)
 {
   if (g_test_subprocess ())
     {
-      Rig *rig = rig_new (LAYOUT_DENSE, 512 * 1024, 0);
+      Rig *rig = rig_new (LAYOUT_DENSE, MID_BLOCK, 0);
       g_autoptr(GError) error = NULL;
       g_autoptr(GPtrArray) results = NULL;
       g_autofree char *last_error = NULL;
@@ -785,6 +817,88 @@ test_freed_memory (void)
   g_test_trap_assert_passed ();
   g_test_trap_assert_stderr ("*last-error: store job * failed: KvCudaDevice: *");
 }
+
+#ifdef KV_CUDA_FAKE
+/* A copy call that fails fails its job, named, and the next job works; so
+ * does an error the GPU reports at the event. */
+static void
+test_injected_errors (void)
+{
+  Rig *rig = rig_new (LAYOUT_DENSE, 64 * 1024, 0);
+  KvDevice *device = KV_DEVICE (rig->device);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) results = NULL;
+  g_autofree char *last_error = NULL;
+  guint32 blocks[BPC] = { 4, 5, 6, 7 };
+  guint32 chunk = 1;
+
+  fake_cuda_fail_copies (1, cudaErrorInvalidValue);
+  g_assert_cmpuint (kv_device_submit_store (device, blocks, BPC, &chunk, 1, &error), >, 0);
+  g_assert_no_error (error);
+  results = collect (device, 1, NULL);
+  g_assert_false (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (g_ptr_array_index (results, 0)), ==, 0);
+  last_error = kv_cuda_device_dup_last_error (rig->device);
+  g_assert_nonnull (strstr (last_error, "failed: KvCudaDevice: cudaMemcpyAsync failed: cudaErrorInvalidValue (invalid argument)"));
+  still_works (rig);
+
+  g_clear_pointer (&results, g_ptr_array_unref);
+  g_clear_pointer (&last_error, g_free);
+  fake_cuda_fail_next_sync (cudaErrorIllegalAddress);
+  g_assert_cmpuint (kv_device_submit_load (device, &chunk, 1, blocks, BPC, &error), >, 0);
+  results = collect (device, 1, NULL);
+  g_assert_false (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+  last_error = kv_cuda_device_dup_last_error (rig->device);
+  g_assert_nonnull (strstr (last_error, "load job"));
+  g_assert_nonnull (strstr (last_error, "cudaErrorIllegalAddress"));
+  still_works (rig);
+  rig_free (rig);
+}
+
+/* Scattered small blocks go through one kernel launch per job, large or
+ * contiguous ones through the copy engines. */
+static void
+test_copy_paths (void)
+{
+  Rig *rig = rig_new (LAYOUT_DENSE, 64 * 1024, 256 * 1024);
+  KvDevice *device = KV_DEVICE (rig->device);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) results = NULL;
+  guint32 scattered[2 * BPC] = { 40, 3, 17, 9, 22, 1, 30, 12 };
+  guint32 chunks[2] = { 2, 3 };
+  guint64 launches = fake_cuda_get_n_kernel_launches ();
+  guint64 copies = fake_cuda_get_n_copy_calls ();
+
+  g_assert_cmpuint (kv_device_submit_store (device, scattered, 2 * BPC, chunks, 2, &error), >, 0);
+  results = collect (device, 1, NULL);
+  g_assert_true (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+  g_assert_cmpuint (fake_cuda_get_n_kernel_launches (), ==, launches + 1);
+  g_assert_cmpuint (fake_cuda_get_n_copy_calls (), ==, copies);
+  check_stored_slot (rig, 2, (guint *) scattered, 0);
+  check_stored_slot (rig, 3, (guint *) scattered + BPC, 0);
+  rig_free (rig);
+
+  /* Copy engines only: one call per contiguous run, here a layer's four
+   * consecutive blocks of one chunk: 2 chunks × 4 layers. */
+  rig = rig_new (LAYOUT_DENSE, 64 * 1024, 0);
+  device = KV_DEVICE (rig->device);
+  {
+    guint32 consecutive[2 * BPC] = { 8, 9, 10, 11, 20, 21, 22, 23 };
+
+    launches = fake_cuda_get_n_kernel_launches ();
+    copies = fake_cuda_get_n_copy_calls ();
+    g_clear_pointer (&results, g_ptr_array_unref);
+    g_assert_cmpuint (kv_device_submit_store (device, consecutive, 2 * BPC, chunks, 2, &error), >, 0);
+    results = collect (device, 1, NULL);
+    g_assert_true (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+    g_assert_cmpuint (fake_cuda_get_n_kernel_launches (), ==, launches);
+    g_assert_cmpuint (fake_cuda_get_n_copy_calls (), ==, copies + 2 * N_LAYERS);
+    check_stored_slot (rig, 2, (guint *) consecutive, 0);
+    check_stored_slot (rig, 3, (guint *) consecutive + BPC, 0);
+  }
+  rig_free (rig);
+}
+#endif
 
 int
 main (int argc, char **argv)
@@ -813,6 +927,10 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/cuda/gpu/fill-check", test_fill_check);
   g_test_add_func ("/kvtier/cuda/gpu/layout-outside-allocation", test_layout_outside_allocation);
   g_test_add_func ("/kvtier/cuda/gpu/freed-memory", test_freed_memory);
+#ifdef KV_CUDA_FAKE
+  g_test_add_func ("/kvtier/cuda/gpu/injected-errors", test_injected_errors);
+  g_test_add_func ("/kvtier/cuda/gpu/copy-paths", test_copy_paths);
+#endif
 
   return g_test_run ();
 }

@@ -1747,7 +1747,7 @@ print_report (Bench         *b,
     printf (" (%.2f s of it simulated prefill at %.0f tokens/s)", b->compute_ns / 1e9,
             b->prefill_rate);
   printf ("\n");
-  if (b->host != NULL && !b->no_verify)
+  if ((b->host != NULL || b->device_fills) && !b->no_verify)
     printf ("  %-28s %" G_GUINT64_FORMAT " loaded chunks checked byte for byte, %" G_GUINT64_FORMAT
             " mismatches\n", "verified", b->verified_chunks, b->verify_mismatches);
   if (b->deferrals > 0)

@@ -131,6 +131,7 @@ enum {
 static GParamSpec *properties[N_PROPS];
 
 enum {
+  SIGNAL_CANCEL,
   SIGNAL_FILL_BLOCKS,
   SIGNAL_CHECK_BLOCKS,
   N_SIGNALS
@@ -1161,6 +1162,22 @@ kv_cuda_device_class_init (KvCudaDeviceClass *klass)
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
+
+  /**
+   * KvCudaDevice::cancel:
+   * @self: a CUDA device
+   *
+   * Fails the jobs not yet handed to the GPU: see kv_cuda_device_cancel().
+   * An action signal, so bindings can emit it.
+   *
+   * Returns: the number of jobs cancelled
+   */
+  signals[SIGNAL_CANCEL] =
+    g_signal_new_class_handler ("cancel", G_TYPE_FROM_CLASS (klass),
+                                G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+                                G_CALLBACK (kv_cuda_device_cancel),
+                                g_signal_accumulator_first_wins, NULL, NULL,
+                                G_TYPE_UINT, 0);
 
   /**
    * KvCudaDevice::fill-blocks:

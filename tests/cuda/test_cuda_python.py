@@ -95,3 +95,27 @@ def test_layout_errors(extra, fragment):
         registry().create_device('cuda', buf, props(**extra))
     assert info.value.matches(Kv.tier_error_quark(), Kv.TierError.INVALID_ARGUMENT)
     assert fragment in info.value.message
+
+
+def test_cancel():
+    """Jobs queued behind the GPU's window are failed by the cancel action;
+    every job is still reported, once, successes first in each direction."""
+    buf = Kv.HostBuffer.new(8, N_LAYERS * BPC * BLOCK)
+    dev = registry().create_device('cuda', buf, props())
+    stores = [dev.submit_store([4 * (k % 8) + j for j in range(BPC)], [k % 4])
+              for k in range(200)]
+    loads = [dev.submit_load([4 + k % 4], [32 + 4 * (k % 8) + j for j in range(BPC)])
+             for k in range(200)]
+    cancelled = dev.emit('cancel')
+    dev.wait_all()
+    results = dev.get_finished()
+    assert sorted(r.get_job_id() for r in results) == sorted(stores + loads)
+    failed = [r for r in results if not r.get_success()]
+    assert len(failed) == cancelled
+    for ids in (stores, loads):
+        outcome = {r.get_job_id(): r.get_success() for r in results if r.get_job_id() in ids}
+        flags = [outcome[i] for i in ids]
+        assert flags == sorted(flags, reverse=True)   # no success after a failure
+    if cancelled:
+        assert 'cancelled' in dev.props.last_error
+    assert dev.shutdown()

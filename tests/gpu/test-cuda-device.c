@@ -93,7 +93,7 @@ rig_fill (Rig     *rig,
           guint64  seed)
 {
   rig->seed = seed;
-  cuda_ok (kv_cuda_launch_fill_pattern ((unsigned long long *) rig->memory, rig->memory_size / 8,
+  cuda_ok (kv_cuda_launch_fill_pattern ((unsigned long long *) (void *) rig->memory, rig->memory_size / 8,
                                         seed, NULL), "fill kernel");
   cuda_ok (cudaDeviceSynchronize (), "cudaDeviceSynchronize");
 }
@@ -270,7 +270,8 @@ check_stored_slot (Rig         *rig,
     for (guint j = skip; j < BPC; j++)
       for (guint p = 0; p < rig->n_planes; p++)
         {
-          const guint64 *got = (const guint64 *) (data + ((gsize) l * BPC + j) * rig->block_bytes + p * pb);
+          /* Blocks are whole 64-bit words apart. */
+          const guint64 *got = (const guint64 *) (const void *) (data + ((gsize) l * BPC + j) * rig->block_bytes + p * pb);
           guint64 first = (plane_address (rig, l, blocks[j - skip], p) -
                            (guint64) (guintptr) rig->memory) / 8;
 

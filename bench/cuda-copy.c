@@ -26,6 +26,9 @@
  *
  *   store 2MiB cuda: <x> GB/s = <y>% of ceiling <z> GB/s
  *
+ * Each block size is measured a second time with the other copy path
+ * (copy engines or the gather/scatter kernel), printed as `#` lines.
+ *
  * Targets (doc/cuda.md): ≥ 90% of the ceiling each way at ≥ 512 KiB
  * blocks, ≥ 70% at 64 KiB, bidirectional ≥ 85% of the bidirectional
  * ceiling. Without a GPU it says so and exits 0.
@@ -253,38 +256,43 @@ time_device (Run     *run,
 }
 
 static void
-report (const char *what,
+report (const char *prefix,
+        const char *what,
         const char *size,
+        const char *path,
         gdouble     gbps,
         gdouble     ceiling)
 {
-  printf ("%s %s cuda: %.1f GB/s = %.0f%% of ceiling %.1f GB/s\n",
-          what, size, gbps, 100 * gbps / ceiling, ceiling);
+  printf ("%s%s %s %s: %.1f GB/s = %.0f%% of ceiling %.1f GB/s\n",
+          prefix, what, size, path, gbps, 100 * gbps / ceiling, ceiling);
   fflush (stdout);
 }
 
+/* Stores, loads and both at once at @block_bytes, with the device's
+ * gather-run-bytes at @gather; the lines start with @prefix. */
 static gboolean
-bench_block_size (guint64        block_bytes,
-                  const Ceiling *ceiling,
-                  GError       **error)
+measure (KvHostBuffer  *buffer,
+         guint64        block_bytes,
+         guint64        gather,
+         const char    *prefix,
+         const char    *path,
+         const Ceiling *ceiling,
+         GError       **error)
 {
   gsize chunk_bytes = (gsize) BPC * opt_layers * block_bytes;
   guint n_blocks = 256;
-  g_autoptr(KvHostBuffer) buffer = NULL;
   g_autoptr(KvCudaDevice) device = NULL;
   g_autofree char *name = size_name (block_bytes);
   Run run = { 0 };
   gdouble store, load, both;
+  gboolean ok;
 
   /* Device memory of its own (dense, one tensor per layer) filled by a
    * kernel, so stores move real bytes. */
-  buffer = kv_host_buffer_new (N_SLOTS, chunk_bytes, error);
-  if (buffer == NULL)
-    return FALSE;
   device = g_initable_new (KV_TYPE_CUDA_DEVICE, NULL, error,
                            "primary", buffer, "n-blocks", n_blocks,
                            "block-bytes", block_bytes, "n-layers", opt_layers,
-                           "blocks-per-chunk", BPC, "gather-run-bytes", opt_gather, NULL);
+                           "blocks-per-chunk", (guint) BPC, "gather-run-bytes", gather, NULL);
   if (device == NULL)
     return FALSE;
   cuda_or_die (kv_cuda_launch_fill_pattern ((unsigned long long *) (guintptr)
@@ -303,18 +311,40 @@ bench_block_size (guint64        block_bytes,
   store = time_device (&run, opt_total, 1);
   load = time_device (&run, opt_total, 2);
   both = time_device (&run, opt_total, 3);
-  report ("store", name, store, ceiling->d2h);
-  report ("load", name, load, ceiling->h2d);
-  report ("bidir", name, both, ceiling->bidir);
-  if (run.failed > 0)
-    {
-      g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "%u jobs failed", run.failed);
-      return FALSE;
-    }
+  report (prefix, "store", name, path, store, ceiling->d2h);
+  report (prefix, "load", name, path, load, ceiling->h2d);
+  report (prefix, "bidir", name, path, both, ceiling->bidir);
 
   g_hash_table_unref (run.direction_of);
   g_rand_free (run.rand);
-  return kv_device_shutdown (KV_DEVICE (device), error);
+  ok = kv_device_shutdown (KV_DEVICE (device), error);
+  if (ok && run.failed > 0)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "%u jobs failed", run.failed);
+      ok = FALSE;
+    }
+  return ok;
+}
+
+/* The device as configured, then (as # lines) the other copy path, so the
+ * gather-run-bytes threshold can be set from measurements: blocks are
+ * scattered, so a job's runs are single blocks and the kernel moves them
+ * when a block is at most gather-run-bytes. */
+static gboolean
+bench_block_size (guint64        block_bytes,
+                  const Ceiling *ceiling,
+                  GError       **error)
+{
+  g_autoptr(KvHostBuffer) buffer = NULL;
+  gboolean kernel = opt_gather > 0 && block_bytes <= opt_gather;
+
+  buffer = kv_host_buffer_new (N_SLOTS, (gsize) BPC * opt_layers * block_bytes, error);
+  if (buffer == NULL)
+    return FALSE;
+  return measure (buffer, block_bytes, opt_gather, "", "cuda", ceiling, error) &&
+         measure (buffer, block_bytes, kernel ? 0 : G_MAXUINT64, "# ",
+                  kernel ? "cuda, copy engines only" : "cuda, gather/scatter kernel only",
+                  ceiling, error);
 }
 
 int

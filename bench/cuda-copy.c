@@ -34,7 +34,7 @@
  * ceiling. Without a GPU it says so and exits 0.
  *
  *   cuda-copy [--total SIZE] [--block-sizes 64KiB,512KiB,2MiB]
- *             [--layers N] [--gather-run-bytes SIZE]
+ *             [--layers N] [--gather-run-bytes SIZE] [--ceiling-bytes SIZE]
  */
 
 #define N_SLOTS 32
@@ -46,6 +46,7 @@ static guint64 opt_total = 8ULL << 30;
 static char *opt_sizes;
 static guint opt_layers = 8;
 static guint64 opt_gather = 256 * 1024;
+static guint64 opt_ceiling = 512 << 20;
 
 static void
 cuda_or_die (cudaError_t err,
@@ -142,7 +143,7 @@ time_copies (void         *host_a,
 static Ceiling
 measure_ceiling (void)
 {
-  const gsize bytes = 512 << 20;
+  const gsize bytes = opt_ceiling;
   void *host_a, *host_b, *dev_a, *dev_b;
   cudaStream_t streams[2];
   Ceiling c;
@@ -355,6 +356,7 @@ main (int argc, char **argv)
   g_auto(GStrv) sizes = NULL;
   g_autofree char *total_text = NULL;
   g_autofree char *gather_text = NULL;
+  g_autofree char *ceiling_text = NULL;
   struct cudaDeviceProp prop;
   int count = 0;
   cudaError_t err;
@@ -364,6 +366,7 @@ main (int argc, char **argv)
     { "block-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_sizes, "Block sizes (64KiB,512KiB,2MiB)", "LIST" },
     { "layers", 0, 0, G_OPTION_ARG_INT, &opt_layers, "Layers (8)", "N" },
     { "gather-run-bytes", 0, 0, G_OPTION_ARG_STRING, &gather_text, "The device's gather-run-bytes (256KiB)", "SIZE" },
+    { "ceiling-bytes", 0, 0, G_OPTION_ARG_STRING, &ceiling_text, "Bytes of the ceiling's one copy (512MiB)", "SIZE" },
     { NULL }
   };
 
@@ -376,6 +379,7 @@ main (int argc, char **argv)
     }
   if ((total_text != NULL && !parse_size (total_text, &opt_total)) ||
       (gather_text != NULL && !parse_size (gather_text, &opt_gather) && !g_str_equal (gather_text, "0")) ||
+      (ceiling_text != NULL && !parse_size (ceiling_text, &opt_ceiling)) ||
       opt_layers == 0)
     {
       g_printerr ("cuda-copy: bad --total, --gather-run-bytes or --layers\n");
@@ -395,9 +399,9 @@ main (int argc, char **argv)
   printf ("# %s, PCI %04x:%02x:%02x\n", prop.name, prop.pciDomainID, prop.pciBusID, prop.pciDeviceID);
 
   ceiling = measure_ceiling ();
-  printf ("# ceiling: one 512 MiB pinned cudaMemcpyAsync at a time: host → device %.1f GB/s,"
-          " device → host %.1f GB/s, both at once %.1f GB/s\n",
-          ceiling.h2d, ceiling.d2h, ceiling.bidir);
+  printf ("# ceiling: one %" G_GUINT64_FORMAT " MiB pinned cudaMemcpyAsync at a time: host → device"
+          " %.1f GB/s, device → host %.1f GB/s, both at once %.1f GB/s\n",
+          opt_ceiling >> 20, ceiling.h2d, ceiling.d2h, ceiling.bidir);
 
   sizes = g_strsplit (opt_sizes != NULL ? opt_sizes : "64KiB,512KiB,2MiB", ",", -1);
   for (guint i = 0; sizes[i] != NULL; i++)

@@ -48,6 +48,7 @@ struct CUevent_st
   GCond    cond;
   guint64  recorded;
   guint64  completed;
+  gint64   time_us;     /* when the last record completed */
 };
 
 typedef struct
@@ -274,6 +275,7 @@ run_event (gpointer data)
 
   g_mutex_lock (&op->event->lock);
   op->event->completed = MAX (op->event->completed, op->target);
+  op->event->time_us = g_get_monotonic_time ();
   g_cond_broadcast (&op->event->cond);
   g_mutex_unlock (&op->event->lock);
   g_free (op);
@@ -308,6 +310,50 @@ cudaEventSynchronize (cudaEvent_t event)
   fail_sync_error = cudaSuccess;
   g_mutex_unlock (&state_lock);
   return injected != cudaSuccess ? fail (injected) : cudaSuccess;
+}
+
+cudaError_t
+cudaEventCreate (cudaEvent_t *event)
+{
+  return cudaEventCreateWithFlags (event, 0);
+}
+
+cudaError_t
+cudaEventElapsedTime (float       *ms,
+                      cudaEvent_t  start,
+                      cudaEvent_t  end)
+{
+  if (start->completed < start->recorded || end->completed < end->recorded)
+    return fail (cudaErrorNotReady);
+  *ms = (end->time_us - start->time_us) / 1000.0f;
+  return cudaSuccess;
+}
+
+static void
+run_wait_event (gpointer data)
+{
+  EventOp *op = data;
+
+  g_mutex_lock (&op->event->lock);
+  while (op->event->completed < op->target)
+    g_cond_wait (&op->event->cond, &op->event->lock);
+  g_mutex_unlock (&op->event->lock);
+  g_free (op);
+}
+
+cudaError_t
+cudaStreamWaitEvent (cudaStream_t  stream,
+                     cudaEvent_t   event,
+                     unsigned int  flags)
+{
+  EventOp *op = g_new (EventOp, 1);
+
+  g_mutex_lock (&event->lock);
+  op->event = event;
+  op->target = event->recorded;
+  g_mutex_unlock (&event->lock);
+  enqueue (stream, run_wait_event, op);
+  return cudaSuccess;
 }
 
 /* Copies */
@@ -704,6 +750,7 @@ cudaGetErrorName (cudaError_t error)
     case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
     case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
     case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
+    case cudaErrorNotReady: return "cudaErrorNotReady";
     default: return "cudaErrorUnknown";
     }
 }

@@ -16,6 +16,12 @@
 #define WINDOW 32
 /* Spans of the gather/scatter kernel in flight per direction. */
 #define RING_SPANS 65536
+/* Pinned bounce memory per direction, in two halves, where the primary
+ * buffer cannot be registered (the tests' CUDA double uses less). */
+#ifndef KV_CUDA_BOUNCE_BYTES
+# define KV_CUDA_BOUNCE_BYTES (64u << 20)
+#endif
+#define BOUNCE_BYTES KV_CUDA_BOUNCE_BYTES
 
 typedef enum {
   JOB_PENDING,    /* on the host, not yet handed to the stream */
@@ -53,6 +59,8 @@ typedef struct
   guint64            ring_head;   /* spans handed out, ever */
   guint64            ring_tail;   /* spans given back, ever */
   gint64             last_done_ns;
+  guint8            *bounce;      /* pinned, BOUNCE_BYTES, or NULL */
+  cudaEvent_t        bounce_events[2];
 } Lane;
 
 /**
@@ -101,6 +109,7 @@ struct _KvCudaDevice
   guint8       *primary_data;
   gsize         primary_size;
   gboolean      registered;     /* we registered the primary buffer */
+  gboolean      bounced;        /* nobody could: copies go through bounce memory */
   guint8       *primary_mapped; /* its device address, or NULL: no kernel */
 
   /* fill-blocks and check-blocks, made on first use (owner thread) */
@@ -124,6 +133,7 @@ enum {
   PROP_ORDINAL,
   PROP_GATHER_RUN_BYTES,
   PROP_DEVICE_NAME,
+  PROP_BOUNCE_BUFFERED,
   PROP_LAST_ERROR,
   N_PROPS
 };
@@ -404,6 +414,17 @@ lane_open (KvCudaDevice  *self,
         return FALSE;
       lane->n_free_events++;
     }
+  if (self->bounced)
+    {
+      if (!cuda_check (cudaHostAlloc ((void **) &lane->bounce, BOUNCE_BYTES, cudaHostAllocPortable),
+                       "cudaHostAlloc of bounce memory", error))
+        return FALSE;
+      for (guint i = 0; i < 2; i++)
+        if (!cuda_check (cudaEventCreateWithFlags (&lane->bounce_events[i],
+                                                   cudaEventDisableTiming | cudaEventBlockingSync),
+                         "cudaEventCreateWithFlags", error))
+          return FALSE;
+    }
   if (self->primary_mapped != NULL)
     {
       if (!cuda_check (cudaHostAlloc ((void **) &lane->ring, sizeof (KvCudaSpan) * RING_SPANS,
@@ -461,12 +482,21 @@ open_on_current_device (KvCudaDevice  *self,
                           cudaHostRegisterPortable | cudaHostRegisterMapped);
   if (err == cudaErrorHostMemoryAlreadyRegistered)
     (void) cudaGetLastError ();   /* someone else pinned it: theirs to unpin */
-  else if (!cuda_check (err, "cudaHostRegister of the primary buffer", error))
-    return FALSE;
+  else if (err != cudaSuccess)
+    {
+      /* Some sandboxes cannot pin memory they did not allocate: copy
+       * through pinned memory of our own instead, at the cost of a CPU
+       * copy of every byte. */
+      (void) cudaGetLastError ();
+      g_message ("KvCudaDevice: cudaHostRegister of the %" G_GSIZE_FORMAT "-byte primary"
+                 " buffer failed: %s (%s); copies go through pinned bounce memory",
+                 self->primary_size, cudaGetErrorName (err), cudaGetErrorString (err));
+      self->bounced = TRUE;
+    }
   else
     self->registered = TRUE;
 
-  if (self->gather_run_bytes > 0)
+  if (self->gather_run_bytes > 0 && !self->bounced)
     {
       void *mapped = NULL;
 
@@ -546,6 +576,139 @@ kv_cuda_device_open (KvDevice  *device,
   return TRUE;
 }
 
+typedef struct
+{
+  guint64 device;
+  guint64 host_offset;
+  guint64 bytes;
+  guint64 bounce_offset;
+} BouncePiece;
+
+/* Waits for the batch in bounce half @half and, for a store, copies it out
+ * to the primary slots. */
+static void
+bounce_drain (Lane    *lane,
+              CudaJob *job,
+              GArray  *batch,
+              guint    half)
+{
+  KvCudaDevice *self = lane->self;
+  cudaError_t err = cudaEventSynchronize (lane->bounce_events[half]);
+
+  if (err != cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      if (job->error == NULL)
+        cuda_check (err, "the job's copies", &job->error);
+    }
+  if (lane->direction == KV_DEVICE_DIRECTION_TO_PRIMARY && job->error == NULL)
+    for (guint i = 0; i < batch->len; i++)
+      {
+        const BouncePiece *piece = &g_array_index (batch, BouncePiece, i);
+
+        memcpy (self->primary_data + piece->host_offset, lane->bounce + piece->bounce_offset,
+                piece->bytes);
+      }
+  g_array_set_size (batch, 0);
+}
+
+/* Starts the batch in bounce half @half: for a load, its bytes copied in
+ * from the slots first; then a copy per piece and the half's event. */
+static void
+bounce_start (Lane    *lane,
+              CudaJob *job,
+              GArray  *batch,
+              guint    half)
+{
+  KvCudaDevice *self = lane->self;
+  gboolean to_primary = lane->direction == KV_DEVICE_DIRECTION_TO_PRIMARY;
+  cudaError_t err;
+
+  for (guint i = 0; i < batch->len && job->error == NULL; i++)
+    {
+      const BouncePiece *piece = &g_array_index (batch, BouncePiece, i);
+      void *dev = (void *) (guintptr) piece->device;
+      void *bounce = lane->bounce + piece->bounce_offset;
+
+      if (!to_primary)
+        memcpy (bounce, self->primary_data + piece->host_offset, piece->bytes);
+      err = cudaMemcpyAsync (to_primary ? bounce : dev, to_primary ? dev : bounce, piece->bytes,
+                             to_primary ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice,
+                             lane->stream);
+      if (err != cudaSuccess)
+        {
+          (void) cudaGetLastError ();
+          cuda_check (err, "cudaMemcpyAsync", &job->error);
+        }
+    }
+  err = cudaEventRecord (lane->bounce_events[half], lane->stream);
+  if (err != cudaSuccess)
+    {
+      (void) cudaGetLastError ();
+      if (job->error == NULL)
+        cuda_check (err, "cudaEventRecord", &job->error);
+    }
+}
+
+/* A job through bounce memory, all of it before this returns: batches of
+ * half the bounce memory, the CPU filling or emptying one half while the
+ * GPU copies the other. */
+static void
+issue_job_bounced (Lane    *lane,
+                   CudaJob *job,
+                   GArray  *runs)
+{
+  const guint64 half_bytes = BOUNCE_BYTES / 2;
+  GArray *batches[2] = {
+    g_array_new (FALSE, FALSE, sizeof (BouncePiece)),
+    g_array_new (FALSE, FALSE, sizeof (BouncePiece)),
+  };
+  gboolean busy[2] = { FALSE, FALSE };
+  guint half = 0;
+  guint64 filled = 0;
+
+  for (guint i = 0; i < runs->len && job->error == NULL; i++)
+    {
+      const KvCudaRun *run = &g_array_index (runs, KvCudaRun, i);
+
+      for (guint64 r = 0; r < run->height && job->error == NULL; r++)
+        for (guint64 at = 0; at < run->width && job->error == NULL; )
+          {
+            BouncePiece piece;
+
+            if (filled == half_bytes)
+              {
+                bounce_start (lane, job, batches[half], half);
+                busy[half] = TRUE;
+                half ^= 1;
+                filled = 0;
+                if (busy[half])
+                  bounce_drain (lane, job, batches[half], half);
+                busy[half] = FALSE;
+              }
+            piece.device = run->device + r * run->device_pitch + at;
+            piece.host_offset = run->host_offset + r * run->host_pitch + at;
+            piece.bytes = MIN (run->width - at, half_bytes - filled);
+            piece.bounce_offset = half * half_bytes + filled;
+            g_array_append_val (batches[half], piece);
+            filled += piece.bytes;
+            at += piece.bytes;
+          }
+    }
+  if (filled > 0 && job->error == NULL)
+    {
+      bounce_start (lane, job, batches[half], half);
+      busy[half] = TRUE;
+    }
+  /* Both halves idle before the job is reported: its memory is free. */
+  for (guint h = 0; h < 2; h++)
+    {
+      if (busy[h])
+        bounce_drain (lane, job, batches[h], h);
+      g_array_unref (batches[h]);
+    }
+}
+
 /* Plans the job's copies and enqueues them and its event on the lane's
  * stream. Failures land in job->error; the event is still recorded after
  * whatever was enqueued, so the job is reported only once the GPU is done
@@ -576,7 +739,9 @@ issue_job (Lane    *lane,
   use_kernel = self->primary_mapped != NULL && lane->ring != NULL && rows > 1 &&
                bytes / rows <= self->gather_run_bytes && n_spans <= RING_SPANS;
 
-  if (use_kernel)
+  if (lane->bounce != NULL)
+    issue_job_bounced (lane, job, runs);
+  else if (use_kernel)
     {
       guint64 start, offset, k = 0;
 
@@ -855,7 +1020,8 @@ release_cuda (KvCudaDevice *self)
 
   for (guint d = 0; d < 2; d++)
     any = any || self->lanes[d].stream != NULL || self->lanes[d].n_free_events > 0 ||
-          self->lanes[d].ring != NULL;
+          self->lanes[d].ring != NULL || self->lanes[d].bounce != NULL ||
+          self->lanes[d].bounce_events[0] != NULL || self->lanes[d].bounce_events[1] != NULL;
   if (!any)
     return;
 
@@ -874,6 +1040,11 @@ release_cuda (KvCudaDevice *self)
       if (lane->ring != NULL)
         (void) cudaFreeHost (g_steal_pointer (&lane->ring));
       lane->ring_device = NULL;
+      if (lane->bounce != NULL)
+        (void) cudaFreeHost (g_steal_pointer (&lane->bounce));
+      for (guint i = 0; i < 2; i++)
+        if (lane->bounce_events[i] != NULL)
+          (void) cudaEventDestroy (g_steal_pointer (&lane->bounce_events[i]));
     }
   if (self->compute_stream != NULL)
     (void) cudaStreamDestroy (g_steal_pointer (&self->compute_stream));
@@ -882,6 +1053,7 @@ release_cuda (KvCudaDevice *self)
   if (self->registered)
     (void) cudaHostUnregister (self->primary_data);
   self->registered = FALSE;
+  self->bounced = FALSE;
   self->primary_mapped = NULL;
   if (self->memory != NULL)
     (void) cudaFree (g_steal_pointer (&self->memory));
@@ -993,6 +1165,9 @@ kv_cuda_device_get_property (GObject    *object,
       break;
     case PROP_DEVICE_NAME:
       g_value_set_string (value, self->device_name);
+      break;
+    case PROP_BOUNCE_BUFFERED:
+      g_value_set_boolean (value, self->bounced);
       break;
     case PROP_LAST_ERROR:
       g_value_take_string (value, kv_cuda_device_dup_last_error (self));
@@ -1154,6 +1329,18 @@ kv_cuda_device_class_init (KvCudaDeviceClass *klass)
   properties[PROP_DEVICE_NAME] =
     g_param_spec_string ("device-name", NULL, "The GPU's name", NULL,
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvCudaDevice:bounce-buffered:
+   *
+   * Whether the primary buffer could not be registered with CUDA (some
+   * sandboxes cannot pin memory they did not allocate), so that copies go
+   * through pinned memory of the device's own, with a CPU copy of every
+   * byte and no gather/scatter kernel.
+   */
+  properties[PROP_BOUNCE_BUFFERED] =
+    g_param_spec_boolean ("bounce-buffered", NULL, "Copies go through bounce memory", FALSE,
+                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
 
   /**
    * KvCudaDevice:last-error:

@@ -65,6 +65,7 @@ static GPtrArray *streams;      /* every live stream, for cudaDeviceSynchronize 
 static guint fail_copies;
 static cudaError_t fail_copies_error;
 static cudaError_t fail_sync_error;
+static cudaError_t fail_register_error;
 static guint64 n_ops, n_copy_calls, n_kernel_launches;
 static __thread cudaError_t last_error;
 static __thread int current_device;
@@ -592,6 +593,13 @@ cudaHostRegister (void         *ptr,
                   size_t        size,
                   unsigned int  flags)
 {
+  cudaError_t injected;
+
+  g_mutex_lock (&state_lock);
+  injected = fail_register_error;
+  g_mutex_unlock (&state_lock);
+  if (injected != cudaSuccess)
+    return fail (injected);
   return add_range (ptr, size, FALSE, FALSE);
 }
 
@@ -751,6 +759,7 @@ cudaGetErrorName (cudaError_t error)
     case cudaErrorHostMemoryAlreadyRegistered: return "cudaErrorHostMemoryAlreadyRegistered";
     case cudaErrorHostMemoryNotRegistered: return "cudaErrorHostMemoryNotRegistered";
     case cudaErrorNotReady: return "cudaErrorNotReady";
+    case cudaErrorNotSupported: return "cudaErrorNotSupported";
     default: return "cudaErrorUnknown";
     }
 }
@@ -899,6 +908,14 @@ fake_cuda_fail_copies (guint        n,
   g_mutex_lock (&state_lock);
   fail_copies = n;
   fail_copies_error = err;
+  g_mutex_unlock (&state_lock);
+}
+
+void
+fake_cuda_fail_host_register (cudaError_t err)
+{
+  g_mutex_lock (&state_lock);
+  fail_register_error = err;
   g_mutex_unlock (&state_lock);
 }
 

@@ -14,6 +14,9 @@ G_BEGIN_DECLS
 /* The next @n cudaMemcpyAsync / cudaMemcpy2DAsync calls fail with @err. */
 void   fake_cuda_fail_copies     (guint        n,
                                   cudaError_t  err);
+/* cudaHostRegister fails with @err until called again with cudaSuccess,
+ * as in sandboxes that cannot pin memory they did not allocate. */
+void   fake_cuda_fail_host_register (cudaError_t err);
 /* The next cudaEventSynchronize returns @err, as after a kernel fault. */
 void   fake_cuda_fail_next_sync  (cudaError_t  err);
 /* Operations each stream has run (copies, kernels, memsets, events). */

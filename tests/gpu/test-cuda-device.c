@@ -856,6 +856,30 @@ test_injected_errors (void)
   rig_free (rig);
 }
 
+/* Where the primary buffer cannot be registered, copies go through bounce
+ * memory (here 1 MiB: many batches, runs split across them): the same
+ * round trips, both directions at once, byte for byte. */
+static void
+test_bounce (void)
+{
+  Rig *rig;
+  gboolean bounced = FALSE;
+
+  fake_cuda_fail_host_register (cudaErrorNotSupported);
+  rig = rig_new (LAYOUT_DENSE, 64 * 1024, 256 * 1024);
+  g_object_get (rig->device, "bounce-buffered", &bounced, NULL);
+  g_assert_true (bounced);
+  still_works (rig);
+  rig_free (rig);
+
+  roundtrip (LAYOUT_DENSE, 4096, 256 * 1024);
+  roundtrip (LAYOUT_KV_PLANES, 64 * 1024, 256 * 1024);
+  roundtrip (LAYOUT_CROSS_LAYER, BIG_BLOCK, 0);
+  test_bidirectional ();
+  test_cancel ();
+  fake_cuda_fail_host_register (cudaSuccess);
+}
+
 /* Scattered small blocks go through one kernel launch per job, large or
  * contiguous ones through the copy engines. */
 static void
@@ -931,6 +955,7 @@ main (int argc, char **argv)
 #ifdef KV_CUDA_FAKE
   g_test_add_func ("/kvtier/cuda/gpu/injected-errors", test_injected_errors);
   g_test_add_func ("/kvtier/cuda/gpu/copy-paths", test_copy_paths);
+  g_test_add_func ("/kvtier/cuda/gpu/bounce", test_bounce);
 #endif
 
   return g_test_run ();

@@ -127,6 +127,11 @@ else
   say "kvtier bench --device cuda: skipped (no GPU)"
 fi
 
+# Whether the primary could be registered with CUDA, or copies went through
+# bounce memory (sandboxes that cannot pin memory they did not allocate).
+grep -h 'copies go through pinned bounce memory' "$out"/*.log 2>/dev/null | head -n 1 |
+  sed 's/^/note: /' | tee -a "$out/summary.txt"
+
 if [ "$failures" -eq 0 ]; then
   say "all passed$([ "$gpu" = no ] && echo ', GPU parts skipped: no GPU')"
 else

@@ -563,17 +563,24 @@ kv_cuda_device_open (KvDevice  *device,
   if (!ok)
     return FALSE;
 
-  for (guint d = 0; d < 2; d++)
+  self->started = TRUE;
+  for (guint d = 0; d < 2 && ok; d++)
     {
       Lane *lane = &self->lanes[d];
 
-      lane->issuer = g_thread_new (d == 0 ? "kv-cuda-store" : "kv-cuda-load",
-                                   issuer_thread, lane);
-      lane->completer = g_thread_new (d == 0 ? "kv-cuda-store-done" : "kv-cuda-load-done",
-                                      completer_thread, lane);
+      lane->issuer = g_thread_try_new (d == 0 ? "kv-cuda-store" : "kv-cuda-load",
+                                       issuer_thread, lane, error);
+      lane->completer = lane->issuer == NULL ? NULL :
+        g_thread_try_new (d == 0 ? "kv-cuda-store-done" : "kv-cuda-load-done",
+                          completer_thread, lane, error);
+      ok = lane->issuer != NULL && lane->completer != NULL;
     }
-  self->started = TRUE;
-  return TRUE;
+  if (!ok)
+    {
+      lanes_stop (self);
+      release_cuda (self);
+    }
+  return ok;
 }
 
 typedef struct
@@ -1004,8 +1011,11 @@ lanes_stop (KvCudaDevice *self)
 
   for (guint d = 0; d < 2; d++)
     {
-      g_thread_join (g_steal_pointer (&self->lanes[d].issuer));
-      g_thread_join (g_steal_pointer (&self->lanes[d].completer));
+      /* Both may be missing when starting them failed. */
+      if (self->lanes[d].issuer != NULL)
+        g_thread_join (g_steal_pointer (&self->lanes[d].issuer));
+      if (self->lanes[d].completer != NULL)
+        g_thread_join (g_steal_pointer (&self->lanes[d].completer));
     }
   self->started = FALSE;
 }

@@ -17,7 +17,7 @@
 # Without a GPU the GPU parts say so and are skipped; the exit status is
 # then 0 if the rest passed. Logs go to $OUT (or ./out next to this file)
 # as well as to the terminal. The steps' time limits add up to 8 minutes;
-# on an H200 the whole check should take two or three.
+# on an H200 it should take two or three (an estimate: not yet run).
 
 set -u
 

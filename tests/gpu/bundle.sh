@@ -23,6 +23,11 @@
 #
 # Builds with -Dcuda=enabled in its own directory (KVTIER_GPU_BUILD_DIR,
 # default ./build-gpu), release mode, no introspection or docs.
+#
+# For the device tool of a session lent a GPU: make the bundle in an
+# ignored folder of the tree, e.g. `tests/gpu/bundle.sh build-gpu-bundle`,
+# then run `bash build-gpu-bundle/run.sh` there with carry:
+# ["build-gpu-bundle"]; its logs land in $OUT.
 
 set -euo pipefail
 
@@ -32,7 +37,7 @@ if [ $# -ne 1 ]; then
 fi
 
 src=$(cd "$(dirname "$0")/../.." && pwd)
-dest=$1
+dest=$(realpath -m "$1")
 build=${KVTIER_GPU_BUILD_DIR:-$src/build-gpu}
 limit=$((64 * 1024 * 1024))
 

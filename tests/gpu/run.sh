@@ -121,7 +121,7 @@ if [ "$gpu" = yes ]; then
     rc=1
   fi
   verdict "kvtier bench --device cuda" "$rc"
-  grep -E '^  (device|tiers|verified) |io-engine=auto' "$out/kvtier-bench.log" >> "$out/summary.txt"
+  grep -E '^  (device|tiers|verified) |^  (device|primary) → (device|primary) |io-engine=auto' "$out/kvtier-bench.log" >> "$out/summary.txt"
 else
   run cuda-copy 60 "${prefix[@]}" "$here/bin/cuda-copy"
   verdict "cuda-copy (no GPU: it says so and exits 0)" $?

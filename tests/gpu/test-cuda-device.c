@@ -938,6 +938,11 @@ main (int argc, char **argv)
     {
       g_print ("SKIP: no CUDA device: %s\n",
                err != cudaSuccess ? cudaGetErrorString (err) : "the driver sees none");
+#ifdef __SANITIZE_ADDRESS__
+      /* The driver maps memory where ASan keeps its shadow gap. */
+      if (err != cudaSuccess && err != cudaErrorNoDevice && err != cudaErrorInsufficientDriver)
+        g_print ("SKIP: under AddressSanitizer CUDA needs ASAN_OPTIONS=protect_shadow_gap=0\n");
+#endif
       return 77;
     }
 

@@ -859,10 +859,38 @@ wake_completion_context (KvSecondaryTierPrivate *priv)
     g_main_context_wakeup (priv->completion_context);
 }
 
+/* Lock held: reports @t's in-flight job failed (queued as
+ * kv_secondary_tier_complete_job() queues), keeping @t to drop the tier's
+ * late answer. Collects its cancellable in @cancellables. */
+static void
+expire_one_locked (KvSecondaryTierPrivate  *priv,
+                   TrackedJob              *t,
+                   gboolean                 at_deadline,
+                   GPtrArray              **cancellables)
+{
+  t->state = TRACKED_EXPIRED;
+  g_atomic_int_add (&priv->n_in_flight, -1);
+  g_atomic_int_inc (&priv->n_unanswered);
+  if (at_deadline)
+    priv->n_expired++;
+  t->expired_result = kv_job_result_new (t->id, FALSE);
+  g_ptr_array_add (priv->finished, kv_job_result_ref (t->expired_result));
+  g_atomic_int_inc (&priv->n_queued);
+  if (t->is_load)
+    add_failed_load_locked (priv, t->job, t->expired_result);
+  if (t->cancellable != NULL)
+    {
+      if (*cancellables == NULL)
+        *cancellables = g_ptr_array_new_with_free_func (g_object_unref);
+      g_ptr_array_add (*cancellables, g_object_ref (t->cancellable));
+    }
+}
+
 /* Reports every tracked job past its deadline failed (all of them with
- * @all, at shutdown), exactly once, through the same queue as
- * kv_secondary_tier_complete_job(); fails an overdue probe. Any thread:
- * the watchdog's, or the owner's with a manual clock. */
+ * @all, at shutdown, those without a deadline included), exactly once,
+ * through the same queue as kv_secondary_tier_complete_job(); fails an
+ * overdue probe. Any thread: the watchdog's, or the owner's with a manual
+ * clock. */
 static void
 expire_jobs (KvSecondaryTier *self,
              gboolean         all)
@@ -883,23 +911,23 @@ expire_jobs (KvSecondaryTier *self,
       if (t->deadline > now)
         break;
       g_queue_unlink (&priv->by_deadline, &t->link);
-      t->state = TRACKED_EXPIRED;
-      g_atomic_int_add (&priv->n_in_flight, -1);
-      g_atomic_int_inc (&priv->n_unanswered);
-      if (!all)
-        priv->n_expired++;
-      t->expired_result = kv_job_result_new (t->id, FALSE);
-      g_ptr_array_add (priv->finished, kv_job_result_ref (t->expired_result));
-      g_atomic_int_inc (&priv->n_queued);
-      if (t->is_load)
-        add_failed_load_locked (priv, t->job, t->expired_result);
-      if (t->cancellable != NULL)
-        {
-          if (cancellables == NULL)
-            cancellables = g_ptr_array_new_with_free_func (g_object_unref);
-          g_ptr_array_add (cancellables, g_object_ref (t->cancellable));
-        }
+      expire_one_locked (priv, t, !all, &cancellables);
       n_expired++;
+    }
+  /* Jobs without a deadline are in no queue: at shutdown, find them in
+   * the table, or a job the tier dropped would never be reported. */
+  if (all && g_atomic_int_get (&priv->n_in_flight) > 0)
+    {
+      GHashTableIter iter;
+      TrackedJob *t;
+
+      g_hash_table_iter_init (&iter, priv->tracked);
+      while (g_hash_table_iter_next (&iter, NULL, (gpointer *) &t))
+        if (t->state == TRACKED_IN_FLIGHT)
+          {
+            expire_one_locked (priv, t, FALSE, &cancellables);
+            n_expired++;
+          }
     }
   if (priv->probe_id != 0 && priv->probe_deadline <= now)
     {

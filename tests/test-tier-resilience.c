@@ -530,6 +530,55 @@ test_unanswered_tier_not_drained (void)
   g_assert_cmpuint (kv_secondary_tier_get_n_late_completions (tier), ==, 2);
 }
 
+/* Without a deadline, a job the tier still holds at shutdown (its
+ * shutdown dropped it) is failed by the base class, each exactly once;
+ * the tier's late answer is dropped. Regression: only jobs with a
+ * deadline were failed, so these were never reported. */
+static void
+test_shutdown_fails_jobs_without_deadline (void)
+{
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (N_SLOTS, SLOT, NULL);
+  g_autoptr(KvSecondaryTier) tier = g_object_new (TEST_TYPE_HUNG_TIER, "primary", buffer,
+                                                  NULL);
+  g_autoptr(KvRequest) request = kv_request_new ("r", NULL);
+  g_autoptr(KvKey) key = make_key (6);
+  guint32 slot = 0;
+  g_autoptr(KvTransferJob) store = kv_transfer_job_new (11, &key, &slot, 1, FALSE, request);
+  g_autoptr(KvTransferJob) load = kv_transfer_job_new (12, &key, &slot, 1, TRUE, request);
+  gboolean seen[2] = { FALSE, FALSE };
+  KvJobResult **results;
+  guint n = 0;
+
+  g_assert_true (kv_secondary_tier_submit_store (tier, store, NULL));
+  g_assert_true (kv_secondary_tier_submit_load (tier, load, NULL));
+  g_assert_cmpuint (kv_secondary_tier_get_n_jobs_in_flight (tier), ==, 2);
+  g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  g_assert_cmpuint (hung (tier)->n_shutdowns, ==, 1);
+  g_assert_cmpuint (kv_secondary_tier_get_n_jobs_in_flight (tier), ==, 0);
+  results = kv_secondary_tier_get_finished_jobs (tier);
+  for (; results[n] != NULL; n++)
+    {
+      guint64 id = kv_job_result_get_job_id (results[n]);
+
+      g_assert_false (kv_job_result_get_success (results[n]));
+      g_assert_true (id == 11 || id == 12);
+      g_assert_false (seen[id - 11]);
+      seen[id - 11] = TRUE;
+      kv_job_result_unref (results[n]);
+    }
+  g_free (results);
+  g_assert_cmpuint (n, ==, 2);
+  /* shutdown is not a deadline */
+  g_assert_cmpuint (kv_secondary_tier_get_n_expired_jobs (tier), ==, 0);
+
+  hung_answer (tier, 11, TRUE);
+  hung_answer (tier, 12, TRUE);
+  results = kv_secondary_tier_get_finished_jobs (tier);
+  g_assert_null (results[0]);
+  g_free (results);
+  g_assert_cmpuint (kv_secondary_tier_get_n_late_completions (tier), ==, 2);
+}
+
 /* An answer in time stops the deadline: nothing expires later. */
 static void
 test_answer_in_time (void)
@@ -1055,6 +1104,8 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/resilience/deadline/unanswered-tier-not-drained",
                    test_unanswered_tier_not_drained);
   g_test_add_func ("/kvtier/resilience/deadline/answer-in-time", test_answer_in_time);
+  g_test_add_func ("/kvtier/resilience/shutdown-fails-jobs-without-deadline",
+                   test_shutdown_fails_jobs_without_deadline);
   g_test_add_func ("/kvtier/resilience/deadline/one-watchdog", test_one_watchdog);
   g_test_add_func ("/kvtier/resilience/deadline/race-exactly-once", test_race_exactly_once);
   g_test_add_func ("/kvtier/resilience/breaker/probe", test_breaker_probe);

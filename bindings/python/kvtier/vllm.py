@@ -1,0 +1,736 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""kvtier tiers inside vLLM, and vLLM tiers inside kvtier.
+
+:class:`KvtierSecondaryTier` is a vLLM secondary tier (vLLM's
+``SecondaryTierManager`` interface) that does its work with any kvtier tier
+(``fs``, ``example``, a plugin's, one written in Python), built from a
+kvtier configuration section. vLLM loads it by module path from its tier
+list in ``kv_connector_extra_config``::
+
+    "secondary_tiers": [{
+        "type": "KvtierSecondaryTier",
+        "module_path": "kvtier.vllm",
+        "tier": {"type": "fs", "root": "/mnt/nvme/kv", "max-size": "500GiB"}
+    }]
+
+No byte is copied between vLLM and the kvtier tier: vLLM's primary memory
+is a file mapped by every process (``/dev/shm/vllm_offload_*.mmap``); the
+adapter finds that file from the address of the view vLLM gives it, maps
+the same file as a ``Kv.HostBuffer``, and the kvtier tier reads and writes
+vLLM's chunk slots in place.
+
+:func:`wrap_tier` goes the other way: an object with vLLM's secondary-tier
+methods becomes a ``Kv.SecondaryTier`` that a ``Kv.TieringManager`` (or
+``Kv.Connector``) drives.
+
+When vLLM is importable, the adapter subclasses vLLM's own base class and
+speaks its types; otherwise it uses :mod:`kvtier._vllm_types`, stand-ins
+with the same names and fields. doc/vllm.md has the details and limits.
+"""
+
+import ctypes
+import logging
+import os
+import time
+
+import numpy
+
+from . import GLib, GObject, Kv, _variant
+
+try:                                    # pragma: no cover - vLLM is not installed in CI
+    from vllm.v1.kv_offload import base as _vllm_base
+    from vllm.v1.kv_offload.tiering import base as _vllm_tiering
+except ImportError:
+    _vllm_base = _vllm_tiering = None
+
+from . import _vllm_types
+
+__all__ = [
+    'HAVE_VLLM', 'KvtierSecondaryTier', 'VllmTierWrapper',
+    'primary_kv_view', 'region_of_view', 'wrap_tier', 'types',
+]
+
+log = logging.getLogger(__name__)
+
+HAVE_VLLM = _vllm_tiering is not None
+
+
+class _Types:
+    """vLLM's types where vLLM has them, the stand-ins otherwise."""
+
+    def __init__(self):
+        for name in _vllm_types.__all__:
+            value = None
+            for module in (_vllm_tiering, _vllm_base):
+                if module is not None and hasattr(module, name):
+                    value = getattr(module, name)
+                    break
+            setattr(self, name, value if value is not None else getattr(_vllm_types, name))
+
+
+#: The namespace of vLLM types the adapter speaks (``types.LookupResult``,
+#: ``types.TransferJob``...): vLLM's own when importable.
+types = _Types()
+
+_ERROR = GLib.Error
+
+
+# ---- finding vLLM's shared primary region ---------------------------------------
+
+def _view_address(view):
+    """The address and size of a C-contiguous writable buffer."""
+    if isinstance(view, numpy.ndarray):
+        if not view.flags.c_contiguous:
+            raise ValueError('the primary view is not C-contiguous')
+        return view.__array_interface__['data'][0], view.nbytes
+    mv = memoryview(view)
+    if not mv.c_contiguous:
+        raise ValueError('the primary view is not C-contiguous')
+    if mv.readonly:
+        raise ValueError('the primary view is read-only; a tier must be able to write '
+                         'promoted chunks into it')
+    # from_buffer() exports the buffer; drop the export at once so that the
+    # owner (an mmap) can still be closed.
+    anchor = ctypes.c_char.from_buffer(mv.cast('B'))
+    address = ctypes.addressof(anchor)
+    del anchor
+    return address, mv.nbytes
+
+
+def region_of_view(view):
+    """Where a buffer lives: ``(path, device, inode, file_offset)`` of the
+    shared file mapping that holds its first byte, from /proc/self/maps.
+    Raises ``ValueError`` if that memory is not a shared mapping of a file
+    that still has a name."""
+    address, _ = _view_address(view)
+    return _mapping_of(address)
+
+
+def _mapping_of(address):
+    with open('/proc/self/maps', encoding='utf-8', errors='surrogateescape') as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            start, end = (int(x, 16) for x in fields[0].split('-'))
+            if not start <= address < end:
+                continue
+            perms, offset, dev, inode = fields[1], int(fields[2], 16), fields[3], int(fields[4])
+            path = fields[5].rstrip('\n') if len(fields) > 5 else ''
+            if perms[3] != 's' or inode == 0 or not path.startswith('/'):
+                raise ValueError(f'the primary view at {address:#x} is not in a shared file '
+                                 f'mapping ({perms} {path or "anonymous"}); kvtier needs '
+                                 f"vLLM's shared region (a file under /dev/shm)")
+            if path.endswith(' (deleted)'):
+                raise ValueError(f'the file behind the primary view, {path}, was removed')
+            major, minor = (int(x, 16) for x in dev.split(':'))
+            return path, os.makedev(major, minor), inode, offset + (address - start)
+    raise ValueError(f'the primary view at {address:#x} is not mapped')
+
+
+def _buffer_for_view(view, path=None):
+    """A Kv.HostBuffer mapping the same file pages as ``view``, a 2-D
+    ``(n_chunks, row_stride)`` view of vLLM's shared region."""
+    mv = memoryview(view)
+    if mv.ndim != 2:
+        raise ValueError(f'the primary view has {mv.ndim} dimensions; vLLM hands a tier a '
+                         f'2-D (chunks, row bytes) view')
+    n_slots, slot_size = mv.shape[0], mv.strides[0]
+    if mv.shape[1] * mv.itemsize != slot_size:
+        raise ValueError(f'the primary view has rows of {mv.shape[1] * mv.itemsize} bytes '
+                         f'{slot_size} bytes apart; kvtier needs rows that touch')
+    found_path, device, inode, offset = region_of_view(view)
+    if offset != 0:
+        raise ValueError(f'the primary view starts {offset} bytes into {found_path}; '
+                         f'kvtier maps the region from its first byte')
+    path = path or found_path
+    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != (device, inode):
+            raise ValueError(f'{path} is not the file mapped under the primary view '
+                             f'(it was replaced since vLLM mapped it)')
+        return Kv.HostBuffer.new_for_fd(fd, n_slots, slot_size)
+    finally:
+        os.close(fd)
+
+
+def primary_kv_view(buffer):
+    """vLLM's ``primary_kv_view`` over a ``Kv.HostBuffer``: a writable 2-D
+    uint8 memoryview ``(n_slots, slot_size)`` of its memory, no copy; it
+    keeps the buffer alive. What a vLLM tier wrapped by :func:`wrap_tier`
+    is constructed with."""
+    size = buffer.get_size()
+    array = (ctypes.c_ubyte * size).from_address(buffer.get_data())
+    array._kvtier_owner = buffer
+    return memoryview(array).cast('B', (buffer.get_n_slots(), buffer.get_slot_size()))
+
+
+# ---- conversions -------------------------------------------------------------------
+
+def _enum_map(source, target):
+    """Kv enum value -> target member of the same name (None where none)."""
+    return {int(v): getattr(target, v.value_nick.upper().replace('-', '_'), None)
+            for v in source.__enum_values__.values()}
+
+
+def _params_variant(params):
+    """kv_transfer_params (JSON-like) as an a{sv}; None stays None."""
+    if not params:
+        return None
+
+    def convert(value, where):
+        if value is None:
+            return GLib.Variant('ms', None)
+        if isinstance(value, (list, tuple)):
+            return GLib.Variant('av', [convert(v, f'{where}[{i}]') for i, v in enumerate(value)])
+        if isinstance(value, dict):
+            return GLib.Variant('a{sv}', {str(k): convert(v, f'{where}.{k}')
+                                          for k, v in value.items()})
+        return _variant(value, where)
+
+    return convert(dict(params), 'kv_transfer_params')
+
+
+def _params_dict(variant):
+    return variant.unpack() if variant is not None else None
+
+
+class _Requests:
+    """One Kv.Request per vLLM request id, kept until the request ends, so
+    that a kvtier tier's per-request state (negative cache, async lookups)
+    lives as long as vLLM's request does."""
+
+    def __init__(self):
+        self._by_id = {}
+
+    def get(self, ctx):
+        request = self._by_id.get(ctx.req_id)
+        if request is None:
+            request = self._by_id[ctx.req_id] = self._new(ctx)
+        return request
+
+    @staticmethod
+    def _new(ctx):
+        request = Kv.Request.new(ctx.req_id, _params_variant(ctx.kv_transfer_params))
+        tier_filter = getattr(ctx, 'load_tier_filter', None)
+        if tier_filter is not None and tier_filter is not types.TierFilter.ALL:
+            kv_filter = Kv.TierFilter.new()
+            for matcher in tier_filter.matchers:
+                kv_filter.add_matcher(
+                    Kv.Medium(_MEDIUM_TO_KV[matcher.medium]),
+                    Kv.Locality(_LOCALITY_TO_KV[matcher.locality]))
+            request.set_load_tier_filter(kv_filter)
+        return request
+
+    def finish(self, ctx):
+        return self._by_id.pop(ctx.req_id, None)
+
+    def __len__(self):
+        return len(self._by_id)
+
+
+_MEDIUM_FROM_KV = _enum_map(Kv.Medium, types.Medium)
+_LOCALITY_FROM_KV = _enum_map(Kv.Locality, types.Locality)
+_MEDIUM_TO_KV = {None: int(Kv.Medium.UNSPECIFIED), **{
+    m: int(getattr(Kv.Medium, m.name)) for m in types.Medium if hasattr(Kv.Medium, m.name)}}
+_LOCALITY_TO_KV = {None: int(Kv.Locality.UNSPECIFIED), **{
+    x: int(getattr(Kv.Locality, x.name)) for x in types.Locality}}
+_POLICY_FROM_KV = _enum_map(Kv.OffloadPolicy, types.OffloadPolicy)
+
+
+# ---- kvtier tier -> vLLM -------------------------------------------------------------
+
+_SECONDARY_BASE = types.SecondaryTierManager
+
+
+def _section_from_config_file(path, tier_name, registry):
+    config = Kv.Config.new_from_file(registry, path)
+    for section in config.to_variant().unpack().get('tiers', []):
+        if section.get('name') == tier_name:
+            return section
+    names = ', '.join(config.get_tier_names()) or 'none'
+    raise ValueError(f'{path} has no [tier {tier_name}] section (it has: {names})')
+
+
+class _ParentBridge(GObject.Object, Kv.ParentManager):
+    """vLLM's ParentManager handle as a Kv.ParentManager, for a kvtier tier
+    serving other nodes' requests (valid during serve_external_requests)."""
+
+    __gtype_name__ = 'KvtierVllmParentBridge'
+
+    def __init__(self, adapter):
+        super().__init__()
+        self._adapter = adapter
+        self.parent = None
+        self._contexts = {}
+
+    def _ctx(self, request):
+        ctx = self._contexts.get(request.get_id())
+        if ctx is None:
+            ctx = self._contexts[request.get_id()] = types.ReqContext(
+                request.get_id(), _params_dict(request.get_transfer_params()))
+        return ctx
+
+    def do_on_new_request(self, request):
+        policy = self.parent.on_new_request(self._ctx(request)).policy
+        return Kv.OffloadPolicy.REQUEST_LEVEL if policy == types.OffloadPolicy.REQUEST_LEVEL \
+            else Kv.OffloadPolicy.CHUNK_LEVEL
+
+    def do_lookup(self, key, request):
+        result = self.parent.lookup(key.to_offload_key().get_data(), self._ctx(request))
+        return getattr(Kv.LookupResult, result.name)
+
+    def do_create_store_job(self, keys, request):
+        ctx = self._ctx(request)
+        job = self.parent.create_store_job([k.to_offload_key().get_data() for k in keys], ctx)
+        if job is None:
+            raise GLib.Error.new_literal(Kv.tier_error_quark(), 'the store was not admitted',
+                                         int(Kv.TierError.FAILED))
+        kv_job = Kv.TransferJob.new(job.job_id, list(keys),
+                                    [int(c) for c in job.chunk_ids], False, request)
+        # The tier carries this job out and reports it like one it was given.
+        self._adapter._jobs[job.job_id] = job
+        return kv_job
+
+    def do_on_request_finished(self, request):
+        ctx = self._contexts.pop(request.get_id(), None) or self._ctx(request)
+        self.parent.on_request_finished(ctx)
+
+
+class KvtierSecondaryTier(_SECONDARY_BASE):
+    """A vLLM secondary tier backed by a kvtier tier.
+
+    vLLM's tier factory constructs it with ``offloading_spec``,
+    ``primary_kv_view``, ``tier_type`` and ``backpressure_detector``, plus
+    every other key of the tier's entry in ``secondary_tiers`` as a keyword:
+
+    ``tier``
+        the kvtier tier: a dict with ``type`` and the keys of a kvtier
+        ``[tier NAME]`` section (``{"type": "fs", "root": "/mnt/kv"}``);
+    ``config_file``, ``tier_name``
+        or a kvtier configuration file and the name of one of its tiers;
+    ``tier_modules``
+        modules to import first (ones that register Python tiers);
+    ``locality``
+        ``"LOCAL"`` or ``"REMOTE"``, as for vLLM's own tiers;
+    ``primary_file``
+        the shared region's path, when /proc/self/maps cannot tell it.
+
+    ``registry`` (a ``Kv.TierRegistry``) may be given from Python.
+
+    Every method runs on vLLM's scheduler thread and returns at once; the
+    kvtier tier does its I/O on its own threads. A job the tier refuses at
+    submit is reported failed by the next :meth:`get_finished_jobs`.
+    """
+
+    def __init__(self, offloading_spec, primary_kv_view, tier_type,
+                 backpressure_detector=None, *, tier=None, config_file=None, tier_name=None,
+                 tier_modules=(), locality=None, primary_file=None, registry=None):
+        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        if locality is not None:
+            locality = types.Locality(locality)          # strict, as vLLM's tiers
+        for module in tier_modules:
+            __import__(module)
+        registry = registry or Kv.TierRegistry.get_default()
+
+        if (tier is None) == (config_file is None):
+            raise ValueError('give the kvtier tier either as "tier" (a dict with "type") or as '
+                             '"config_file" with "tier_name"')
+        if config_file is not None:
+            if not tier_name:
+                raise ValueError('"config_file" needs "tier_name", the name of one of its tiers')
+            section = _section_from_config_file(config_file, tier_name, registry)
+        else:
+            if not isinstance(tier, dict) or not tier.get('type'):
+                raise ValueError('"tier" must be a dict with a "type" (a kvtier tier type, '
+                                 'such as "fs")')
+            section = tier
+        section = {k: v.unpack() if isinstance(v, GLib.Variant) else v
+                   for k, v in section.items()}
+        kv_type = section.pop('type')
+        section.pop('name', None)
+        for key in section:
+            if key.startswith('backpressure'):
+                raise ValueError(f'"{key}": under vLLM, back-pressure is vLLM\'s; configure it '
+                                 f'with "backpressure" in the tier\'s entry of secondary_tiers')
+        if str(section.get('deadline-ms', 0)) != '0':
+            raise ValueError('"deadline-ms": vLLM frees a failed load\'s primary slots at once, '
+                             'so a kvtier tier may not fail a load it is still writing; '
+                             'leave deadline-ms unset under vLLM')
+        if locality is not None and 'locality' not in section:
+            section['locality'] = locality.value.lower()
+
+        self._buffer = _buffer_for_view(primary_kv_view, primary_file)
+        properties = GLib.Variant('a{sv}', {k: _variant(v, f'tier.{k}')
+                                            for k, v in section.items()})
+        self._tier = registry.create_tier(kv_type, self._buffer, None, properties)
+        self.kvtier_type = kv_type
+
+        medium = _MEDIUM_FROM_KV[int(self._tier.get_medium())]
+        if medium is not None:
+            self.medium = medium
+        kv_locality = _LOCALITY_FROM_KV[int(self._tier.get_locality())]
+        self.locality = locality or kv_locality
+
+        self._requests = _Requests()
+        self._jobs = {}              # job id -> vLLM TransferJob, until reported
+        self._refused = []           # JobResults of jobs the tier refused at submit
+        self._parent = None
+        self._closed = False
+        # Bound once: these are on the per-chunk path.
+        self._kv_lookup = self._tier.lookup
+        self._new_key = Kv.Key.new_from_offload_key
+        self._lookup_results = tuple(
+            getattr(types.LookupResult, Kv.LookupResult(i).value_nick.upper().replace('-', '_'))
+            for i in range(len(Kv.LookupResult.__enum_values__)))
+
+    # -- what the adapter wraps --
+
+    @property
+    def kvtier_tier(self):
+        """The ``Kv.SecondaryTier`` doing the work."""
+        return self._tier
+
+    @property
+    def kvtier_buffer(self):
+        """The ``Kv.HostBuffer`` over vLLM's primary region."""
+        return self._buffer
+
+    # -- lookups and requests --
+
+    def lookup(self, key, req_context):
+        return self._lookup_results[self._kv_lookup(self._new_key(key),
+                                                    self._requests.get(req_context))]
+
+    def on_new_request(self, req_context):
+        policy = self._tier.on_new_request(self._requests.get(req_context))
+        return types.RequestOffloadingContext(policy=_POLICY_FROM_KV[int(policy)])
+
+    def on_request_finished(self, req_context):
+        request = self._requests.finish(req_context)
+        if request is not None and not self._closed:
+            self._tier.on_request_finished(request)
+
+    def touch(self, keys, req_context):
+        if not self._closed:
+            self._tier.touch([self._new_key(k) for k in keys], self._requests.get(req_context))
+
+    # -- jobs --
+
+    def _kv_job(self, job):
+        chunk_ids = job.chunk_ids
+        chunk_ids = chunk_ids.tolist() if hasattr(chunk_ids, 'tolist') else [int(c) for c in chunk_ids]
+        return Kv.TransferJob.new(job.job_id, [self._new_key(k) for k in job.keys], chunk_ids,
+                                  bool(job.is_promotion), self._requests.get(job.req_context))
+
+    def _submit(self, job, submit):
+        if job.job_id in self._jobs:
+            raise ValueError(f'job {job.job_id} is already in flight')
+        self._jobs[job.job_id] = job
+        try:
+            submit(self._kv_job(job))
+        except GLib.Error as error:
+            log.warning('kvtier tier %s refused job %d: %s', self.tier_type, job.job_id,
+                        error.message)
+            self._refused.append(job.job_id)
+
+    def submit_store(self, job):
+        self._submit(job, self._tier.submit_store)
+
+    def submit_load(self, job):
+        self._submit(job, self._tier.submit_load)
+
+    def _result(self, kv_result):
+        job_id = kv_result.get_job_id()
+        job = self._jobs.pop(job_id, None)
+        if job is None:
+            log.warning('kvtier tier %s reported job %d, which is not in flight; ignored',
+                        self.tier_type, job_id)
+            return None
+        successful_keys = None
+        if kv_result.has_successful_keys():
+            landed = {k.to_offload_key().get_data() for k in kv_result.get_successful_keys()}
+            successful_keys = tuple(k for k in job.keys if bytes(k) in landed) or None
+        seconds = kv_result.get_transfer_time()
+        n_bytes = kv_result.get_transfer_bytes()
+        return types.JobResult(job_id, bool(kv_result.get_success()),
+                               successful_keys=successful_keys,
+                               transfer_time=seconds if seconds >= 0 else None,
+                               transfer_bytes=n_bytes if n_bytes >= 0 else None)
+
+    def get_finished_jobs(self):
+        results = []
+        for job_id in self._refused:
+            self._jobs.pop(job_id)
+            results.append(types.JobResult(job_id, False))
+        self._refused = []
+        for kv_result in self._tier.get_finished_jobs():
+            result = self._result(kv_result)
+            if result is not None:
+                results.append(result)
+        return results
+
+    def has_pending_work(self):
+        return bool(self._refused) or self._tier.has_pending_work()
+
+    def drain_jobs(self):
+        if not self._closed:
+            self._tier.drain_jobs()
+
+    # -- steps --
+
+    def serve_external_requests(self, parent):
+        if self._closed:
+            return
+        if self._parent is None:
+            self._parent = _ParentBridge(self)
+        self._parent.parent = parent
+        try:
+            self._tier.serve_external_requests(self._parent)
+        finally:
+            self._parent.parent = None
+
+    def on_schedule_end(self, ctx):
+        if not self._closed:
+            self._tier.on_schedule_end(Kv.ScheduleEnd.new(list(ctx.new_req_ids),
+                                                          list(ctx.preempted_req_ids)))
+
+    # -- events, stats, shutdown --
+
+    def take_events(self):
+        events = []
+        for event in self._tier.take_events():
+            keys = [k.to_offload_key().get_data() for k in event.get_keys()]
+            fields = dict(keys=keys, medium=_MEDIUM_FROM_KV[int(event.get_medium())],
+                          removed=bool(event.get_removed()),
+                          locality=_LOCALITY_FROM_KV[int(event.get_locality())])
+            ownership = event.get_ownership()
+            if ownership is not None:
+                fields['ownership'] = ownership
+            try:
+                events.append(types.OffloadingEvent(**fields))
+            except TypeError:           # a vLLM without the ownership field
+                fields.pop('ownership', None)
+                events.append(types.OffloadingEvent(**fields))
+        return events
+
+    def get_stats(self):
+        stats = self._tier.get_stats()
+        if stats is None or stats.is_empty():
+            return None
+        out = types.TieringStats()
+        for name, value in stats.reduce().unpack().items():
+            metric, _, labels = name.partition(':')
+            out.increase_counter(metric, value, _labels(labels))
+        return out
+
+    def shutdown(self):
+        """Shuts the kvtier tier down: every job in flight is reported (by
+        :meth:`get_finished_jobs`, which still works) and no I/O touches
+        vLLM's region afterwards."""
+        if self._closed:
+            return
+        self._tier.shutdown()
+        self._closed = True
+
+
+def _labels(text):
+    import ast
+    try:
+        labels = ast.literal_eval(text) if text else ()
+    except (ValueError, SyntaxError):
+        return (text,)
+    return tuple(labels) if isinstance(labels, tuple) else (labels,)
+
+
+# ---- vLLM tier -> kvtier ---------------------------------------------------------
+
+_LOOKUP_TO_KV = {'MISS': Kv.LookupResult.MISS, 'HIT': Kv.LookupResult.HIT,
+                 'HIT_PENDING': Kv.LookupResult.RETRY, 'RETRY': Kv.LookupResult.RETRY}
+
+
+def _tier_filter_from_kv(kv_filter):
+    """A kvtier filter as vLLM's TierFilter (only the matchers kvtier can
+    tell apart: the concrete medium/locality pairs it allows)."""
+    if kv_filter is None or kv_filter.is_all():
+        return types.TierFilter.ALL
+    matchers = tuple(types.TierMatcher(medium, locality)
+                     for medium in types.Medium for locality in types.Locality
+                     if medium in _MEDIUM_TO_KV and
+                     kv_filter.allows(Kv.Medium(_MEDIUM_TO_KV[medium]),
+                                      Kv.Locality(_LOCALITY_TO_KV[locality])))
+    return types.TierFilter(matchers)
+
+
+class VllmTierWrapper(Kv.SecondaryTier):
+    """A vLLM secondary tier as a ``Kv.SecondaryTier`` (see
+    :func:`wrap_tier`). The wrapped object's methods run on the owner
+    thread, where the kvtier manager calls the vfuncs; its results reach
+    the manager through ``get_finished_jobs``, as under vLLM."""
+
+    __gtype_name__ = 'KvtierVllmTier'
+
+    def __init__(self, vllm_tier=None, **properties):
+        super().__init__(**properties)
+        self._vllm = vllm_tier
+        self._contexts = {}          # request id -> vLLM ReqContext
+        self._jobs = {}              # job id -> kvtier TransferJob, until reported
+
+    @property
+    def vllm_tier(self):
+        return self._vllm
+
+    def _ctx(self, request):
+        ctx = self._contexts.get(request.get_id())
+        if ctx is None:
+            ctx = self._contexts[request.get_id()] = types.ReqContext(
+                request.get_id(), _params_dict(request.get_transfer_params()),
+                _tier_filter_from_kv(request.get_load_tier_filter()))
+        return ctx
+
+    @staticmethod
+    def _fail(what, exception):
+        raise GLib.Error.new_literal(Kv.tier_error_quark(), f'{what}: {exception!r}',
+                                     int(Kv.TierError.FAILED))
+
+    def do_lookup(self, key, request):
+        try:
+            result = self._vllm.lookup(key.to_offload_key().get_data(), self._ctx(request))
+        except Exception:           # noqa: BLE001 - a lookup cannot fail: a miss
+            log.exception('vLLM tier %s: lookup failed; answered MISS', self.get_tier_type())
+            return Kv.LookupResult.MISS
+        return _LOOKUP_TO_KV.get(getattr(result, 'name', None), Kv.LookupResult.MISS)
+
+    def do_on_new_request(self, request):
+        ctx = self._vllm.on_new_request(self._ctx(request))
+        policy = getattr(ctx, 'policy', None)
+        if policy is not None and policy.name == 'REQUEST_LEVEL':
+            return Kv.OffloadPolicy.REQUEST_LEVEL
+        return Kv.OffloadPolicy.CHUNK_LEVEL
+
+    def do_on_request_finished(self, request):
+        ctx = self._contexts.pop(request.get_id(), None)
+        self._vllm.on_request_finished(ctx or self._ctx(request))
+
+    def do_touch(self, keys, request):
+        self._vllm.touch([k.to_offload_key().get_data() for k in keys], self._ctx(request))
+
+    def _submit(self, job, submit):
+        vjob = types.TransferJob(
+            job.get_id(), [k.to_offload_key().get_data() for k in job.get_keys()],
+            numpy.array(job.get_chunk_ids(), dtype=numpy.int64 if not job.is_promotion()
+                        else numpy.int32),
+            bool(job.is_promotion()), self._ctx(job.get_request()))
+        self._jobs[job.get_id()] = job
+        try:
+            submit(vjob)
+        except Exception as exception:      # noqa: BLE001 - refused: the manager fails it
+            del self._jobs[job.get_id()]
+            self._fail(f'submitting job {job.get_id()}', exception)
+        return True
+
+    def do_submit_store(self, job):
+        return self._submit(job, self._vllm.submit_store)
+
+    def do_submit_load(self, job):
+        return self._submit(job, self._vllm.submit_load)
+
+    def _kv_result(self, result):
+        job = self._jobs.pop(result.job_id, None)
+        if job is None:
+            log.warning('vLLM tier %s reported job %d, which is not in flight; ignored',
+                        self.get_tier_type(), result.job_id)
+            return None
+        kv_result = Kv.JobResult.new(result.job_id, bool(result.success))
+        if result.successful_keys is not None:
+            landed = {bytes(k) for k in result.successful_keys}
+            kv_result.set_successful_keys(
+                [k for k in job.get_keys() if k.to_offload_key().get_data() in landed])
+        if result.transfer_time is not None:
+            kv_result.set_transfer_time(float(result.transfer_time))
+        if result.transfer_bytes is not None:
+            kv_result.set_transfer_bytes(int(result.transfer_bytes))
+        return kv_result
+
+    def _collect(self):
+        results = [r for r in map(self._kv_result, self._vllm.get_finished_jobs())
+                   if r is not None]
+        return results
+
+    def do_get_finished_jobs(self):
+        # What drain_jobs() collected went through complete_job(), whose
+        # queue the base class's implementation drains.
+        return Kv.SecondaryTier.do_get_finished_jobs(self) + self._collect()
+
+    def do_has_pending_work(self):
+        return bool(self._vllm.has_pending_work())
+
+    def do_take_events(self):
+        events = []
+        for event in self._vllm.take_events():
+            keys = [Kv.Key.new_from_offload_key(bytes(k)) for k in event.keys]
+            medium = _MEDIUM_TO_KV.get(event.medium, int(Kv.Medium.UNSPECIFIED))
+            locality = _LOCALITY_TO_KV.get(getattr(event, 'locality', None),
+                                           int(Kv.Locality.UNSPECIFIED))
+            kv_event = Kv.Event.new(keys, Kv.Medium(medium), bool(event.removed),
+                                    Kv.Locality(locality))
+            if getattr(event, 'ownership', None) is not None:
+                kv_event.set_ownership(event.ownership)
+            events.append(kv_event)
+        return events
+
+    def do_on_schedule_end(self, schedule_end):
+        self._vllm.on_schedule_end(types.ScheduleEndContext(
+            list(schedule_end.get_new_request_ids() or []),
+            list(schedule_end.get_preempted_request_ids() or [])))
+
+    def _drain(self):
+        self._vllm.drain_jobs()
+        # vLLM's contract: after drain_jobs() every result is available from
+        # get_finished_jobs(). Queue them as kvtier's contract wants them.
+        for result in self._collect():
+            self.complete_job(result)
+
+    def do_drain_jobs(self):
+        try:
+            self._drain()
+        except Exception as exception:      # noqa: BLE001
+            self._fail('draining jobs', exception)
+        self.wait_jobs()
+        return True
+
+    def do_shutdown(self):
+        try:
+            self._drain()
+            self._vllm.shutdown()
+        except Exception as exception:      # noqa: BLE001
+            self._fail('shutting down', exception)
+        return True
+
+    def do_get_stats(self):
+        stats = self._vllm.get_stats()
+        if stats is None or stats.is_empty():
+            return None
+        kv_stats = Kv.Stats.new()
+        for name, value in stats.reduce().items():
+            metric, _, labels = name.partition(':')
+            kv_stats.increase_counter(metric, float(value), list(_labels(labels)))
+        return kv_stats
+
+
+def wrap_tier(vllm_tier, primary, tier_type=None, **properties):
+    """``vllm_tier`` (any object with vLLM's secondary-tier methods) as a
+    ``Kv.SecondaryTier`` over ``primary``, the ``Kv.HostBuffer`` that
+    ``vllm_tier`` was given as its ``primary_kv_view`` (see
+    :func:`primary_kv_view`). ``properties`` are ``Kv.SecondaryTier``
+    properties (``locality``, ``medium``...); the medium and locality
+    default to the vLLM tier's. Add the result to a manager with
+    ``Kv.TieringManager.add_tier()``."""
+    medium = getattr(vllm_tier, 'medium', None)
+    locality = getattr(vllm_tier, 'locality', None)
+    if medium is not None and 'medium' not in properties:
+        properties['medium'] = Kv.Medium(_MEDIUM_TO_KV[medium])
+    if locality is not None and 'locality' not in properties:
+        properties['locality'] = Kv.Locality(_LOCALITY_TO_KV[locality])
+    return VllmTierWrapper(vllm_tier, primary=primary,
+                           tier_type=tier_type or getattr(vllm_tier, 'tier_type', 'vllm'),
+                           **properties)

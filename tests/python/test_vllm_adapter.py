@@ -1,0 +1,433 @@
+# SPDX-License-Identifier: LGPL-2.1-or-later
+"""kvtier.vllm.KvtierSecondaryTier: kvtier tiers driven as vLLM drives a
+secondary tier (vllm_engine.py re-implements vLLM's side)."""
+
+import ctypes
+import json
+import os
+import struct
+
+import gi
+import pytest
+
+numpy = pytest.importorskip('numpy')     # kvtier.vllm speaks numpy, as vLLM does
+
+gi.require_version('GLib', '2.0')
+gi.require_version('Kv', '1')
+from gi.repository import GLib, Kv  # noqa: E402
+
+import kvtier.vllm as kvv  # noqa: E402
+from kvtier.vllm import types as T  # noqa: E402
+from vllm_engine import (Engine, SharedRegion, TieringManager, chunk_bytes,  # noqa: E402
+                         chunk_key, create_secondary_tier)
+from vllm_tiers import ScriptedTier  # noqa: E402
+
+ROW = 8192                   # bytes of one chunk row (two 4 KiB worker cells)
+
+registry = Kv.TierRegistry.new()
+registry.load_plugins()
+registry.register_tier_type('scripted', ScriptedTier.__gtype__)
+
+
+@pytest.fixture
+def region():
+    path = f'/dev/shm/kvtier-test-vllm-{os.getpid()}-{id(object())}.mmap'
+    r = SharedRegion(path, 64, ROW)
+    yield r
+    r.cleanup()
+
+
+def make_tier(region, registry=registry, **kwargs):
+    return kvv.KvtierSecondaryTier(None, region.create_kv_memoryview(), 'KvtierSecondaryTier',
+                                   None, registry=registry, **kwargs)
+
+
+def fill(region, chunk_id, chunk):
+    region.array()[chunk_id] = numpy.frombuffer(chunk_bytes(chunk, ROW), dtype=numpy.uint8)
+
+
+def poll_until_done(tier, n):
+    """Collects n results; drain_jobs() blocks (no spinning) until the
+    kvtier tier reported every job."""
+    tier.drain_jobs()
+    results = tier.get_finished_jobs()
+    assert len(results) == n, results
+    return results
+
+
+# ---- registration and configuration -----------------------------------------------
+
+def test_vllm_factory_builds_the_adapter_by_module_path(region, tmp_path):
+    """vLLM's factory: class = getattr(import(module_path), type), the other
+    keys as keywords, backpressure_detector always passed."""
+    tier = create_secondary_tier({
+        'type': 'KvtierSecondaryTier', 'module_path': 'kvtier.vllm',
+        'tier': {'type': 'fs', 'root': str(tmp_path)}, 'locality': 'LOCAL',
+    }, region.create_kv_memoryview())
+    try:
+        assert isinstance(tier, T.SecondaryTierManager)
+        assert tier.tier_type == 'KvtierSecondaryTier'
+        assert tier.kvtier_tier.get_tier_type() == 'fs'
+        assert tier.medium == T.Medium.STORAGE
+        assert tier.locality == T.Locality.LOCAL
+        assert tier.block_size_bytes == ROW
+        assert tier.bp_detector is None
+    finally:
+        tier.shutdown()
+
+
+def test_tier_from_a_kvtier_config_file(region, tmp_path):
+    conf = tmp_path / 'kvtier.conf'
+    conf.write_text(f'[primary]\nsize = 1MiB\nslot-size = 8KiB\n\n'
+                    f'[tier disk]\ntype = fs\nroot = {tmp_path}\n')
+    tier = make_tier(region, config_file=str(conf), tier_name='disk')
+    try:
+        assert tier.kvtier_tier.get_tier_type() == 'fs'
+        assert tier.kvtier_tier.props.root == str(tmp_path)
+        with pytest.raises(ValueError, match=r'no \[tier cloud\] section \(it has: disk\)'):
+            make_tier(region, config_file=str(conf), tier_name='cloud')
+    finally:
+        tier.shutdown()
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    ({}, ValueError, 'either as "tier"'),
+    ({'tier': {'root': '/x'}}, ValueError, 'a "type"'),
+    ({'tier': {'type': 'nosuch'}}, GLib.Error, 'nosuch'),
+    ({'tier': {'type': 'example', 'colour': 'red'}}, GLib.Error, 'colour'),
+    ({'tier': {'type': 'example', 'deadline-ms': 500}}, ValueError, 'deadline-ms'),
+    ({'tier': {'type': 'example', 'backpressure': 'ema'}}, ValueError, 'back-pressure'),
+    ({'tier': {'type': 'example'}, 'locality': 'local'}, ValueError, 'local'),
+    ({'config_file': '/nonexistent.conf'}, ValueError, 'tier_name'),
+])
+def test_bad_configuration_is_refused_with_the_key_named(region, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        make_tier(region, **kwargs)
+
+
+def test_a_view_that_is_not_a_shared_file_is_refused():
+    private = bytearray(4 * ROW)
+    view = memoryview(private).cast('B', (4, ROW))
+    with pytest.raises(ValueError, match='not in a shared file mapping'):
+        kvv.KvtierSecondaryTier(None, view, 't', None, tier={'type': 'example'})
+
+
+def test_a_view_not_at_the_start_of_the_region_is_refused(region):
+    rows = region.create_kv_memoryview()
+    view = memoryview(region.mmap)[ROW:].cast('B', (region.n_chunks - 1, ROW))
+    with pytest.raises(ValueError, match=f'starts {ROW} bytes into'):
+        kvv.KvtierSecondaryTier(None, view, 't', None, tier={'type': 'example'})
+    view.release()
+    rows.release()
+
+
+# ---- zero copy ---------------------------------------------------------------------
+
+def _file_page(address):
+    """(device, inode, file offset) of the byte at address."""
+    _, device, inode, offset = kvv._mapping_of(address)
+    return device, inode, offset
+
+
+def _physical_frame(address):
+    """The page frame behind address, or None when the kernel hides it."""
+    try:
+        with open('/proc/self/pagemap', 'rb') as pagemap:
+            pagemap.seek(address // os.sysconf('SC_PAGE_SIZE') * 8)
+            entry, = struct.unpack('<Q', pagemap.read(8))
+    except OSError:
+        return None
+    frame = entry & ((1 << 55) - 1)
+    return frame if entry >> 63 and frame else None
+
+
+def test_no_byte_is_copied_between_vllm_and_kvtier(region, tmp_path):
+    """vLLM's row c and the kvtier buffer's slot c are the same bytes of
+    the same file (same device, inode and offset; the same physical page
+    where the kernel shows it), and the fs tier stores and promotes
+    through them."""
+    tier = make_tier(region, tier={'type': 'fs', 'root': str(tmp_path), 'enable-events': True})
+    buffer = tier.kvtier_buffer
+    assert buffer.get_n_slots() == region.n_chunks
+    assert buffer.get_slot_size() == ROW
+    for chunk in (0, 1, 17, region.n_chunks - 1):
+        fill(region, chunk, chunk)
+        vllm_address = region.address(chunk)
+        kv_address = buffer.peek_slot(chunk)
+        assert _file_page(vllm_address) == _file_page(kv_address)
+        assert _file_page(kv_address)[2] == chunk * ROW
+        frames = _physical_frame(vllm_address), _physical_frame(kv_address)
+        if None not in frames:
+            assert frames[0] == frames[1]
+        # A write through vLLM's view is at once in kvtier's slot.
+        region.array()[chunk, 100] ^= 0xff
+        assert ctypes.string_at(kv_address, ROW) == region.array()[chunk].tobytes()
+        region.array()[chunk, 100] ^= 0xff
+
+    ctx = T.ReqContext('zero-copy')
+    tier.on_new_request(ctx)
+    keys = [chunk_key(c) for c in (0, 1, 17)]
+    tier.submit_store(T.TransferJob(1, keys, numpy.array([0, 1, 17]), False, ctx))
+    [result] = poll_until_done(tier, 1)
+    assert (result.job_id, result.success, result.transfer_bytes) == (1, True, 3 * ROW)
+    [event] = tier.take_events()
+    assert event.keys == keys and event.medium == T.Medium.STORAGE and not event.removed
+
+    # Promote chunk 17's bytes into free rows 40..42; vLLM reads them in place.
+    region.array()[40:43] = 0
+    assert [tier.lookup(k, ctx) for k in keys] == [T.LookupResult.HIT] * 3
+    tier.submit_load(T.TransferJob(2, keys, numpy.array([40, 41, 42], dtype=numpy.int32),
+                                   True, ctx))
+    [result] = poll_until_done(tier, 1)
+    assert result.success and result.successful_keys is None
+    for row, chunk in zip((40, 41, 42), (0, 1, 17)):
+        assert region.array()[row].tobytes() == chunk_bytes(chunk, ROW)
+    tier.on_request_finished(ctx)
+    tier.shutdown()
+
+
+# ---- vLLM's calling sequence ------------------------------------------------------
+
+def test_promotions_are_batched_per_request_and_submitted_at_step_end(region):
+    """Reference §5.4: lookups of two requests in one step make exactly one
+    submit_load each, at on_schedule_end; the same chunk looked up by both
+    is promoted once (HIT_PENDING for both)."""
+    tier = make_tier(region, tier={'type': 'scripted'})
+    scripted = tier.kvtier_tier
+    manager = TieringManager(region.n_chunks, [tier])
+    for c in range(6):
+        scripted.store[chunk_key(c)] = chunk_bytes(c, ROW)
+    a, b = T.ReqContext('a'), T.ReqContext('b')
+    manager.on_new_request(a)
+    manager.on_new_request(b)
+    assert [manager.lookup(chunk_key(c), a) for c in (0, 1, 2)] == [T.LookupResult.HIT_PENDING] * 3
+    assert [manager.lookup(chunk_key(c), b) for c in (2, 3)] == [T.LookupResult.HIT_PENDING] * 2
+    assert not [c for c in manager.calls if c[1] == 'submit_load']
+    manager.on_schedule_end(T.ScheduleEndContext(['a', 'b'], []))
+    loads = [c for c in manager.calls if c[1] == 'submit_load']
+    assert [(c[3], c[4]) for c in loads] == [('a', 3), ('b', 1)]
+    # The job carries vLLM's request context as a Kv.Request of that id.
+    assert {r for m, r, *_ in scripted.requests if m == 'lookup'} == {'a', 'b'}
+
+    tier.drain_jobs()
+    manager.on_schedule_end(T.ScheduleEndContext([], []))
+    rows = region.array()
+    for c in (0, 1, 2, 3):
+        assert manager.lookup(chunk_key(c), a) == T.LookupResult.HIT
+        assert rows[manager.primary.slot[chunk_key(c)]].tobytes() == chunk_bytes(c, ROW)
+    manager.on_request_finished(a)
+    manager.on_request_finished(b)
+    manager.shutdown()
+    assert not manager.tracker.jobs
+
+
+def test_partial_promotion_reports_successful_keys(region):
+    """A load that landed some keys: vLLM's JobResult names them with the
+    job's own key bytes; the primary answers [HIT, MISS, HIT]."""
+    tier = make_tier(region, tier={'type': 'scripted'})
+    scripted = tier.kvtier_tier
+    keys = [chunk_key(c) for c in range(3)]
+    for c, key in enumerate(keys):
+        scripted.store[key] = chunk_bytes(c, ROW)
+    scripted.lose = {keys[1]}
+    manager = TieringManager(region.n_chunks, [tier])
+    ctx = T.ReqContext('partial')
+    manager.on_new_request(ctx)
+    assert [manager.lookup(k, ctx) for k in keys] == [T.LookupResult.HIT_PENDING] * 3
+    manager.on_schedule_end(T.ScheduleEndContext(['partial'], []))
+    tier.drain_jobs()
+    [result] = tier.get_finished_jobs()
+    assert not result.success
+    assert result.successful_keys == (keys[0], keys[2])
+    assert result.transfer_bytes == 2 * ROW
+    # Feed it back the way vLLM's manager would.
+    job = manager.tracker.pop(result, 0)
+    manager.primary.complete_store([k for k in job.keys if k in result.successful_keys], True)
+    manager.primary.complete_store([keys[1]], False)
+    assert [manager.primary.lookup(k) for k in keys] == \
+        [T.LookupResult.HIT, T.LookupResult.MISS, T.LookupResult.HIT]
+    # A load that landed nothing has no successful keys at all.
+    scripted.lose = set(keys)
+    ctx2 = T.ReqContext('none')
+    tier.on_new_request(ctx2)
+    tier.submit_load(T.TransferJob(99, keys[:2], numpy.array([50, 51], dtype=numpy.int32),
+                                   True, ctx2))
+    [result] = poll_until_done(tier, 1)
+    assert (result.job_id, result.success, result.successful_keys) == (99, False, None)
+    manager.on_request_finished(ctx)
+    tier.on_request_finished(ctx2)
+    tier.shutdown()
+
+
+def test_a_refused_job_is_a_failed_job_reported_once(region):
+    tier = make_tier(region, tier={'type': 'scripted'})
+    tier.kvtier_tier.refuse = True
+    ctx = T.ReqContext('refused')
+    tier.on_new_request(ctx)
+    fill(region, 5, 5)
+    tier.submit_store(T.TransferJob(7, [chunk_key(5)], numpy.array([5]), False, ctx))
+    assert tier.has_pending_work()
+    assert [(r.job_id, r.success) for r in tier.get_finished_jobs()] == [(7, False)]
+    assert tier.get_finished_jobs() == []
+    assert not tier.has_pending_work()
+    # The job id is free again: vLLM never reuses one, but a refusal must
+    # not leave it "in flight".
+    tier.kvtier_tier.refuse = False
+    tier.submit_store(T.TransferJob(7, [chunk_key(5)], numpy.array([5]), False, ctx))
+    assert [(r.job_id, r.success) for r in poll_until_done(tier, 1)] == [(7, True)]
+    with pytest.raises(ValueError, match='already in flight'):
+        tier.kvtier_tier.hold = True
+        tier.submit_store(T.TransferJob(8, [chunk_key(5)], numpy.array([5]), False, ctx))
+        tier.submit_store(T.TransferJob(8, [chunk_key(5)], numpy.array([5]), False, ctx))
+    tier.kvtier_tier.release()
+    assert [(r.job_id, r.success) for r in poll_until_done(tier, 1)] == [(8, True)]
+    tier.shutdown()
+
+
+def test_a_failed_load_from_fs_is_a_failed_job_and_a_miss_again(region, tmp_path):
+    """The chunk file disappears between lookup and load: the promotion
+    fails, vLLM frees the slot (MISS), and the tier's negative cache makes
+    the same request's next lookup a MISS (vLLM #49176)."""
+    tier = make_tier(region, tier={'type': 'fs', 'root': str(tmp_path)})
+    manager = TieringManager(region.n_chunks, [tier])
+    ctx = T.ReqContext('writer')
+    manager.on_new_request(ctx)
+    prepared = manager.prepare_store([chunk_key(1)], ctx)
+    fill(region, prepared[1][0], 1)
+    manager.complete_store(prepared[0], ctx)
+    manager.on_request_finished(ctx)
+    manager.drain()
+    assert not manager.tracker.jobs
+    # Evict it from the primary, then delete its file.
+    manager.primary.evictable.pop(chunk_key(1))
+    manager.primary.free.append(manager.primary.slot.pop(chunk_key(1)))
+    del manager.primary.ref[chunk_key(1)]
+    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs
+             if f.endswith(('.bin', '.kv')) or 'chunk' in d]
+    reader = T.ReqContext('reader')
+    manager.on_new_request(reader)
+    assert manager.lookup(chunk_key(1), reader) == T.LookupResult.HIT_PENDING
+    for path in _chunk_files(tmp_path):
+        os.unlink(path)
+    manager.on_schedule_end(T.ScheduleEndContext(['reader'], []))
+    manager.drain()
+    assert manager.failed_promotions == 1
+    assert manager.primary.lookup(chunk_key(1)) == T.LookupResult.MISS
+    assert manager.lookup(chunk_key(1), reader) == T.LookupResult.MISS
+    assert files is not None
+    manager.on_request_finished(reader)
+    manager.shutdown()
+
+
+def _chunk_files(root):
+    found = []
+    for directory, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(directory, name)
+            if os.path.getsize(path) >= ROW:
+                found.append(path)
+    assert found, f'no chunk file under {root}'
+    return found
+
+
+def test_shutdown_with_jobs_in_flight_reports_each_once(region, tmp_path):
+    """Jobs still in flight at shutdown: the fs tier finishes the running
+    ones and cancels the queued ones (reported failed, as vLLM's contract
+    allows); the scripted tier's shutdown drops its held jobs, which
+    kvtier fails. Each is reported exactly once, after shutdown, by
+    get_finished_jobs(); the tier's late answers are not reported."""
+    fs = make_tier(region, tier={'type': 'fs', 'root': str(tmp_path)})
+    scripted = make_tier(region, tier={'type': 'scripted'})
+    scripted.kvtier_tier.hold = True
+    ctx = T.ReqContext('busy')
+    for tier in (fs, scripted):
+        tier.on_new_request(ctx)
+    for c in range(32):
+        fill(region, c, c)
+    for job_id in range(16):
+        chunks = [2 * job_id, 2 * job_id + 1]
+        for tier in (fs, scripted):
+            tier.submit_store(T.TransferJob(job_id, [chunk_key(c) for c in chunks],
+                                            numpy.array(chunks), False, ctx))
+    assert scripted.has_pending_work()
+    fs.shutdown()
+    scripted.shutdown()
+    fs_results = fs.get_finished_jobs()
+    scripted_results = scripted.get_finished_jobs()
+    assert sorted(r.job_id for r in fs_results) == list(range(16))
+    assert fs.kvtier_tier.get_n_late_completions() == 0
+    assert sorted(r.job_id for r in scripted_results) == list(range(16))
+    assert not any(r.success for r in scripted_results)
+    # The tier answering after its shutdown is too late: dropped, counted.
+    for job in scripted.kvtier_tier.held:
+        scripted.kvtier_tier.complete_job(Kv.JobResult.new(job.get_id(), True))
+    assert scripted.kvtier_tier.get_n_late_completions() == 16
+    for tier in (fs, scripted):
+        assert tier.get_finished_jobs() == []
+        assert not tier.has_pending_work()
+        assert tier.lookup(chunk_key(0), ctx) == T.LookupResult.MISS
+        tier.submit_store(T.TransferJob(100, [chunk_key(0)], numpy.array([0]), False, ctx))
+        assert [(r.job_id, r.success) for r in tier.get_finished_jobs()] == [(100, False)]
+        tier.shutdown()             # again: nothing happens
+
+
+def test_request_context_and_tier_filter_reach_the_kvtier_tier(region):
+    tier = make_tier(region, tier={'type': 'scripted'})
+    scripted = tier.kvtier_tier
+    only_storage = T.TierFilter((T.TierMatcher(medium=T.Medium.STORAGE),))
+    ctx = T.ReqContext('filtered', {'kv_load_tiers': [{'medium': 'STORAGE'}],
+                                    'max_load_tokens': 4096, 'note': None},
+                       only_storage)
+    tier.on_new_request(ctx)
+    tier.lookup(chunk_key(1), ctx)
+    everything = T.ReqContext('all')
+    tier.lookup(chunk_key(1), everything)
+    (_, rid, kv_filter, params), (_, rid2, kv_filter2, _) = [
+        r for r in scripted.requests if r[0] == 'lookup']
+    assert rid == 'filtered' and rid2 == 'all'
+    assert kv_filter.get_n_matchers() == 1 and not kv_filter.is_all()
+    assert kv_filter.allows(Kv.Medium.STORAGE, Kv.Locality.REMOTE)
+    assert not kv_filter.allows(Kv.Medium.CPU, Kv.Locality.LOCAL)
+    assert kv_filter2.is_all()
+    params = params.unpack()
+    assert params['max_load_tokens'] == 4096
+    assert params['kv_load_tiers'] == [{'medium': 'STORAGE'}]
+    # One Kv.Request per vLLM request, kept until it finishes.
+    assert len(tier._requests) == 2
+    tier.on_request_finished(ctx)
+    tier.on_request_finished(everything)
+    assert len(tier._requests) == 0
+    tier.shutdown()
+
+
+def test_engine_over_the_c_example_tier(region):
+    """vLLM's calling sequence over the C example tier: requests store,
+    later ones get the chunks back by promotion, byte-exact, every job
+    reported exactly once."""
+    tier = make_tier(region, tier={'type': 'example'})
+    manager = TieringManager(region.n_chunks, [tier])
+    engine = Engine(manager, region)
+    engine.run([(f'w{i}', list(range(8 * i, 8 * i + 8))) for i in range(6)])
+    engine.run([(f'x{i}', list(range(1000 + 8 * i, 1000 + 8 * i + 8))) for i in range(8)])
+    engine.run([(f'r{i}', list(range(8 * i, 8 * i + 8))) for i in range(6)])
+    assert engine.loaded_chunks > 0 and engine.deferred > 0       # promotions happened
+    assert manager.failed_promotions == manager.failed_cascades == 0
+    assert not manager.tracker.jobs
+    assert len(manager.tracker.reported) == manager.tracker.next_id
+    manager.shutdown()
+
+
+def test_vllm_stats_from_the_kvtier_tier(region, tmp_path):
+    tier = make_tier(region, tier={'type': 'fs', 'root': str(tmp_path)})
+    ctx = T.ReqContext('stats')
+    tier.on_new_request(ctx)
+    fill(region, 3, 3)
+    tier.submit_store(T.TransferJob(0, [chunk_key(3)], numpy.array([3]), False, ctx))
+    poll_until_done(tier, 1)
+    stats = tier.get_stats()
+    if stats is not None:
+        flat = stats.reduce()
+        assert flat and all(':' in name for name in flat)
+        json.dumps(flat)
+    tier.on_request_finished(ctx)
+    tier.shutdown()

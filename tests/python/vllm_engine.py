@@ -385,23 +385,27 @@ class Engine:
         self.manager.on_schedule_end(T.ScheduleEndContext(list(new_ids), []))
         self.steps += 1
 
-    def run(self, requests, max_steps=100000):
+    def run(self, requests, per_step=None, max_steps=100000):
         """requests: list of (req id, [chunk numbers]). Returns when every
         request finished; a request computes the chunks after its hit
-        prefix and stores them."""
-        waiting = collections.deque(requests)
+        prefix and stores them. At most per_step requests are scheduled in
+        one step (vLLM's token budget)."""
+        waiting = list(requests)
         contexts = {}
         while waiting:
             new_ids = []
-            for _ in range(len(waiting)):
-                req_id, chunks = waiting.popleft()
+            deferred = []
+            budget = per_step or len(waiting)
+            for req_id, chunks in waiting[:budget]:
                 ctx = contexts.get(req_id)
                 if ctx is None:
                     ctx = contexts[req_id] = T.ReqContext(req_id)
                     self.manager.on_new_request(ctx)
                     new_ids.append(req_id)
                 if not self._try(ctx, chunks):
-                    waiting.append((req_id, chunks))
+                    deferred.append((req_id, chunks))
+            # Deferred requests keep their place (first come, first served).
+            waiting = deferred + waiting[budget:]
             self.step_end(new_ids)
             if waiting and self.manager.tracker.jobs:
                 # Nothing to compute while promotions land: wait for them
@@ -417,14 +421,23 @@ class Engine:
     def _try(self, ctx, chunks):
         keys = [chunk_key(c) for c in chunks]
         hits = 0
+        pending = False
         for key in keys:
+            # The prefix goes on through chunks being promoted (they count
+            # as hits), so that one step starts every promotion it needs;
+            # an unknown location (RETRY) ends it.
             result = self.manager.lookup(key, ctx)
-            if result in (T.LookupResult.RETRY, T.LookupResult.HIT_PENDING):
-                self.deferred += 1
-                return False
-            if result != T.LookupResult.HIT:
+            if result == T.LookupResult.RETRY:
+                pending = True
+                break
+            if result == T.LookupResult.HIT_PENDING:
+                pending = True
+            elif result != T.LookupResult.HIT:
                 break
             hits += 1
+        if pending:
+            self.deferred += 1
+            return False
         # Load the prefix hits: pin, "DMA" them (check the bytes), unpin.
         if hits:
             prefix = keys[:hits]

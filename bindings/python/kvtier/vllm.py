@@ -194,6 +194,25 @@ def _params_dict(variant):
     return variant.unpack() if variant is not None else None
 
 
+class _Request:
+    """A vLLM request as kvtier sees it: its Kv.Request, and the Kv.Key of
+    each OffloadKey it used. A deferred request looks its whole prefix up
+    again every step; building a Kv.Key is most of a lookup's cost, so each
+    is built once per request."""
+
+    __slots__ = ('request', 'keys')
+
+    def __init__(self, request):
+        self.request = request
+        self.keys = {}
+
+    def key(self, offload_key):
+        key = self.keys.get(offload_key)
+        if key is None:
+            key = self.keys[offload_key] = Kv.Key.new_from_offload_key(offload_key)
+        return key
+
+
 class _Requests:
     """One Kv.Request per vLLM request id, kept until the request ends, so
     that a kvtier tier's per-request state (negative cache, async lookups)
@@ -202,11 +221,14 @@ class _Requests:
     def __init__(self):
         self._by_id = {}
 
+    def state(self, ctx):
+        state = self._by_id.get(ctx.req_id)
+        if state is None:
+            state = self._by_id[ctx.req_id] = _Request(self._new(ctx))
+        return state
+
     def get(self, ctx):
-        request = self._by_id.get(ctx.req_id)
-        if request is None:
-            request = self._by_id[ctx.req_id] = self._new(ctx)
-        return request
+        return self.state(ctx).request
 
     @staticmethod
     def _new(ctx):
@@ -222,7 +244,8 @@ class _Requests:
         return request
 
     def finish(self, ctx):
-        return self._by_id.pop(ctx.req_id, None)
+        state = self._by_id.pop(ctx.req_id, None)
+        return state.request if state is not None else None
 
     def __len__(self):
         return len(self._by_id)
@@ -378,7 +401,7 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         self._closed = False
         # Bound once: these are on the per-chunk path.
         self._kv_lookup = self._tier.lookup
-        self._new_key = Kv.Key.new_from_offload_key
+        self._state = self._requests.state
         self._lookup_results = tuple(
             getattr(types.LookupResult, Kv.LookupResult(i).value_nick.upper().replace('-', '_'))
             for i in range(len(Kv.LookupResult.__enum_values__)))
@@ -398,8 +421,8 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
     # -- lookups and requests --
 
     def lookup(self, key, req_context):
-        return self._lookup_results[self._kv_lookup(self._new_key(key),
-                                                    self._requests.get(req_context))]
+        state = self._state(req_context)
+        return self._lookup_results[self._kv_lookup(state.key(key), state.request)]
 
     def on_new_request(self, req_context):
         policy = self._tier.on_new_request(self._requests.get(req_context))
@@ -412,15 +435,17 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
 
     def touch(self, keys, req_context):
         if not self._closed:
-            self._tier.touch([self._new_key(k) for k in keys], self._requests.get(req_context))
+            state = self._requests.state(req_context)
+            self._tier.touch([state.key(k) for k in keys], state.request)
 
     # -- jobs --
 
     def _kv_job(self, job):
         chunk_ids = job.chunk_ids
         chunk_ids = chunk_ids.tolist() if hasattr(chunk_ids, 'tolist') else [int(c) for c in chunk_ids]
-        return Kv.TransferJob.new(job.job_id, [self._new_key(k) for k in job.keys], chunk_ids,
-                                  bool(job.is_promotion), self._requests.get(job.req_context))
+        state = self._requests.state(job.req_context)
+        return Kv.TransferJob.new(job.job_id, [state.key(k) for k in job.keys], chunk_ids,
+                                  bool(job.is_promotion), state.request)
 
     def _submit(self, job, submit):
         if job.job_id in self._jobs:

@@ -302,8 +302,6 @@ def test_a_failed_load_from_fs_is_a_failed_job_and_a_miss_again(region, tmp_path
     manager.primary.evictable.pop(chunk_key(1))
     manager.primary.free.append(manager.primary.slot.pop(chunk_key(1)))
     del manager.primary.ref[chunk_key(1)]
-    files = [os.path.join(d, f) for d, _, fs in os.walk(tmp_path) for f in fs
-             if f.endswith(('.bin', '.kv')) or 'chunk' in d]
     reader = T.ReqContext('reader')
     manager.on_new_request(reader)
     assert manager.lookup(chunk_key(1), reader) == T.LookupResult.HIT_PENDING
@@ -314,7 +312,6 @@ def test_a_failed_load_from_fs_is_a_failed_job_and_a_miss_again(region, tmp_path
     assert manager.failed_promotions == 1
     assert manager.primary.lookup(chunk_key(1)) == T.LookupResult.MISS
     assert manager.lookup(chunk_key(1), reader) == T.LookupResult.MISS
-    assert files is not None
     manager.on_request_finished(reader)
     manager.shutdown()
 
@@ -431,3 +428,34 @@ def test_vllm_stats_from_the_kvtier_tier(region, tmp_path):
         json.dumps(flat)
     tier.on_request_finished(ctx)
     tier.shutdown()
+
+
+def test_serve_external_requests_through_vllms_parent(region):
+    """A kvtier tier serving a peer's fetch during serve_external_requests
+    sees vLLM's parent as a Kv.ParentManager: it looks keys up (primary
+    first), pins the ready ones with create_store_job, sends their bytes
+    and reports the job, which vLLM's manager then unpins."""
+    tier = make_tier(region, tier={'type': 'scripted'})
+    scripted = tier.kvtier_tier
+    manager = TieringManager(region.n_chunks, [tier])
+    ctx = T.ReqContext('local')
+    manager.on_new_request(ctx)
+    prepared = manager.prepare_store([chunk_key(c) for c in (1, 2)], ctx)
+    for chunk_id, c in zip(prepared[1], (1, 2)):
+        fill(region, chunk_id, c)
+    manager.complete_store(prepared[0], ctx)
+    manager.on_request_finished(ctx)
+    manager.drain()
+
+    scripted.peer_fetches.append(
+        ('peer-1', [Kv.Key.new_from_offload_key(chunk_key(c)) for c in (1, 2, 3)]))
+    manager.on_schedule_end(T.ScheduleEndContext([], []))
+    assert scripted.sent == {chunk_key(c): chunk_bytes(c, ROW) for c in (1, 2)}
+    [(_, _, job_id, req_id, n)] = [c for c in manager.calls if c[1] == 'create_store_job']
+    assert (req_id, n) == ('peer-1', 2)
+    assert manager.primary.ref[chunk_key(1)] == 1           # pinned until reported
+    manager.on_schedule_end(T.ScheduleEndContext([], []))
+    assert manager.primary.ref[chunk_key(1)] == 0
+    assert job_id in manager.tracker.reported
+    assert 'peer-1' not in manager.requests
+    manager.shutdown()

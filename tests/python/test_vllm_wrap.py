@@ -3,7 +3,6 @@
 the C Kv.TieringManager."""
 
 import ctypes
-import threading
 
 import gi
 import pytest

@@ -323,8 +323,8 @@ class TieringManager:
 
     def on_schedule_end(self, ctx):
         self._maybe_process_finished_jobs()
-        for tier in self.tiers:
-            tier.serve_external_requests(self)
+        for i, tier in enumerate(self.tiers):
+            tier.serve_external_requests(TierParent(self, i))
         self.processed_this_step = False
         self._flush_pending_promotions()
         for tier in self.tiers:
@@ -352,6 +352,42 @@ class TieringManager:
                 errors.append(error)
         if errors:
             raise errors[-1]
+
+
+class TierParent:
+    """vLLM's ParentManager handed to tier `origin` during
+    serve_external_requests: the manager minus the origin tier."""
+
+    def __init__(self, manager, origin):
+        self.manager = manager
+        self.origin = origin
+
+    def on_new_request(self, ctx):
+        self.manager.requests[ctx.req_id] = [ctx, 0, False]
+        return T.RequestOffloadingContext()
+
+    def lookup(self, key, ctx):
+        result = self.manager.primary.lookup(key)
+        if result != T.LookupResult.MISS:
+            return result
+        for i, tier in enumerate(self.manager.tiers):
+            if i != self.origin and tier.lookup(key, ctx) == T.LookupResult.HIT:
+                return T.LookupResult.HIT_PENDING if self.manager._promote(i, key, ctx) \
+                    else T.LookupResult.MISS
+        return T.LookupResult.MISS
+
+    def create_store_job(self, keys, ctx):
+        """Pins the keys and registers a store job under the origin tier,
+        which moves the bytes and reports the job itself."""
+        chunks = self.manager.primary.pin(keys)
+        job = self.manager.tracker.register(keys, chunks, False, ctx, self.origin)
+        self.manager.calls.append((self.origin, 'create_store_job', job.job_id, ctx.req_id,
+                                   len(keys)))
+        return job
+
+    def on_request_finished(self, ctx):
+        self.manager.requests[ctx.req_id][2] = True
+        self.manager._maybe_finalize(ctx.req_id)
 
 
 def chunk_bytes(chunk, size):

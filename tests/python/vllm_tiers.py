@@ -32,6 +32,8 @@ class ScriptedTier(Kv.SecondaryTier):
         self.hold = False               # jobs wait for release()
         self.held = []
         self.requests = []              # (method, request id, filter, params)
+        self.peer_fetches = []          # (request id, [Kv.Key]) to serve
+        self.sent = {}                  # offload key -> bytes served to a peer
         self._lock = threading.Lock()
         self._jobs = queue.SimpleQueue()
         self._worker = threading.Thread(target=self._run, daemon=True)
@@ -40,6 +42,25 @@ class ScriptedTier(Kv.SecondaryTier):
     def _note(self, method, request):
         self.requests.append((method, request.get_id(), request.get_load_tier_filter(),
                               request.get_transfer_params()))
+
+    def do_serve_external_requests(self, parent):
+        """Serves the peers' fetches queued in self.peer_fetches, as a peer
+        tier does: look the keys up through the parent, pin the ready ones
+        with create_store_job and "send" their bytes (here: to self.sent)."""
+        while self.peer_fetches:
+            request_id, keys = self.peer_fetches.pop(0)
+            request = Kv.Request.new(request_id, None)
+            parent.on_new_request(request)
+            ready = [k for k in keys
+                     if parent.lookup(k, request) == Kv.LookupResult.HIT]
+            if ready:
+                job = parent.create_store_job(ready, request)
+                primary = self.get_primary()
+                for key, slot in zip(job.get_keys(), job.get_chunk_ids()):
+                    self.sent[key.to_offload_key().get_data()] = \
+                        primary.read_slot(slot).get_data()
+                self.complete_job(Kv.JobResult.new(job.get_id(), True))
+            parent.on_request_finished(request)
 
     def do_lookup(self, key, request):
         self._note('lookup', request)

@@ -31,7 +31,6 @@ with the same names and fields. doc/vllm.md has the details and limits.
 import ctypes
 import logging
 import os
-import time
 
 import numpy
 
@@ -442,7 +441,11 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
 
     def _kv_job(self, job):
         chunk_ids = job.chunk_ids
-        chunk_ids = chunk_ids.tolist() if hasattr(chunk_ids, 'tolist') else [int(c) for c in chunk_ids]
+        # a numpy array (vLLM's) or any sequence of ints
+        if hasattr(chunk_ids, 'tolist'):
+            chunk_ids = chunk_ids.tolist()
+        else:
+            chunk_ids = list(map(int, chunk_ids))
         state = self._requests.state(job.req_context)
         return Kv.TransferJob.new(job.job_id, [state.key(k) for k in job.keys], chunk_ids,
                                   bool(job.is_promotion), state.request)

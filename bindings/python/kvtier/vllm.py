@@ -218,12 +218,12 @@ class _Requests:
     lives as long as vLLM's request does."""
 
     def __init__(self):
-        self._by_id = {}
+        self.by_id = {}             # req_id -> _Request
 
     def state(self, ctx):
-        state = self._by_id.get(ctx.req_id)
+        state = self.by_id.get(ctx.req_id)
         if state is None:
-            state = self._by_id[ctx.req_id] = _Request(self._new(ctx))
+            state = self.by_id[ctx.req_id] = _Request(self._new(ctx))
         return state
 
     def get(self, ctx):
@@ -243,11 +243,11 @@ class _Requests:
         return request
 
     def finish(self, ctx):
-        state = self._by_id.pop(ctx.req_id, None)
+        state = self.by_id.pop(ctx.req_id, None)
         return state.request if state is not None else None
 
     def __len__(self):
-        return len(self._by_id)
+        return len(self.by_id)
 
 
 _MEDIUM_FROM_KV = _enum_map(Kv.Medium, types.Medium)
@@ -400,7 +400,7 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         self._closed = False
         # Bound once: these are on the per-chunk path.
         self._kv_lookup = self._tier.lookup
-        self._state = self._requests.state
+        self._by_req_id = self._requests.by_id
         self._lookup_results = tuple(
             getattr(types.LookupResult, Kv.LookupResult(i).value_nick.upper().replace('-', '_'))
             for i in range(len(Kv.LookupResult.__enum_values__)))
@@ -420,8 +420,11 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
     # -- lookups and requests --
 
     def lookup(self, key, req_context):
-        state = self._state(req_context)
-        return self._lookup_results[self._kv_lookup(state.key(key), state.request)]
+        # The per-chunk path: no Python call but the tier's when the request
+        # and the key were seen before.
+        state = self._by_req_id.get(req_context.req_id) or self._requests.state(req_context)
+        kv_key = state.keys.get(key) or state.key(key)
+        return self._lookup_results[self._kv_lookup(kv_key, state.request)]
 
     def on_new_request(self, req_context):
         policy = self._tier.on_new_request(self._requests.get(req_context))

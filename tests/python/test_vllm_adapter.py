@@ -415,17 +415,37 @@ def test_engine_over_the_c_example_tier(region):
 
 
 def test_vllm_stats_from_the_kvtier_tier(region, tmp_path):
+    """The fs tier's own metrics reach vLLM by name, label and kind, once."""
     tier = make_tier(region, tier={'type': 'fs', 'root': str(tmp_path)})
     ctx = T.ReqContext('stats')
     tier.on_new_request(ctx)
     fill(region, 3, 3)
-    tier.submit_store(T.TransferJob(0, [chunk_key(3)], numpy.array([3]), False, ctx))
+    fill(region, 4, 4)
+    tier.submit_store(T.TransferJob(0, [chunk_key(3), chunk_key(4)], numpy.array([3, 4]),
+                                    False, ctx))
     poll_until_done(tier, 1)
     stats = tier.get_stats()
-    if stats is not None:
-        flat = stats.reduce()
-        assert flat and all(':' in name for name in flat)
-        json.dumps(flat)
+    data = stats.data['data']
+    assert data['kvtier:fs_bytes_written'] == {('fs',): 2 * ROW}
+    assert data['kvtier:fs_stored_chunks'] == {('fs',): 2}
+    flat = stats.reduce()
+    assert flat["kvtier:fs_bytes_written:('fs',)"] == 2 * ROW
+    json.dumps(flat)
+    # Kinds come from the tier's metric definitions: a gauge is set, not
+    # summed, when stats are aggregated.
+    assert 'kvtier:fs_used_bytes' in stats.gauges
+    assert 'kvtier:fs_stored_chunks' not in stats.gauges
+    used = data['kvtier:fs_used_bytes'][('fs',)]
+    assert used >= 2 * ROW
+    total = T.TieringStats()
+    total.aggregate(stats)
+    total.aggregate(stats)
+    assert total.data['data']['kvtier:fs_bytes_written'] == {('fs',): 4 * ROW}
+    assert total.data['data']['kvtier:fs_used_bytes'] == {('fs',): used}
+    # Return and reset: the counters start again.
+    again = tier.get_stats()
+    assert again is None or 'kvtier:fs_bytes_written' not in again.data['data'] or \
+        again.data['data']['kvtier:fs_bytes_written'] == {('fs',): 0}
     tier.on_request_finished(ctx)
     tier.shutdown()
 

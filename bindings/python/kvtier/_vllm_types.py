@@ -163,6 +163,7 @@ class TieringStats:
 
     def __init__(self):
         self.data = {'data': {}}
+        self.gauges = set()         # names whose values are set, not summed
 
     def _slot(self, name, labelvalues):
         return self.data['data'].setdefault(name, {}), tuple(labelvalues)
@@ -174,18 +175,21 @@ class TieringStats:
     def set_gauge(self, name, value, labelvalues=()):
         values, labels = self._slot(name, labelvalues)
         values[labels] = value
+        self.gauges.add(name)
 
     def observe_histogram(self, name, value, labelvalues=()):
         values, labels = self._slot(name, labelvalues)
         values.setdefault(labels, []).append(value)
 
     def aggregate(self, other):
+        gauges = getattr(other, 'gauges', set())
+        self.gauges |= gauges
         for name, values in other.data['data'].items():
             mine = self.data['data'].setdefault(name, {})
             for labels, value in values.items():
                 if isinstance(value, list):
                     mine.setdefault(labels, []).extend(value)
-                elif labels in mine and not isinstance(mine[labels], list):
+                elif labels in mine and name not in gauges:
                     mine[labels] += value
                 else:
                     mine[labels] = value

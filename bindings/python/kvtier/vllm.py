@@ -28,6 +28,7 @@ speaks its types; otherwise it uses :mod:`kvtier._vllm_types`, stand-ins
 with the same names and fields. doc/vllm.md has the details and limits.
 """
 
+import ast
 import ctypes
 import logging
 import os
@@ -393,6 +394,8 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         kv_locality = _LOCALITY_FROM_KV[int(self._tier.get_locality())]
         self.locality = locality or kv_locality
 
+        self._metrics = Kv.MetricRegistry.new()
+        self._tier.register_metrics(self._metrics)
         self._requests = _Requests()
         self._jobs = {}              # job id -> vLLM TransferJob, until reported
         self._refused = []           # JobResults of jobs the tier refused at submit
@@ -545,13 +548,21 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         return events
 
     def get_stats(self):
+        """The tier's own metrics since the last call, in a stats object of
+        vLLM's shape, or None. Counters and gauges keep their kind (from the
+        tier's metric definitions); a histogram arrives as its ``_count``
+        and ``_sum`` counters."""
         stats = self._tier.get_stats()
         if stats is None or stats.is_empty():
             return None
         out = types.TieringStats()
         for name, value in stats.reduce().unpack().items():
-            metric, _, labels = name.partition(':')
-            out.increase_counter(metric, value, _labels(labels))
+            metric, labels = _split_stat_name(name)
+            if (self._metrics.has_metric(metric) and
+                    self._metrics.get_kind(metric) == Kv.MetricKind.GAUGE):
+                out.set_gauge(metric, value, labels)
+            else:
+                out.increase_counter(metric, value, labels)
         return out
 
     def shutdown(self):
@@ -564,13 +575,17 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         self._closed = True
 
 
-def _labels(text):
-    import ast
+def _split_stat_name(name):
+    """``"<metric>:<label tuple>"`` (a flattened stats key, whose metric
+    name may hold colons itself) as (metric, label tuple)."""
+    metric, colon, labels = name.rpartition(':(')
+    if not colon:
+        return name, ()
     try:
-        labels = ast.literal_eval(text) if text else ()
+        parsed = ast.literal_eval('(' + labels)
     except (ValueError, SyntaxError):
-        return (text,)
-    return tuple(labels) if isinstance(labels, tuple) else (labels,)
+        return name, ()
+    return metric, tuple(parsed) if isinstance(parsed, tuple) else (parsed,)
 
 
 # ---- vLLM tier -> kvtier ---------------------------------------------------------
@@ -743,8 +758,8 @@ class VllmTierWrapper(Kv.SecondaryTier):
             return None
         kv_stats = Kv.Stats.new()
         for name, value in stats.reduce().items():
-            metric, _, labels = name.partition(':')
-            kv_stats.increase_counter(metric, float(value), list(_labels(labels)))
+            metric, labels = _split_stat_name(name)
+            kv_stats.increase_counter(metric, float(value), [str(x) for x in labels])
         return kv_stats
 
 

@@ -193,3 +193,15 @@ def test_a_refused_submit_fails_the_job(wrapped):
     assert wrapped.vtier.store == {}
     assert engine.primary.get_ref_count(engine.keys[0]) == (True, 0)
     engine.manager.on_request_finished(req)
+
+
+def test_the_vllm_tiers_stats_reach_the_manager(wrapped):
+    engine = wrapped.engine
+    req = Kv.Request.new('stats', None)
+    engine.manager.on_new_request(req)
+    engine.store(req, range(3))
+    wrapped.settle()
+    stats = engine.manager.get_stats()
+    flat = stats.reduce().unpack()
+    assert flat["vllm:test_dict_stored_chunks:('dict',)"] == 3.0
+    engine.manager.on_request_finished(req)

@@ -137,6 +137,7 @@ class DictVllmTier(types.SecondaryTierManager):
         self.gate = threading.Event()   # the worker waits on it before each job
         self.gate.set()
         self.events = []
+        self.n_stored = 0
         self.calls = []
         self._finished = queue.SimpleQueue()
         self._in_flight = 0
@@ -207,6 +208,7 @@ class DictVllmTier(types.SecondaryTierManager):
             self._finished.put(result)
             with self._lock:
                 if ok and not job.is_promotion:
+                    self.n_stored += len(job.keys)
                     self.events.append(types.OffloadingEvent(list(job.keys), self.medium,
                                                              False, self.locality))
                 self._in_flight -= 1
@@ -223,6 +225,15 @@ class DictVllmTier(types.SecondaryTierManager):
     def has_pending_work(self):
         with self._lock:
             return self._in_flight > 0
+
+    def get_stats(self):
+        with self._lock:
+            n, self.n_stored = self.n_stored, 0
+        if n == 0:
+            return None
+        stats = types.TieringStats()
+        stats.increase_counter('vllm:test_dict_stored_chunks', n, (self.tier_type,))
+        return stats
 
     def take_events(self):
         with self._lock:

@@ -398,7 +398,7 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         self._tier.register_metrics(self._metrics)
         self._requests = _Requests()
         self._jobs = {}              # job id -> vLLM TransferJob, until reported
-        self._refused = []           # JobResults of jobs the tier refused at submit
+        self._refused = []           # ids of jobs the tier refused at submit
         self._parent = None
         self._closed = False
         # Bound once: these are on the per-chunk path.
@@ -459,9 +459,10 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
     def _submit(self, job, submit):
         if job.job_id in self._jobs:
             raise ValueError(f'job {job.job_id} is already in flight')
+        kv_job = self._kv_job(job)          # a malformed job raises here, unregistered
         self._jobs[job.job_id] = job
         try:
-            submit(self._kv_job(job))
+            submit(kv_job)
         except GLib.Error as error:
             log.warning('kvtier tier %s refused job %d: %s', self.tier_type, job.job_id,
                         error.message)

@@ -23,6 +23,12 @@ job: one submit_store of one chunk and its collection by
 get_finished_jobs(), through the adapter and directly on the tier (the
 tier's worker copies 4 KiB either way; the copy is outside neither).
 
+With --end-to-end N: an engine replaying vLLM's calling sequence
+(tests/python/vllm_engine.py) stores N chunks of --row bytes through the
+adapter into an fs tier under --root (default: a temporary directory),
+then a second engine (a restarted vLLM with an empty primary) gets every
+chunk back by promotion, checking each byte; both passes are timed.
+
 Each figure is the best of several repeats (the machine is shared).
 """
 
@@ -40,7 +46,8 @@ import numpy  # noqa: E402
 import kvtier.vllm as kvv  # noqa: E402
 from kvtier import Kv  # noqa: E402
 from kvtier.vllm import types as T  # noqa: E402
-from vllm_engine import SharedRegion  # noqa: E402
+from vllm_engine import (Engine, SharedRegion, TieringManager,  # noqa: E402
+                         create_secondary_tier)
 
 ROW = 4096
 TARGET_US = 5.0
@@ -67,12 +74,51 @@ def offload_key(i):
     return T.make_offload_key(i.to_bytes(8, 'little') * 4, 0)
 
 
+def end_to_end(n_chunks, row, root):
+    per_request = 8
+    requests = [(f'req-{i}', list(range(per_request * i, per_request * (i + 1))))
+                for i in range(n_chunks // per_request)]
+    n_slots = 256
+    for name in ('store', 'restart'):
+        region = SharedRegion(f'/dev/shm/kvtier-bench-e2e-{os.getpid()}-{name}.mmap',
+                              n_slots, row)
+        tier = create_secondary_tier({
+            'type': 'KvtierSecondaryTier', 'module_path': 'kvtier.vllm',
+            'tier': {'type': 'fs', 'root': root},
+        }, region.create_kv_memoryview())
+        manager = TieringManager(n_slots, [tier])
+        engine = Engine(manager, region)
+        start = time.perf_counter()
+        engine.run(requests, per_step=8)
+        manager.drain()
+        elapsed = time.perf_counter() - start
+        assert not manager.tracker.jobs
+        assert len(manager.tracker.reported) == manager.tracker.next_id
+        moved = engine.computed_chunks if name == 'store' else engine.loaded_chunks
+        assert moved == len(requests) * per_request, (name, moved)
+        print(f'end to end, {name}: {moved} chunks of {row} bytes in {elapsed:.2f} s '
+              f'({moved / elapsed:.0f} chunks/s, {moved * row / elapsed / 2**20:.0f} MiB/s), '
+              f'{engine.steps} steps, {manager.tracker.next_id} jobs each reported once'
+              + (', every byte checked' if name == 'restart' else ''))
+        manager.shutdown()
+        del tier, manager.tiers[:]
+        region.cleanup()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--keys', type=int, default=20000)
     parser.add_argument('--repeats', type=int, default=11)
     parser.add_argument('--jobs', type=int, default=2000)
+    parser.add_argument('--end-to-end', type=int, metavar='N', default=0)
+    parser.add_argument('--row', type=int, default=64 * 1024)
+    parser.add_argument('--root')
     args = parser.parse_args()
+    if args.end_to_end:
+        import tempfile
+        with tempfile.TemporaryDirectory(dir=args.root) as root:
+            end_to_end(args.end_to_end, args.row, root)
+        return
     n = args.keys
 
     region = SharedRegion(f'/dev/shm/kvtier-bench-vllm-{os.getpid()}.mmap', 64, ROW)

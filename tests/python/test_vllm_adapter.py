@@ -485,3 +485,64 @@ def test_serve_external_requests_through_vllms_parent(region):
     assert job_id in manager.tracker.reported
     assert 'peer-1' not in manager.requests
     manager.shutdown()
+
+
+def test_with_vllm_importable_the_adapter_is_a_vllm_tier(tmp_path):
+    """When vLLM imports, the adapter subclasses vLLM's own base class and
+    speaks vLLM's types. A stand-in vllm package (fresh classes, not
+    kvtier's) is put first on the path of a child interpreter."""
+    import subprocess
+    import sys
+
+    stand_ins = os.path.abspath(os.path.join(os.path.dirname(kvv.__file__), '_vllm_types.py'))
+    package = tmp_path / 'vllm' / 'v1' / 'kv_offload'
+    (package / 'tiering').mkdir(parents=True)
+    for directory in (tmp_path / 'vllm', tmp_path / 'vllm' / 'v1', package):
+        (directory / '__init__.py').write_text('')
+    (package / 'tiering' / '__init__.py').write_text('')
+    loader = ('import importlib.util\n'
+              f'spec = importlib.util.spec_from_file_location("vllm_types_{{}}", {stand_ins!r})\n'
+              'module = importlib.util.module_from_spec(spec)\n'
+              'spec.loader.exec_module(module)\n'
+              'globals().update({{n: getattr(module, n) for n in module.__all__ if n in NAMES}})\n')
+    base_names = ['LookupResult', 'Medium', 'Locality', 'OffloadPolicy', 'ReqContext',
+                  'RequestOffloadingContext', 'ScheduleEndContext', 'OffloadingEvent',
+                  'TierFilter', 'TierMatcher', 'make_offload_key']
+    tiering_names = ['SecondaryTierManager', 'TransferJob', 'JobResult']
+    (package / 'base.py').write_text(f'NAMES = {base_names!r}\n' + loader.format('base'))
+    (package / 'tiering' / 'base.py').write_text(f'NAMES = {tiering_names!r}\n' +
+                                                 loader.format('tiering'))
+    region_path = f'/dev/shm/kvtier-test-vllm-real-{os.getpid()}.mmap'
+    script = f'''
+import sys
+sys.path.insert(0, {str(tmp_path)!r})
+sys.path.insert(1, {os.path.dirname(__file__)!r})
+import vllm.v1.kv_offload.base as vbase
+import vllm.v1.kv_offload.tiering.base as vtiering
+import kvtier._vllm_types as stand_ins
+import kvtier.vllm as kvv
+from vllm_engine import SharedRegion, chunk_key
+assert kvv.HAVE_VLLM
+assert issubclass(kvv.KvtierSecondaryTier, vtiering.SecondaryTierManager)
+assert not issubclass(kvv.KvtierSecondaryTier, stand_ins.SecondaryTierManager)
+assert kvv.types.LookupResult is vbase.LookupResult is not stand_ins.LookupResult
+assert kvv.types.JobResult is vtiering.JobResult
+assert kvv.types.TieringStats is stand_ins.TieringStats     # not a vLLM name
+region = SharedRegion({region_path!r}, 4, 8192)
+try:
+    tier = kvv.KvtierSecondaryTier(None, region.create_kv_memoryview(), 'KvtierSecondaryTier',
+                                   None, tier={{'type': 'example'}})
+    ctx = vbase.ReqContext('r')
+    assert type(tier.lookup(chunk_key(1), ctx)) is vbase.LookupResult
+    assert tier.lookup(chunk_key(1), ctx) is vbase.LookupResult.MISS
+    assert type(tier.on_new_request(ctx)) is vbase.RequestOffloadingContext
+    assert tier.medium is vbase.Medium.CPU
+    tier.shutdown()
+finally:
+    region.cleanup()
+print('vllm-base-ok')
+'''
+    child = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+                           timeout=60)
+    assert child.returncode == 0, child.stderr
+    assert 'vllm-base-ok' in child.stdout

@@ -379,7 +379,8 @@ def test_request_context_and_tier_filter_reach_the_kvtier_tier(region):
     scripted = tier.kvtier_tier
     only_storage = T.TierFilter((T.TierMatcher(medium=T.Medium.STORAGE),))
     ctx = T.ReqContext('filtered', {'kv_load_tiers': [{'medium': 'STORAGE'}],
-                                    'max_load_tokens': 4096, 'note': None},
+                                    'max_load_tokens': 4096, 'note': None,
+                                    'blob': b'\x00\x01', 'huge': 2 ** 70},
                        only_storage)
     tier.on_new_request(ctx)
     tier.lookup(chunk_key(1), ctx)
@@ -395,6 +396,8 @@ def test_request_context_and_tier_filter_reach_the_kvtier_tier(region):
     params = params.unpack()
     assert params['max_load_tokens'] == 4096
     assert params['kv_load_tiers'] == [{'medium': 'STORAGE'}]
+    assert params['note'] is None
+    assert params['blob'] == str(b'\x00\x01') and params['huge'] == str(2 ** 70)
     # One Kv.Request per vLLM request, kept until it finishes.
     assert len(tier._requests) == 2
     tier.on_request_finished(ctx)

@@ -172,7 +172,9 @@ def _enum_map(source, target):
 
 
 def _params_variant(params):
-    """kv_transfer_params (JSON-like) as an a{sv}; None stays None."""
+    """kv_transfer_params (JSON-like) as an a{sv}; None stays None. A value
+    a GVariant cannot hold as it is (bytes, a set, an object) goes as its
+    str(): a request's parameters never fail a lookup."""
     if not params:
         return None
 
@@ -184,7 +186,10 @@ def _params_variant(params):
         if isinstance(value, dict):
             return GLib.Variant('a{sv}', {str(k): convert(v, f'{where}.{k}')
                                           for k, v in value.items()})
-        return _variant(value, where)
+        try:
+            return _variant(value, where)
+        except (TypeError, OverflowError):
+            return GLib.Variant('s', str(value))
 
     return convert(dict(params), 'kv_transfer_params')
 

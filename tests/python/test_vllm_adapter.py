@@ -549,3 +549,28 @@ print('vllm-base-ok')
                            timeout=60)
     assert child.returncode == 0, child.stderr
     assert 'vllm-base-ok' in child.stdout
+
+
+def test_tier_modules_register_python_tiers_before_the_tier_is_built(region, tmp_path,
+                                                                   monkeypatch):
+    """"tier_modules" are imported first, so a vLLM configuration can name
+    a Python tier that a module registers on the default registry."""
+    (tmp_path / 'kvtier_test_vllm_tiers.py').write_text(
+        'import kvtier\n'
+        'from vllm_tiers import ScriptedTier\n'
+        '\n'
+        '@kvtier.register_tier("vllm-test-module-tier")\n'
+        'class ModuleTier(ScriptedTier):\n'
+        '    __gtype_name__ = "KvtierTestVllmModuleTier"\n')
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(GLib.Error, match='vllm-test-module-tier'):
+        kvv.KvtierSecondaryTier(None, region.create_kv_memoryview(), 't', None,
+                                tier={'type': 'vllm-test-module-tier'})
+    tier = create_secondary_tier({
+        'type': 'KvtierSecondaryTier', 'module_path': 'kvtier.vllm',
+        'tier_modules': ['kvtier_test_vllm_tiers'],
+        'tier': {'type': 'vllm-test-module-tier'},
+    }, region.create_kv_memoryview())
+    assert type(tier.kvtier_tier).__name__ == 'ModuleTier'
+    assert tier.kvtier_tier.get_tier_type() == 'vllm-test-module-tier'
+    tier.shutdown()

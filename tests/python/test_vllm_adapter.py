@@ -574,3 +574,37 @@ def test_tier_modules_register_python_tiers_before_the_tier_is_built(region, tmp
     assert type(tier.kvtier_tier).__name__ == 'ModuleTier'
     assert tier.kvtier_tier.get_tier_type() == 'vllm-test-module-tier'
     tier.shutdown()
+
+
+def test_lookup_answers_map_to_vllms(region):
+    """HIT, MISS and RETRY come back as vLLM's members; vLLM's manager
+    turns a secondary HIT into a promotion (HIT_PENDING) and keeps RETRY
+    unless a later tier has the chunk."""
+    tier = make_tier(region, tier={'type': 'scripted', 'medium': 'cpu'})
+    scripted = tier.kvtier_tier
+    scripted.store[chunk_key(1)] = chunk_bytes(1, ROW)
+    scripted.unknown.add(chunk_key(2))
+    ctx = T.ReqContext('answers')
+    assert [tier.lookup(chunk_key(c), ctx) for c in (1, 2, 3)] == \
+        [T.LookupResult.HIT, T.LookupResult.RETRY, T.LookupResult.MISS]
+    manager = TieringManager(region.n_chunks, [tier])
+    other = T.ReqContext('manager')
+    manager.on_new_request(other)
+    assert [manager.lookup(chunk_key(c), other) for c in (1, 2, 3)] == \
+        [T.LookupResult.HIT_PENDING, T.LookupResult.RETRY, T.LookupResult.MISS]
+    # A load filter that excludes the tier's medium (the section's, read
+    # back from the kvtier tier): vLLM's manager does not ask the tier.
+    storage_only = T.ReqContext('storage-only', None,
+                                T.TierFilter((T.TierMatcher(medium=T.Medium.STORAGE),)))
+    manager.on_new_request(storage_only)
+    assert tier.medium == T.Medium.CPU
+    n_lookups = len(scripted.requests)
+    assert manager.lookup(chunk_key(1), storage_only) == T.LookupResult.HIT_PENDING  # primary
+    assert manager.lookup(chunk_key(5), storage_only) == T.LookupResult.MISS
+    assert len(scripted.requests) == n_lookups
+    tier.on_request_finished(ctx)
+    for c in (other, storage_only):
+        manager.on_request_finished(c)
+    manager.on_schedule_end(T.ScheduleEndContext([], []))
+    manager.drain()
+    manager.shutdown()

@@ -29,6 +29,7 @@ class ScriptedTier(Kv.SecondaryTier):
         self.store = {}                 # offload key bytes -> bytes
         self.refuse = False             # submit raises GLib.Error
         self.lose = set()               # offload keys a load does not land
+        self.unknown = set()            # offload keys looked up as RETRY
         self.hold = False               # jobs wait for release()
         self.held = []
         self.requests = []              # (method, request id, filter, params)
@@ -64,8 +65,11 @@ class ScriptedTier(Kv.SecondaryTier):
 
     def do_lookup(self, key, request):
         self._note('lookup', request)
+        name = key.to_offload_key().get_data()
+        if name in self.unknown:
+            return Kv.LookupResult.RETRY
         with self._lock:
-            found = key.to_offload_key().get_data() in self.store
+            found = name in self.store
         return Kv.LookupResult.HIT if found else Kv.LookupResult.MISS
 
     def do_on_new_request(self, request):

@@ -12,11 +12,14 @@
 #include <gobject/gvaluecollector.h>
 #include <kvtier.h>
 
+#include "kv-chunk-format.h"
 #include "kv-fs-config.h"
 #include "kv-fs-tier.h"
 
 /* A small chunk: tests move many of them on 2 cores. */
 #define FS_TEST_SLOT 8192
+/* The slots of a layout=slab test tier unless a test sets max-size. */
+#define FS_TEST_SLAB_SLOTS 64
 
 typedef struct
 {
@@ -201,6 +204,15 @@ fs_test_tier_new_valist (KvHostBuffer    *buffer,
   SET ("clock", KV_TYPE_CLOCK, g_value_set_object, own_clock);
   if (variant->layout == KV_FS_LAYOUT_KIND_VLLM)
     SET ("vllm-identity", G_TYPE_STRING, g_value_set_string, FS_TEST_VLLM_IDENTITY);
+  /* layout=slab preallocates max-size: 64 slots by default, in slab
+   * files of 16 slots, so that tests cross files */
+  if (variant->layout == KV_FS_LAYOUT_KIND_SLAB)
+    {
+      SET ("max-size", G_TYPE_UINT64, g_value_set_uint64,
+           (guint64) FS_TEST_SLAB_SLOTS * (FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE));
+      SET ("slab-size", G_TYPE_UINT64, g_value_set_uint64,
+           (guint64) KV_SLAB_HEADER_SIZE + 16 * (guint64) (FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE));
+    }
 #undef SET
 
   for (const char *name = first_property; name != NULL; name = va_arg (args, const char *))

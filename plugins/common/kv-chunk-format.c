@@ -228,3 +228,165 @@ kv_chunk_check (const guint8 *header,
     return KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM;
   return KV_CHUNK_CHECK_OK;
 }
+
+/* ---- slab slots ---------------------------------------------------------- */
+
+/*
+ * A slab slot's header is a chunk header (above) with two more fields:
+ *
+ *   72    8  flags: KV_CHUNK_FLAG_SLOT
+ *   200   8  sequence number: higher is newer
+ *
+ * Both lie under the header checksum. A slab file's own header:
+ *
+ *   0     8  magic "KVTSLAB1"
+ *   8     4  slab format version (1)
+ *   12    4  header size (4096)
+ *   16   32  namespace digest
+ *   48    8  slot size (4096 + payload length)
+ *   56    8  payload length
+ *   64    8  number of slots
+ *   72    8  flags (0)
+ *   80    8  creation time, microseconds since the Unix epoch
+ *   88  ...  zero
+ *   4088  8  XXH3-64 of bytes 0..4087
+ */
+
+/* Fills the 4096 bytes at @header for @key in a slab slot, with the
+ * payload's checksum computed by the caller (once, wherever the payload
+ * was read already). */
+void
+kv_chunk_slot_header_encode (guint8       *header,
+                             const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                             const KvKey  *key,
+                             gsize         payload_len,
+                             guint64       payload_checksum,
+                             gint64        created_unix_us,
+                             guint64       sequence)
+{
+  const guint8 *hash;
+  gsize hash_len = 0;
+
+  hash = kv_key_get_hash (key, &hash_len);
+  g_return_if_fail (hash_len <= KV_CHUNK_MAX_KEY_HASH_LEN);
+
+  memset (header, 0, KV_CHUNK_HEADER_SIZE);
+  memcpy (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8);
+  put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
+  put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
+  memcpy (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
+  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
+  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, payload_checksum);
+  put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
+  put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
+  put_u64 (header + KV_CHUNK_OFF_FLAGS, KV_CHUNK_FLAG_SLOT);
+  put_u64 (header + KV_CHUNK_OFF_CREATED, (guint64) created_unix_us);
+  memcpy (header + KV_CHUNK_OFF_HASH, hash, hash_len);
+  put_u64 (header + KV_CHUNK_OFF_SEQUENCE, sequence);
+  put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
+           kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3));
+}
+
+/* Reads the key a slot's header names, without knowing it beforehand
+ * (the warm-restart scan): checks everything kv_chunk_header_check()
+ * does but the key, and that the header is a slot's. On success
+ * *@out_key is the key (transfer full). */
+KvChunkCheck
+kv_chunk_slot_header_parse (const guint8  *header,
+                            const guint8   namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                            gsize          payload_len,
+                            KvKey        **out_key,
+                            guint64       *out_sequence,
+                            guint64       *out_payload_checksum)
+{
+  guint32 hash_len;
+
+  if (memcmp (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8) != 0)
+    return KV_CHUNK_CHECK_BAD_MAGIC;
+  if (get_u64 (header + KV_CHUNK_OFF_HEADER_XXH3) !=
+      kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3))
+    return KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM;
+  if (get_u32 (header + KV_CHUNK_OFF_VERSION) != KV_CHUNK_FORMAT_VERSION ||
+      get_u32 (header + KV_CHUNK_OFF_HEADER_SIZE) != KV_CHUNK_HEADER_SIZE ||
+      (get_u64 (header + KV_CHUNK_OFF_FLAGS) & KV_CHUNK_FLAG_SLOT) == 0)
+    return KV_CHUNK_CHECK_BAD_VERSION;
+  if (memcmp (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN) != 0)
+    return KV_CHUNK_CHECK_WRONG_NAMESPACE;
+  hash_len = get_u32 (header + KV_CHUNK_OFF_HASH_LEN);
+  if (hash_len == 0 || hash_len > KV_CHUNK_MAX_KEY_HASH_LEN)
+    return KV_CHUNK_CHECK_WRONG_KEY;
+  if (get_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN) != payload_len)
+    return KV_CHUNK_CHECK_WRONG_LENGTH;
+
+  if (out_key != NULL)
+    *out_key = kv_key_new (header + KV_CHUNK_OFF_HASH, hash_len,
+                           get_u32 (header + KV_CHUNK_OFF_GROUP));
+  if (out_sequence != NULL)
+    *out_sequence = get_u64 (header + KV_CHUNK_OFF_SEQUENCE);
+  if (out_payload_checksum != NULL)
+    *out_payload_checksum = get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
+  return KV_CHUNK_CHECK_OK;
+}
+
+/* The sequence number of a slot's header (checked by the caller). */
+guint64
+kv_chunk_slot_header_get_sequence (const guint8 *header)
+{
+  return get_u64 (header + KV_CHUNK_OFF_SEQUENCE);
+}
+
+void
+kv_chunk_slab_header_encode (guint8       *header,
+                             const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                             gsize         payload_len,
+                             guint64       n_slots,
+                             gint64        created_unix_us)
+{
+  memset (header, 0, KV_SLAB_HEADER_SIZE);
+  memcpy (header + KV_SLAB_OFF_MAGIC, KV_SLAB_MAGIC, 8);
+  put_u32 (header + KV_SLAB_OFF_VERSION, KV_SLAB_FORMAT_VERSION);
+  put_u32 (header + KV_SLAB_OFF_HEADER_SIZE, KV_SLAB_HEADER_SIZE);
+  memcpy (header + KV_SLAB_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
+  put_u64 (header + KV_SLAB_OFF_SLOT_SIZE, KV_CHUNK_HEADER_SIZE + payload_len);
+  put_u64 (header + KV_SLAB_OFF_PAYLOAD_LEN, payload_len);
+  put_u64 (header + KV_SLAB_OFF_N_SLOTS, n_slots);
+  put_u64 (header + KV_SLAB_OFF_FLAGS, 0);
+  put_u64 (header + KV_SLAB_OFF_CREATED, (guint64) created_unix_us);
+  put_u64 (header + KV_SLAB_OFF_HEADER_XXH3, kv_chunk_checksum (header, KV_SLAB_OFF_HEADER_XXH3));
+}
+
+/* Whether @header is an intact slab file header; fills what it says. */
+gboolean
+kv_chunk_slab_header_parse (const guint8 *header,
+                            guint8        out_namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                            guint64      *out_payload_len,
+                            guint64      *out_n_slots)
+{
+  guint64 payload_len;
+
+  if (memcmp (header + KV_SLAB_OFF_MAGIC, KV_SLAB_MAGIC, 8) != 0 ||
+      get_u64 (header + KV_SLAB_OFF_HEADER_XXH3) !=
+      kv_chunk_checksum (header, KV_SLAB_OFF_HEADER_XXH3) ||
+      get_u32 (header + KV_SLAB_OFF_VERSION) != KV_SLAB_FORMAT_VERSION ||
+      get_u32 (header + KV_SLAB_OFF_HEADER_SIZE) != KV_SLAB_HEADER_SIZE)
+    return FALSE;
+  payload_len = get_u64 (header + KV_SLAB_OFF_PAYLOAD_LEN);
+  if (payload_len == 0 || payload_len > G_MAXUINT32 ||
+      get_u64 (header + KV_SLAB_OFF_SLOT_SIZE) != KV_CHUNK_HEADER_SIZE + payload_len)
+    return FALSE;
+  if (out_namespace_digest != NULL)
+    memcpy (out_namespace_digest, header + KV_SLAB_OFF_NAMESPACE, KV_CHUNK_NAMESPACE_DIGEST_LEN);
+  if (out_payload_len != NULL)
+    *out_payload_len = payload_len;
+  if (out_n_slots != NULL)
+    *out_n_slots = get_u64 (header + KV_SLAB_OFF_N_SLOTS);
+  return TRUE;
+}
+
+/* Where slot @slot starts in a slab of @payload_len-byte chunks. */
+guint64
+kv_chunk_slab_slot_offset (gsize   payload_len,
+                           guint64 slot)
+{
+  return KV_SLAB_HEADER_SIZE + slot * (guint64) (KV_CHUNK_HEADER_SIZE + payload_len);
+}

@@ -80,4 +80,62 @@ KvChunkCheck   kv_chunk_check          (const guint8 *header,
                                         const KvKey  *key,
                                         gboolean      verify_payload);
 
+/* ---- slab slots (the fs tier's layout=slab) -------------------------------
+ *
+ * A slab file (or block device) starts with a KV_SLAB_HEADER_SIZE file
+ * header, then an array of fixed-size slots: slot i at
+ * KV_SLAB_HEADER_SIZE + i * (KV_CHUNK_HEADER_SIZE + payload length). A
+ * slot is a chunk record whose header has KV_CHUNK_FLAG_SLOT set in its
+ * flags and a sequence number at KV_CHUNK_OFF_SEQUENCE (in the zero area
+ * of a file's header, so readers of chunk files read a slot's header the
+ * same way); the newest copy of a key is the one of the highest sequence
+ * number. doc/on-disk-format.md describes both. */
+#define KV_CHUNK_FLAG_SLOT            ((guint64) 1)
+#define KV_CHUNK_OFF_SEQUENCE         200
+
+#define KV_SLAB_HEADER_SIZE           4096
+#define KV_SLAB_FORMAT_VERSION        1
+#define KV_SLAB_MAGIC                 "KVTSLAB1"
+#define KV_SLAB_OFF_MAGIC             0
+#define KV_SLAB_OFF_VERSION           8
+#define KV_SLAB_OFF_HEADER_SIZE       12
+#define KV_SLAB_OFF_NAMESPACE         16
+#define KV_SLAB_OFF_SLOT_SIZE         48
+#define KV_SLAB_OFF_PAYLOAD_LEN       56
+#define KV_SLAB_OFF_N_SLOTS           64
+#define KV_SLAB_OFF_FLAGS             72
+#define KV_SLAB_OFF_CREATED           80
+#define KV_SLAB_OFF_HEADER_XXH3       4088
+
+void        kv_chunk_slot_header_encode   (guint8       *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        gsize         payload_len,
+                                        guint64       payload_checksum,
+                                        gint64        created_unix_us,
+                                        guint64       sequence);
+
+KvChunkCheck   kv_chunk_slot_header_parse  (const guint8 *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        gsize         payload_len,
+                                        KvKey       **out_key,
+                                        guint64      *out_sequence,
+                                        guint64      *out_payload_checksum);
+
+guint64     kv_chunk_slot_header_get_sequence (const guint8 *header);
+
+void        kv_chunk_slab_header_encode   (guint8       *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        gsize         payload_len,
+                                        guint64       n_slots,
+                                        gint64        created_unix_us);
+
+gboolean    kv_chunk_slab_header_parse    (const guint8 *header,
+                                        guint8        out_namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        guint64      *out_payload_len,
+                                        guint64      *out_n_slots);
+
+guint64     kv_chunk_slab_slot_offset     (gsize         payload_len,
+                                        guint64       slot);
+
 G_END_DECLS

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-gio-engine.h"
+#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -317,6 +318,29 @@ run_in_thread (GioOp               *gop,
   g_task_set_task_data (task, gop, NULL);
   g_task_run_in_thread (task, func);
   g_object_unref (task);
+}
+
+/* layout=slab: a slot of a file held open is one positioned write or
+ * read, which GIO streams cannot do; it runs whole in a GTask worker. */
+static void
+slab_thread (GTask        *task,
+             gpointer      source,
+             gpointer      task_data,
+             GCancellable *cancellable)
+{
+  GioOp *gop = task_data;
+
+  kv_fs_slab_op_run_sync (gop->op);
+  g_task_return_boolean (task, TRUE);
+}
+
+static void
+slab_done (GObject      *source,
+           GAsyncResult *result,
+           gpointer      user_data)
+{
+  g_task_propagate_boolean (G_TASK (result), NULL);
+  gio_op_finish (user_data);
 }
 
 /* ---- store / probe chain ------------------------------------------------ */
@@ -716,6 +740,12 @@ start_op (KvFsGioEngine *self,
   op->header = self->headers + (gsize) gop->header_index * KV_CHUNK_HEADER_SIZE;
   op->engine_data = gop;
   self->n_active++;
+
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    {
+      run_in_thread (gop, slab_thread, slab_done);
+      return;
+    }
 
   switch (op->kind)
     {

@@ -436,7 +436,8 @@ kv_fs_layout_new (KvFsLayoutKind   kind,
 
       kv_chunk_namespace_digest (namespace_, block_size, self->ns_digest);
       hex = digest_hex (self->ns_digest, 8);
-      dir_name = g_strdup_printf ("kvtier-%s", hex);
+      /* layout=slab: a directory of its own, holding only slab files */
+      dir_name = g_strdup_printf (kind == KV_FS_LAYOUT_KIND_SLAB ? "kvslab-%s" : "kvtier-%s", hex);
       for (guint i = 0; i < self->n_roots; i++)
         {
           g_ptr_array_add (chunk_dirs, g_build_filename (root_list[i], dir_name, NULL));
@@ -452,6 +453,11 @@ kv_fs_layout_new (KvFsLayoutKind   kind,
       json_builder_add_int_value (builder, block_size);
       json_builder_set_member_name (builder, "header_size");
       json_builder_add_int_value (builder, KV_CHUNK_HEADER_SIZE);
+      if (kind == KV_FS_LAYOUT_KIND_SLAB)
+        {
+          json_builder_set_member_name (builder, "layout");
+          json_builder_add_string_value (builder, "slab");
+        }
       json_builder_end_object (builder);
       node = json_builder_get_root (builder);
       self->meta_name = g_strdup ("namespace.json");
@@ -508,7 +514,7 @@ kv_fs_layout_get_block_size (const KvFsLayout *self)
 gboolean
 kv_fs_layout_has_header (const KvFsLayout *self)
 {
-  return self->kind == KV_FS_LAYOUT_KIND_KVTIER;
+  return self->kind == KV_FS_LAYOUT_KIND_KVTIER || self->kind == KV_FS_LAYOUT_KIND_SLAB;
 }
 
 gsize

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-op.h"
+#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,7 @@ kv_fs_op_init (KvFsOp      *op,
   op->key = key;
   op->slot = G_MAXUINT32;
   op->fd = -1;
+  op->slab_fd = -1;
   op->dir_fd = -1;
   op->tmp_dir_fd = -1;
   op->reuse_dir_fd = -1;
@@ -77,6 +79,11 @@ kv_fs_op_prepare_header (KvFsOp *op)
     {
       memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
       memcpy (op->header, "KVTIERFS-PROBE", 14);
+      return;
+    }
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    {
+      kv_fs_slab_encode_header (op);
       return;
     }
   if (!(op->flags & KV_FS_OP_FLAG_HEADER))

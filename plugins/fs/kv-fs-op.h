@@ -35,6 +35,9 @@ typedef enum {
    * it to a temporary name; a crash leaves it a spare, whose bytes
    * nobody reads */
   KV_FS_OP_FLAG_REUSE_IN_PLACE = 1 << 6,
+  /* a slot of a slab file (layout=slab): @slab_fd at @slab_offset, no
+   * file opened, created or renamed (see KvFsSlab) */
+  KV_FS_OP_FLAG_SLAB          = 1 << 7,
 } KvFsOpFlags;
 
 typedef enum {
@@ -74,6 +77,12 @@ struct _KvFsOp
   gpointer        done_data;
 
   gint            aborted;       /* (atomic) store: do not publish (deadline passed) */
+
+  /* layout=slab (KV_FS_OP_FLAG_SLAB): the slot, set by KvFsSlab */
+  int             slab_fd;       /* borrowed: the slab file, open for the tier's life */
+  guint64         slab_offset;   /* of the slot's header in it */
+  guint32         slab_slot;     /* the slot's number across the tier's slabs */
+  guint64         sequence;      /* store: the slot header's sequence number */
 
   /* result, set by the engine */
   KvFsOpStatus    status;

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-threads-engine.h"
+#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -274,6 +275,12 @@ kv_fs_op_run_sync (KvFsEngine *engine,
   op->header = header_buffer;
   if (_kv_fs_engine_take_injected (engine, op))
     return;
+  /* layout=slab: a slot in a file held open, nothing to open */
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    {
+      kv_fs_slab_op_run_sync (op);
+      return;
+    }
   err = kv_fs_op_open_dirs (op, layout);
   if (err != 0)
     {

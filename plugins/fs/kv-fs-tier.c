@@ -15,6 +15,7 @@
 #include "kv-fs-index.h"
 #include "kv-fs-layout.h"
 #include "kv-fs-op.h"
+#include "kv-fs-slab.h"
 #include "kv-fs-spares.h"
 
 /* Temporary files of another process sharing the directory are left
@@ -101,6 +102,7 @@ struct _KvFsTier
   guint            queue_depth;
   char            *vllm_identity;
   guint            vllm_rank;
+  guint64          slab_size;
 
   /* set up by init(), then read-only */
   gboolean         initialized;
@@ -127,6 +129,9 @@ struct _KvFsTier
   /* with an index, when preallocate is on or a previous run left spare
    * files to delete; else NULL */
   KvFsSpares      *spares;
+
+  /* layout=slab: the slab files and their slots; else NULL */
+  KvFsSlab        *slab;
 
   /* warm restart */
   GThread         *scan_thread;
@@ -167,6 +172,7 @@ enum {
   PROP_VLLM_RANK,
   PROP_ACTIVE_IO_ENGINE,
   PROP_TRUST_GROUP,
+  PROP_SLAB_SIZE,
   N_PROPS
 };
 
@@ -626,6 +632,8 @@ op_done (KvFsOp   *op,
               io_failure = TRUE;
             }
         }
+      if (self->slab != NULL)
+        kv_fs_slab_store_done (self->slab, op, state == KEY_OK);
       if (self->index != NULL)
         kv_fs_index_end_store (self->index, op->key, state == KEY_OK);
       if (fj->entries[i] != NULL)
@@ -639,7 +647,8 @@ op_done (KvFsOp   *op,
           fj->from_spare[i] = FALSE;
         }
       /* A full disk: make room so that later stores can succeed. */
-      if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC && self->index != NULL)
+      if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC && self->index != NULL &&
+          self->slab == NULL)
         {
           g_autoptr(GPtrArray) victims = g_ptr_array_new ();
 
@@ -672,8 +681,12 @@ op_done (KvFsOp   *op,
               count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
               fj->checksum_failed = TRUE;
             }
-          g_message ("fs tier: deleted corrupt chunk file %s (%s)", op->path,
-                     kv_chunk_check_to_string (op->check));
+          if (op->flags & KV_FS_OP_FLAG_SLAB)
+            g_message ("fs tier: freed the slot of a corrupt chunk at %s (%s)", op->path,
+                       kv_chunk_check_to_string (op->check));
+          else
+            g_message ("fs tier: deleted corrupt chunk file %s (%s)", op->path,
+                       kv_chunk_check_to_string (op->check));
           break;
         case KV_FS_OP_STATUS_NOT_FOUND:
           removed = TRUE;
@@ -695,6 +708,9 @@ op_done (KvFsOp   *op,
         }
       if (state != KEY_OK)
         count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
+      /* before the index lets the entry go: its slot may be reused then */
+      if (op->flags & KV_FS_OP_FLAG_SLAB)
+        kv_fs_slab_unpin (self->slab, op->slab_slot, removed);
       if (fj->entries[i] != NULL)
         {
           kv_fs_index_unpin (self->index, fj->entries[i], removed);
@@ -957,6 +973,220 @@ launch (KvFsTier *self,
   start_ops (self, fj, ops, n);
 }
 
+/* ---- layout=slab -------------------------------------------------------- */
+
+/* A slot for a store of @key (whose index entry is STORING): a free one,
+ * else that of the chunk evicted for it (by the index's order, never one
+ * being read). Owner thread. */
+static gboolean
+slab_take_slot (KvFsTier *self,
+                guint32  *out_slot)
+{
+  g_autoptr(GPtrArray) victims = NULL;
+  gboolean found;
+
+  if (kv_fs_slab_alloc (self->slab, NULL, out_slot))
+    return TRUE;
+  victims = g_ptr_array_new ();
+  kv_fs_index_evict_bytes (self->index, self->file_size, victims);
+  found = FALSE;
+  for (guint v = 0; v < victims->len; v++)
+    {
+      KvFsEntry *victim = victims->pdata[v];
+      guint32 slot;
+
+      /* the first victim's slot is the store's; any other is freed */
+      if (kv_fs_slab_alloc (self->slab, victim->key, &slot))
+        {
+          if (!found)
+            {
+              *out_slot = slot;
+              found = TRUE;
+            }
+          else
+            {
+              KvFsOp op;
+
+              kv_fs_op_init (&op, KV_FS_OP_STORE, 0, 0, NULL, NULL);
+              op.slab_slot = slot;
+              kv_fs_slab_store_done (self->slab, &op, FALSE);
+            }
+        }
+    }
+  /* nothing on disk to delete: the slot is the store's now */
+  report_evicted (self, (KvFsEntry **) victims->pdata, victims->len);
+  for (guint v = 0; v < victims->len; v++)
+    kv_fs_index_delete_done (self->index, victims->pdata[v]);
+  return found;
+}
+
+static gboolean
+slab_submit_store (KvFsTier      *self,
+                   KvTransferJob *job)
+{
+  FsJob *fj = fs_job_new (self, job, FALSE);
+  KvRequest *request = kv_transfer_job_get_request (job);
+  g_autoptr(GPtrArray) victims = g_ptr_array_new ();
+  KvKey *parent = NULL;
+
+  if (request != NULL)
+    parent = kv_request_get_state (request, &self->chain_tag);
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    {
+      KvKey *key = kv_transfer_job_get_key (job, i);
+      guint32 chunk = kv_transfer_job_get_chunk_id (job, i);
+      KvFsOp *op = &fj->ops[i];
+      KvFsOpFlags flags = 0;
+      guint32 slot;
+      KvFsBeginStore begin = KV_FS_BEGIN_STORE_BUSY;
+
+      if (chunk < self->n_slots && kv_fs_layout_key_supported (self->layout, key))
+        begin = kv_fs_index_begin_store (self->index, key, parent, 0, self->file_size, FALSE,
+                                         victims);
+      parent = key;
+      if (begin == KV_FS_BEGIN_STORE_EXISTS)
+        {
+          fj->key_state[i] = KEY_SKIPPED;
+          count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
+          continue;
+        }
+      if (begin == KV_FS_BEGIN_STORE_NEW && !slab_take_slot (self, &slot))
+        {
+          /* every slot is being read or written, or not scanned yet */
+          kv_fs_index_end_store (self->index, key, FALSE);
+          begin = KV_FS_BEGIN_STORE_NO_SPACE;
+        }
+      if (begin != KV_FS_BEGIN_STORE_NEW)
+        {
+          fj->key_state[i] = KEY_FAILED;
+          count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
+          continue;
+        }
+
+      /* no name to publish: data and full both mean fdatasync() of the
+       * slab file after the write */
+      if (self->durability >= KV_FS_DURABILITY_DATA)
+        flags |= KV_FS_OP_FLAG_DATASYNC;
+      kv_fs_op_init (op, KV_FS_OP_STORE, flags, 0, NULL, kv_key_ref (key));
+      op->payload = kv_host_buffer_peek_slot (self->primary, chunk);
+      op->payload_len = self->block_size;
+      op->slot = chunk;
+      op->namespace_digest = kv_fs_layout_get_namespace_digest (self->layout);
+      op->done = op_done;
+      op->done_data = fj;
+      kv_fs_slab_init_op (self->slab, op, slot);
+    }
+  /* max-size is the slabs' and the index unbounded: it evicts nothing */
+  g_assert (victims->len == 0);
+
+  if (request != NULL && fj->n_keys > 0)
+    kv_request_set_state (request, &self->chain_tag,
+                          kv_key_ref (kv_transfer_job_get_key (job, fj->n_keys - 1)),
+                          (GDestroyNotify) kv_key_unref);
+  launch (self, fj);
+  return TRUE;
+}
+
+static gboolean
+slab_submit_load (KvFsTier      *self,
+                  KvTransferJob *job)
+{
+  FsJob *fj = fs_job_new (self, job, TRUE);
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    {
+      KvKey *key = kv_transfer_job_get_key (job, i);
+      guint32 chunk = kv_transfer_job_get_chunk_id (job, i);
+      KvFsOp *op = &fj->ops[i];
+      guint32 slot;
+
+      if (chunk < self->n_slots && kv_fs_layout_key_supported (self->layout, key))
+        fj->entries[i] = kv_fs_index_pin (self->index, key);
+      if (fj->entries[i] != NULL && !kv_fs_slab_pin (self->slab, key, &slot))
+        {
+          kv_fs_index_unpin (self->index, fj->entries[i], FALSE);
+          fj->entries[i] = NULL;
+        }
+      if (fj->entries[i] == NULL)
+        {
+          /* not held (evicted since the lookup, or not scanned yet) */
+          fj->key_state[i] = KEY_FAILED;
+          count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
+          continue;
+        }
+      /* A torn slot keeps a valid header (the old chunk's or the new
+       * one's): only the payload checksum tells, so it is always checked. */
+      kv_fs_op_init (op, KV_FS_OP_LOAD, KV_FS_OP_FLAG_VERIFY, 0, NULL, kv_key_ref (key));
+      op->payload = kv_host_buffer_peek_slot (self->primary, chunk);
+      op->payload_len = self->block_size;
+      op->slot = chunk;
+      op->namespace_digest = kv_fs_layout_get_namespace_digest (self->layout);
+      op->done = op_done;
+      op->done_data = fj;
+      kv_fs_slab_init_op (self->slab, op, slot);
+    }
+
+  launch (self, fj);
+  return TRUE;
+}
+
+static gpointer
+slab_scan_main (gpointer user_data)
+{
+  KvFsTier *self = user_data;
+  guint64 n_bad = 0;
+  guint64 n_found;
+
+  g_mutex_lock (&scan_hold_lock);
+  while (scan_hold && !g_atomic_int_get (&self->scan_cancel))
+    g_cond_wait (&scan_hold_cond, &scan_hold_lock);
+  g_mutex_unlock (&scan_hold_lock);
+
+  n_found = kv_fs_slab_scan (self->slab, self->index, &self->scan_cancel, &n_bad);
+  count (self, KV_FS_COUNTER_SCANNED_CHUNKS, n_found);
+  count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, n_bad);
+  g_atomic_int_set (&self->index_ready, TRUE);
+  return NULL;
+}
+
+/* The slab files (made, or found and scanned in the background) and an
+ * index without a size limit: the slots are the limit. */
+static void
+slab_start (KvFsTier *self)
+{
+  self->index = kv_fs_index_new (self->eviction, 0);
+  if (kv_fs_slab_needs_scan (self->slab))
+    self->scan_thread = g_thread_new ("kvtier-fs-scan", slab_scan_main, self);
+  else
+    g_atomic_int_set (&self->index_ready, TRUE);
+}
+
+/**
+ * kv_fs_tier_get_slab_location:
+ * @self: a #KvFsTier with `layout=slab`
+ * @key: a key the tier holds
+ * @out_path: (out) (optional) (transfer full): the slab file's path
+ * @out_offset: (out) (optional): where the key's slot (its header) starts
+ *   in it
+ *
+ * Where a chunk of a slab tier is, for inspection and tests.
+ *
+ * Returns: %FALSE if the tier does not hold @key in a slot
+ */
+gboolean
+kv_fs_tier_get_slab_location (KvFsTier  *self,
+                              KvKey     *key,
+                              char     **out_path,
+                              guint64   *out_offset)
+{
+  g_return_val_if_fail (KV_IS_FS_TIER (self), FALSE);
+  g_return_val_if_fail (key != NULL, FALSE);
+
+  return self->slab != NULL && kv_fs_slab_locate (self->slab, key, out_path, out_offset);
+}
+
+
 static KvFsOpFlags
 base_flags (KvFsTier *self,
             guint     root)
@@ -976,11 +1206,15 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
                          GError          **error)
 {
   KvFsTier *self = KV_FS_TIER (tier);
-  FsJob *fj = fs_job_new (self, job, FALSE);
+  FsJob *fj;
   KvRequest *request = kv_transfer_job_get_request (job);
   g_autoptr(GPtrArray) victims = g_ptr_array_new ();
   g_autoptr(GPtrArray) reused = g_ptr_array_new ();
   KvKey *parent = NULL;
+
+  if (self->slab != NULL)
+    return slab_submit_store (self, job);
+  fj = fs_job_new (self, job, FALSE);
 
   if (request != NULL)
     parent = kv_request_get_state (request, &self->chain_tag);
@@ -1090,8 +1324,12 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
                         GError          **error)
 {
   KvFsTier *self = KV_FS_TIER (tier);
-  FsJob *fj = fs_job_new (self, job, TRUE);
+  FsJob *fj;
   gboolean ready = g_atomic_int_get (&self->index_ready);
+
+  if (self->slab != NULL)
+    return slab_submit_load (self, job);
+  fj = fs_job_new (self, job, TRUE);
 
   for (guint i = 0; i < fj->n_keys; i++)
     {
@@ -1643,10 +1881,23 @@ check_configuration (KvFsTier  *self,
                    "max-size is 0 (no limit)");
       return NULL;
     }
-  if (self->layout_kind == KV_FS_LAYOUT_KIND_KVTIER && self->vllm_identity != NULL)
+  if (self->layout_kind == KV_FS_LAYOUT_KIND_SLAB &&
+      (self->shared || self->preallocate || self->max_size == 0))
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "vllm-identity is only used with layout=vllm (layout is kvtier)");
+                   "layout=slab %s",
+                   self->shared ? "cannot be shared=true: the tier's index says which slot "
+                                  "holds which chunk, and only one process can keep it" :
+                   self->preallocate ? "does not take preallocate=true: its slab files are "
+                                       "preallocated already" :
+                   "needs max-size: the bytes of slab files it preallocates, which bound it");
+      return NULL;
+    }
+  if (self->layout_kind != KV_FS_LAYOUT_KIND_VLLM && self->vllm_identity != NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "vllm-identity is only used with layout=vllm (layout is %s)",
+                   self->layout_kind == KV_FS_LAYOUT_KIND_SLAB ? "slab" : "kvtier");
       return NULL;
     }
   layout = kv_fs_layout_new (self->layout_kind, self->root, self->namespace_,
@@ -1733,6 +1984,14 @@ kv_fs_tier_initable_init (GInitable     *initable,
                  kv_fs_layout_get_root (self->layout, r), g_strerror (err));
     }
 
+  if (self->layout_kind == KV_FS_LAYOUT_KIND_SLAB)
+    {
+      self->slab = kv_fs_slab_new (self->layout, self->max_size, self->slab_size, self->o_direct,
+                                   error);
+      if (self->slab == NULL)
+        return FALSE;
+    }
+
   config.n_roots = n_roots;
   config.inflight_bytes = self->inflight_bytes;
   config.n_read_threads = self->n_read_threads;
@@ -1748,6 +2007,13 @@ kv_fs_tier_initable_init (GInitable     *initable,
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
                    "The fs tier cannot start its I/O engine: %s", local_error->message);
       return FALSE;
+    }
+
+  if (self->slab != NULL)
+    {
+      slab_start (self);
+      self->initialized = TRUE;
+      return TRUE;
     }
 
   if (!self->shared)
@@ -1804,6 +2070,7 @@ kv_fs_tier_finalize (GObject *object)
   KvFsTier *self = KV_FS_TIER (object);
 
   g_clear_pointer (&self->spares, kv_fs_spares_free);
+  g_clear_pointer (&self->slab, kv_fs_slab_free);
   g_clear_pointer (&self->index, kv_fs_index_free);
   g_clear_pointer (&self->layout, kv_fs_layout_free);
   g_ptr_array_unref (self->pending_misses);
@@ -1852,6 +2119,7 @@ kv_fs_tier_get_property (GObject    *object,
     case PROP_VLLM_IDENTITY: g_value_set_string (value, self->vllm_identity); break;
     case PROP_VLLM_RANK: g_value_set_uint (value, self->vllm_rank); break;
     case PROP_TRUST_GROUP: g_value_set_string (value, self->trust_group); break;
+    case PROP_SLAB_SIZE: g_value_set_uint64 (value, self->slab_size); break;
     case PROP_ACTIVE_IO_ENGINE:
       g_value_set_string (value, self->engine ? kv_fs_engine_get_name (self->engine) : NULL);
       break;
@@ -1899,6 +2167,7 @@ kv_fs_tier_set_property (GObject      *object,
       break;
     case PROP_VLLM_RANK: self->vllm_rank = g_value_get_uint (value); break;
     case PROP_TRUST_GROUP: g_free (self->trust_group); self->trust_group = g_value_dup_string (value); break;
+    case PROP_SLAB_SIZE: self->slab_size = g_value_get_uint64 (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2171,6 +2440,19 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   properties[PROP_TRUST_GROUP] =
     g_param_spec_string ("trust-group", NULL, NULL, NULL, CONSTRUCT_FLAGS);
 
+  /**
+   * KvFsTier:slab-size:
+   *
+   * For `layout=slab`: the most bytes of one slab file (1 GiB by
+   * default). [property@KvFsTier:max-size] is spread evenly over the
+   * roots and cut into slab files of at most this size, each
+   * preallocated when made; a slab file holds a 4096-byte header and
+   * then slots of the chunk size plus 4096 bytes.
+   */
+  properties[PROP_SLAB_SIZE] =
+    g_param_spec_uint64 ("slab-size", NULL, NULL, 8192, G_MAXUINT64, KV_FS_SLAB_DEFAULT_SIZE,
+                         CONSTRUCT_FLAGS);
+
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }
 
@@ -2189,6 +2471,7 @@ kv_fs_tier_init (KvFsTier *self)
   self->n_write_threads = 16;
   self->inflight_bytes = KV_FS_DEFAULT_INFLIGHT_BYTES;
   self->queue_depth = KV_FS_DEFAULT_QUEUE_DEPTH;
+  self->slab_size = KV_FS_SLAB_DEFAULT_SIZE;
   self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
   self->temp_tag = ((guint64) g_random_int () << 32) | g_random_int ();
   self->temp_marker = g_strdup_printf ("_%016" G_GINT64_MODIFIER "x-", self->temp_tag);

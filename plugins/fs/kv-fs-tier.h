@@ -30,6 +30,10 @@ gboolean    kv_fs_tier_is_index_ready      (KvFsTier     *self);
 void        kv_fs_tier_wait_index_ready    (KvFsTier     *self);
 guint       kv_fs_tier_get_n_spare_files   (KvFsTier     *self);
 void        kv_fs_tier_wait_preallocated   (KvFsTier     *self);
+gboolean    kv_fs_tier_get_slab_location   (KvFsTier     *self,
+                                            KvKey        *key,
+                                            char        **out_path,
+                                            guint64      *out_offset);
 
 /* Test hooks: the tier's I/O engine (stall and error injection); holding
  * warm-restart scans at their start (process-wide). */

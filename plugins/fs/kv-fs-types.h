@@ -12,12 +12,16 @@ G_BEGIN_DECLS
  *   payload.
  * @KV_FS_LAYOUT_KIND_VLLM: vLLM's fs-tier naming and headerless files, so that
  *   kvtier and vLLM share one cache directory.
+ * @KV_FS_LAYOUT_KIND_SLAB: chunks in fixed-size slots of a few large
+ *   preallocated slab files (or a block device): one write and one read
+ *   per chunk, no file created or renamed (see doc/on-disk-format.md).
  *
  * How chunk files are named and what they contain.
  */
 typedef enum {
   KV_FS_LAYOUT_KIND_KVTIER,
   KV_FS_LAYOUT_KIND_VLLM,
+  KV_FS_LAYOUT_KIND_SLAB,
 } KvFsLayoutKind;
 
 /**

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-uring-engine.h"
+#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,6 +29,11 @@
  *          payload (in flight together) → close → check (on this thread)
  *          → [unlinkat if corrupt]
  *   delete: unlinkat
+ *   slab store (layout=slab): header (checksum pool) → write_fixed header
+ *          + write_fixed payload at the slot's offset (in flight together)
+ *          → [fsync(DATASYNC)]; nothing opened, closed or renamed
+ *   slab load: read_fixed header + read_fixed payload → check (checksum
+ *          pool)
  *
  * Every path is a name in a directory held open (see
  * kv_fs_op_open_dirs(): the kvtier layout's shard directories stay open
@@ -75,6 +81,7 @@ typedef enum {
   ST_UNLINK,
   ST_TAKE_OVER,
   ST_GIVE_UP_REUSE,
+  ST_SLAB_INVALIDATE,
   ST_DONE,
 } OpState;
 
@@ -305,7 +312,8 @@ submit_io (KvFsUringEngine *self,
    * go out as one writev, a single request. A taken-over file has its
    * blocks already: its two fixed-buffer writes overwrite them together,
    * without leaving the ring. */
-  if (write && has_header && !op->reused && op->payload_len > 0 &&
+  if (write && has_header && !op->reused && !(op->flags & KV_FS_OP_FLAG_SLAB) &&
+      op->payload_len > 0 &&
       data->header_done == 0 && data->body_done == 0)
     {
       struct io_uring_sqe *sqe = get_sqe (self);
@@ -321,7 +329,7 @@ submit_io (KvFsUringEngine *self,
   if (has_header && data->header_done < KV_CHUNK_HEADER_SIZE)
     {
       prep_rw (self, op, write, op->header + data->header_done,
-               KV_CHUNK_HEADER_SIZE - data->header_done, data->header_done,
+               KV_CHUNK_HEADER_SIZE - data->header_done, op->slab_offset + data->header_done,
                data->header_done == 0 ? header_fixed_index (self) : -1, TAG_HEADER);
       op->n_pending++;
     }
@@ -330,12 +338,42 @@ submit_io (KvFsUringEngine *self,
       int index = data->body_done == 0 ? fixed_index (self, op->payload, op->payload_len) : -1;
 
       prep_rw (self, op, write, op->payload + data->body_done,
-               op->payload_len - data->body_done, header_len + data->body_done,
+               op->payload_len - data->body_done,
+               op->slab_offset + header_len + data->body_done,
                index, TAG_BODY);
       op->n_pending++;
     }
   if (op->n_pending == 0)
     submit_close (self, op, op->fd, ST_CLOSE);
+}
+
+/* A slab op's I/O (and sync) is over: a load goes to the checksum pool
+ * for its check; a store is done, unless its deadline passed, when its
+ * slot is made invalid first (its primary slot may hold another chunk by
+ * now, so the bytes written may not match the key). */
+static void
+slab_after_io (KvFsUringEngine *self,
+               KvFsOp          *op)
+{
+  if (op->kind == KV_FS_OP_LOAD)
+    {
+      g_thread_pool_push (self->checksum_pool, op, NULL);
+      return;
+    }
+  if (g_atomic_int_get (&op->aborted))
+    {
+      OpData *data = op->engine_data;
+      struct io_uring_sqe *sqe = get_sqe (self);
+
+      data->err = ECANCELED;
+      memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
+      op->state = ST_SLAB_INVALIDATE;
+      io_uring_prep_write (sqe, op->fd, op->header, KV_CHUNK_HEADER_SIZE, op->slab_offset);
+      set_op (sqe, op, TAG_STEP);
+      return;
+    }
+  op->status = KV_FS_OP_STATUS_OK;
+  op_release (self, op);
 }
 
 static void submit_take_over (KvFsUringEngine *self,
@@ -347,13 +385,24 @@ static void
 continue_op (KvFsUringEngine *self,
              KvFsOp          *op)
 {
+  /* back from the checksum pool: a slab store's header is ready, a slab
+   * load was checked */
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    {
+      if (op->kind == KV_FS_OP_LOAD)
+        op_release (self, op);
+      else
+        submit_io (self, op);
+      return;
+    }
   if (op->reuse_path != NULL && !kv_fs_op_reuse_in_place (op))
     submit_take_over (self, op);
   else
     submit_open (self, op);
 }
 
-/* On a pool thread: fills the header of store @data, then hands it back
+/* On a pool thread: fills the header of store @data (checks a slab load),
+ * then hands it back
  * to the ring, waking it when the queue was empty (otherwise a wake-up
  * is already on its way). */
 static void
@@ -364,13 +413,38 @@ checksum_func (gpointer data,
   KvFsUringEngine *self = user_data;
   gint queued;
 
-  kv_fs_op_prepare_header (op);
+  if (op->kind == KV_FS_OP_LOAD)
+    kv_fs_op_check_load (op);
+  else
+    kv_fs_op_prepare_header (op);
   g_async_queue_lock (self->checksummed);
   g_async_queue_push_unlocked (self->checksummed, op);
   queued = g_async_queue_length_unlocked (self->checksummed);
   g_async_queue_unlock (self->checksummed);
   if (queued == 1)
     kv_fs_uring_engine_kick (KV_FS_ENGINE (self));
+}
+
+/* layout=slab: the slab file is open already; a store's header is made
+ * on the checksum pool, a load's reads go out at once. */
+static void
+start_slab_op (KvFsUringEngine *self,
+               KvFsOp          *op)
+{
+  int header_index = self->free_headers[--self->n_free_headers];
+  OpData *data = &self->op_data[header_index];
+
+  memset (data, 0, sizeof *data);
+  data->header_index = header_index;
+  data->o_direct = (op->flags & KV_FS_OP_FLAG_O_DIRECT) != 0;
+  op->engine_data = data;
+  op->header = self->headers + (gsize) header_index * KV_CHUNK_HEADER_SIZE;
+  op->fd = op->slab_fd;
+  self->n_active++;
+  if (op->kind == KV_FS_OP_STORE)
+    g_thread_pool_push (self->checksum_pool, op, NULL);
+  else
+    submit_io (self, op);
 }
 
 static void
@@ -385,6 +459,11 @@ start_op (KvFsUringEngine *self,
   if (_kv_fs_engine_take_injected (KV_FS_ENGINE (self), op))
     {
       _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
+      return;
+    }
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    {
+      start_slab_op (self, op);
       return;
     }
   /* a lookup in a held-open shard directory, or (vLLM's layout) a few
@@ -481,6 +560,11 @@ store_after_io (KvFsUringEngine *self,
       set_op (sqe, op, TAG_STEP);
       return;
     }
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    {
+      slab_after_io (self, op);
+      return;
+    }
   submit_close (self, op, op->fd, ST_CLOSE);
 }
 
@@ -493,6 +577,9 @@ fail_with_cleanup (KvFsUringEngine *self,
 
   if (data->err == 0)
     data->err = err;
+  /* a slab file stays open for the tier's life */
+  if (op->flags & KV_FS_OP_FLAG_SLAB)
+    op->fd = -1;
   if (op->fd >= 0)
     {
       int fd = op->fd;
@@ -618,6 +705,11 @@ handle_io (KvFsUringEngine *self,
       fail_with_cleanup (self, op, data->err);
       return;
     }
+  if (!write && (op->flags & KV_FS_OP_FLAG_SLAB))
+    {
+      slab_after_io (self, op);
+      return;
+    }
   if (!write)
     {
       int fd = op->fd;
@@ -659,6 +751,8 @@ handle_step (KvFsUringEngine *self,
     case ST_SYNC:
       if (res < 0)
         fail_with_cleanup (self, op, -res);
+      else if (op->flags & KV_FS_OP_FLAG_SLAB)
+        slab_after_io (self, op);
       else
         {
           int fd = op->fd;
@@ -750,6 +844,10 @@ handle_step (KvFsUringEngine *self,
       if (op->flags & KV_FS_OP_FLAG_REUSE_IN_PLACE)
         kv_fs_op_make_temp (op);
       submit_open (self, op);
+      break;
+
+    case ST_SLAB_INVALIDATE:
+      op_finish_error (self, op, ECANCELED);
       break;
 
     case ST_FAIL_CLOSE:

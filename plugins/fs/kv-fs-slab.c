@@ -1,0 +1,972 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-fs-slab.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <glib/gstdio.h>
+
+typedef enum {
+  SLOT_FREE,     /* in the free stack */
+  SLOT_BUSY,     /* a store writes it, or the restart scan has not read it */
+  SLOT_VALID,    /* holds @key, in the map */
+  SLOT_DEAD,     /* dropped (found damaged) while loads still read it */
+} SlotState;
+
+typedef struct
+{
+  KvKey   *key;       /* VALID, DEAD */
+  guint32  readers;   /* loads in flight */
+  guint8   state;
+} Slot;
+
+typedef struct
+{
+  char    *path;
+  guint    root;
+  int      fd;          /* buffered */
+  int      fd_direct;   /* O_DIRECT, or -1 */
+  guint32  first;       /* its first slot's number */
+  guint32  n_slots;
+  gboolean existed;     /* made by an earlier tier: scan it */
+} SlabFile;
+
+struct _KvFsSlab
+{
+  gsize         payload_len;
+  gsize         slot_size;
+  const guint8 *ns_digest;   /* the layout's */
+
+  SlabFile     *files;
+  guint         n_files;
+  guint32       n_slots;
+
+  GMutex        lock;
+  Slot         *slots;
+  guint32      *free_stack;
+  guint32       n_free;
+  GHashTable   *map;         /* KvKey (slot->key) → slot number + 1 */
+  guint64       last_sequence;
+};
+
+/* ---- files -------------------------------------------------------------- */
+
+static int
+set_errno_error (GError     **error,
+                 int          errsv,
+                 const char  *what,
+                 const char  *path)
+{
+  g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
+               "Cannot %s the slab file ‘%s’: %s", what, path, g_strerror (errsv));
+  return -1;
+}
+
+static gboolean
+write_all_at (int           fd,
+              const guint8 *buf,
+              gsize         len,
+              guint64       offset)
+{
+  gsize done = 0;
+
+  while (done < len)
+    {
+      ssize_t n = pwrite (fd, buf + done, len - done, offset + done);
+
+      if (n < 0 && errno == EINTR)
+        continue;
+      if (n <= 0)
+        {
+          if (n == 0)
+            errno = EIO;
+          return FALSE;
+        }
+      done += n;
+    }
+  return TRUE;
+}
+
+/* Opens slab file @index of @root (creating and preallocating it if
+ * missing) for @n_slots slots, relative to the root's directory held
+ * open, never through a link: the file must be a regular file the tier
+ * trusts (see kv_fs_layout_trusts()). */
+static gboolean
+open_slab_file (KvFsSlab          *self,
+                const KvFsLayout  *layout,
+                SlabFile          *file,
+                guint              index,
+                gboolean           o_direct,
+                GError           **error)
+{
+  g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (layout, file->root);
+  int dir_fd = kv_fs_root_dirs_get_chunk_fd (dirs);
+  g_autofree char *name = g_strdup_printf (KV_FS_SLAB_FILE_FORMAT, index);
+  guint64 size = kv_chunk_slab_slot_offset (self->payload_len, file->n_slots);
+  guint8 *header = NULL;
+  guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  guint64 payload_len = 0;
+  guint64 n_slots = 0;
+  gboolean rewrite = TRUE;
+  gboolean created = FALSE;
+  struct stat st;
+  struct stat st_direct;
+  ssize_t got;
+
+  file->path = g_build_filename (kv_fs_layout_get_chunk_dir (layout, file->root), name, NULL);
+  file->fd = openat (dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  if (file->fd < 0 && errno == ENOENT)
+    {
+      file->fd = openat (dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+      created = file->fd >= 0;
+    }
+  if (file->fd < 0)
+    {
+      if (errno == ELOOP)
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                       "The slab file ‘%s’ is a symbolic link: the tier follows no link "
+                       "inside its root", file->path);
+          return FALSE;
+        }
+      return set_errno_error (error, errno, "open", file->path) == 0;
+    }
+  if (fstat (file->fd, &st) != 0)
+    return set_errno_error (error, errno, "examine", file->path) == 0;
+  if (!kv_fs_layout_trusts (layout, &st, TRUE))
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                   "The slab file ‘%s’ is owned by uid %u, group %u, mode %04o: it must be a "
+                   "regular file of the tier's user that no other user can write (another "
+                   "user could forge the tier's chunks)",
+                   file->path, (guint) st.st_uid, (guint) st.st_gid, (guint) (st.st_mode & 07777));
+      return FALSE;
+    }
+
+  if (posix_memalign ((void **) &header, 4096, KV_SLAB_HEADER_SIZE) != 0)
+    g_error ("Cannot allocate an aligned slab header");
+  if (!created && st.st_size >= KV_SLAB_HEADER_SIZE)
+    {
+      got = pread (file->fd, header, KV_SLAB_HEADER_SIZE, 0);
+      if (got == KV_SLAB_HEADER_SIZE &&
+          kv_chunk_slab_header_parse (header, ns, &payload_len, &n_slots) &&
+          memcmp (ns, self->ns_digest, sizeof ns) == 0 && payload_len == self->payload_len)
+        {
+          /* a slab of an earlier tier: its slots are scanned; a new
+           * max-size only moves its end */
+          file->existed = TRUE;
+          rewrite = n_slots != file->n_slots;
+        }
+      else
+        /* Damaged or of another format: its slots are checked all the
+         * same (each stands alone), and it gets a new header. */
+        file->existed = TRUE;
+    }
+
+  if ((guint64) st.st_size > size && ftruncate (file->fd, size) != 0)
+    {
+      free (header);
+      return set_errno_error (error, errno, "shrink", file->path) == 0;
+    }
+  if ((guint64) st.st_size < size)
+    {
+      /* Blocks allocated once, now: no store allocates any. */
+      if (fallocate (file->fd, 0, 0, size) != 0)
+        {
+          int errsv = errno;
+
+          if ((errsv != EOPNOTSUPP && errsv != ENOSYS) || ftruncate (file->fd, size) != 0)
+            {
+              free (header);
+              if (created)
+                unlinkat (dir_fd, name, 0);
+              return set_errno_error (error, errsv, "preallocate", file->path) == 0;
+            }
+        }
+    }
+  if (rewrite)
+    {
+      kv_chunk_slab_header_encode (header, self->ns_digest, self->payload_len, file->n_slots,
+                                   g_get_real_time ());
+      if (!write_all_at (file->fd, header, KV_SLAB_HEADER_SIZE, 0) || fdatasync (file->fd) != 0)
+        {
+          free (header);
+          return set_errno_error (error, errno, "write the header of", file->path) == 0;
+        }
+      /* the new name lasts too */
+      if (created)
+        (void) fsync (dir_fd);
+    }
+  free (header);
+
+  if (o_direct)
+    {
+      file->fd_direct = openat (dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
+      /* the same file, not one put in its place since */
+      if (file->fd_direct >= 0 &&
+          (fstat (file->fd_direct, &st_direct) != 0 || st_direct.st_ino != st.st_ino ||
+           st_direct.st_dev != st.st_dev))
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                       "The slab file ‘%s’ was replaced while the tier opened it", file->path);
+          return FALSE;
+        }
+    }
+  return TRUE;
+}
+
+/* Removes the slab files past the last one used (max-size shrank). */
+static void
+remove_extra_files (const KvFsLayout *layout,
+                    guint             root,
+                    guint             first_unused)
+{
+  g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (layout, root);
+  int dir_fd = kv_fs_root_dirs_get_chunk_fd (dirs);
+
+  for (guint i = first_unused; i < 10000; i++)
+    {
+      g_autofree char *name = g_strdup_printf (KV_FS_SLAB_FILE_FORMAT, i);
+      struct stat st;
+
+      if (fstatat (dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        break;
+      if (!kv_fs_layout_trusts (layout, &st, TRUE) || unlinkat (dir_fd, name, 0) != 0)
+        break;
+    }
+}
+
+/* Makes (or opens) the slab files holding @capacity bytes of slots,
+ * spread evenly over the layout's roots, in files of at most
+ * @slab_size bytes. */
+KvFsSlab *
+kv_fs_slab_new (const KvFsLayout *layout,
+                guint64           capacity,
+                guint64           slab_size,
+                const gboolean   *o_direct,
+                GError          **error)
+{
+  KvFsSlab *self;
+  guint n_roots = kv_fs_layout_get_n_roots (layout);
+  gsize payload_len = kv_fs_layout_get_block_size (layout);
+  gsize slot_size = KV_CHUNK_HEADER_SIZE + payload_len;
+  guint64 total = capacity / slot_size;
+  guint64 per_file;
+  g_autoptr(GArray) files = g_array_new (FALSE, TRUE, sizeof (SlabFile));
+  guint32 next = 0;
+  guint max_files = 0;
+
+  if (slab_size < KV_SLAB_HEADER_SIZE + slot_size)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "slab-size=%" G_GUINT64_FORMAT " cannot hold one slot: a slab file needs "
+                   "%" G_GSIZE_FORMAT " bytes for its header and one %" G_GSIZE_FORMAT
+                   "-byte slot (a chunk and its header)",
+                   slab_size, KV_SLAB_HEADER_SIZE + slot_size, slot_size);
+      return NULL;
+    }
+  if (total < n_roots)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "max-size=%" G_GUINT64_FORMAT " holds fewer than one %" G_GSIZE_FORMAT
+                   "-byte slot per root: layout=slab preallocates max-size in slab files, "
+                   "so it must be at least %" G_GUINT64_FORMAT,
+                   capacity, slot_size, (guint64) slot_size * n_roots);
+      return NULL;
+    }
+  if (total > G_MAXUINT32 - 1)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "max-size=%" G_GUINT64_FORMAT " makes more than %u slots of %" G_GSIZE_FORMAT
+                   " bytes; use fewer, larger chunks or a smaller max-size",
+                   capacity, G_MAXUINT32 - 1, slot_size);
+      return NULL;
+    }
+  per_file = (slab_size - KV_SLAB_HEADER_SIZE) / slot_size;
+
+  self = g_new0 (KvFsSlab, 1);
+  g_mutex_init (&self->lock);
+  self->payload_len = payload_len;
+  self->slot_size = slot_size;
+  self->ns_digest = kv_fs_layout_get_namespace_digest (layout);
+  self->map = g_hash_table_new (kv_key_hash, kv_key_equal);
+  self->last_sequence = g_get_real_time ();
+
+  for (guint r = 0; r < n_roots; r++)
+    {
+      guint64 left = total / n_roots + (r < total % n_roots ? 1 : 0);
+      guint index = 0;
+
+      for (; left > 0; index++)
+        {
+          SlabFile file = { 0 };
+
+          file.root = r;
+          file.fd = -1;
+          file.fd_direct = -1;
+          file.first = next;
+          file.n_slots = (guint32) MIN (left, per_file);
+          g_array_append_val (files, file);
+          if (!open_slab_file (self, layout, &g_array_index (files, SlabFile, files->len - 1),
+                               index, o_direct != NULL && o_direct[r], error))
+            {
+              gsize n_files = 0;
+
+              self->files = (SlabFile *) g_array_steal (files, &n_files);
+              self->n_files = n_files;
+              kv_fs_slab_free (self);
+              return NULL;
+            }
+          next += file.n_slots;
+          left -= file.n_slots;
+        }
+      max_files = MAX (max_files, index);
+      remove_extra_files (layout, r, index);
+    }
+  {
+    gsize n_files = 0;
+
+    self->files = (SlabFile *) g_array_steal (files, &n_files);
+    self->n_files = n_files;
+  }
+  self->n_slots = next;
+  self->slots = g_new0 (Slot, self->n_slots);
+  self->free_stack = g_new (guint32, self->n_slots);
+
+  /* Free slots of new files, popped in turn from every file (hence every
+   * root): stores spread over the drives. A file of an earlier tier has
+   * its slots BUSY until the scan has read them. */
+  {
+    g_autoptr(GArray) order = g_array_new (FALSE, FALSE, sizeof (guint32));
+    guint32 max_per_file = 0;
+
+    for (guint f = 0; f < self->n_files; f++)
+      max_per_file = MAX (max_per_file, self->files[f].n_slots);
+    for (guint32 i = 0; i < max_per_file; i++)
+      for (guint f = 0; f < self->n_files; f++)
+        {
+          SlabFile *file = &self->files[f];
+          guint32 slot = file->first + i;
+
+          if (i >= file->n_slots)
+            continue;
+          if (file->existed)
+            self->slots[slot].state = SLOT_BUSY;
+          else
+            g_array_append_val (order, slot);
+        }
+    for (guint i = order->len; i > 0; i--)
+      {
+        guint32 slot = g_array_index (order, guint32, i - 1);
+
+        self->slots[slot].state = SLOT_FREE;
+        self->free_stack[self->n_free++] = slot;
+      }
+  }
+  (void) max_files;
+  return self;
+}
+
+void
+kv_fs_slab_free (KvFsSlab *self)
+{
+  if (self == NULL)
+    return;
+  for (guint f = 0; f < self->n_files; f++)
+    {
+      if (self->files[f].fd >= 0)
+        close (self->files[f].fd);
+      if (self->files[f].fd_direct >= 0)
+        close (self->files[f].fd_direct);
+      g_free (self->files[f].path);
+    }
+  for (guint32 s = 0; self->slots != NULL && s < self->n_slots; s++)
+    g_clear_pointer (&self->slots[s].key, kv_key_unref);
+  g_free (self->files);
+  g_free (self->slots);
+  g_free (self->free_stack);
+  if (self->map != NULL)
+    g_hash_table_unref (self->map);
+  g_mutex_clear (&self->lock);
+  g_free (self);
+}
+
+guint32
+kv_fs_slab_get_n_slots (KvFsSlab *self)
+{
+  return self->n_slots;
+}
+
+guint
+kv_fs_slab_get_n_files (KvFsSlab *self)
+{
+  return self->n_files;
+}
+
+guint32
+kv_fs_slab_get_n_free (KvFsSlab *self)
+{
+  guint32 n;
+
+  g_mutex_lock (&self->lock);
+  n = self->n_free;
+  g_mutex_unlock (&self->lock);
+  return n;
+}
+
+/* Whether slab files of an earlier tier were found: their slots are BUSY
+ * until kv_fs_slab_scan() has read them. */
+gboolean
+kv_fs_slab_needs_scan (KvFsSlab *self)
+{
+  for (guint f = 0; f < self->n_files; f++)
+    if (self->files[f].existed)
+      return TRUE;
+  return FALSE;
+}
+
+static SlabFile *
+file_of_slot (KvFsSlab *self,
+              guint32   slot)
+{
+  guint lo = 0;
+  guint hi = self->n_files;
+
+  while (hi - lo > 1)
+    {
+      guint mid = (lo + hi) / 2;
+
+      if (self->files[mid].first <= slot)
+        lo = mid;
+      else
+        hi = mid;
+    }
+  return &self->files[lo];
+}
+
+/* ---- slots -------------------------------------------------------------- */
+
+/* Lock held. */
+static void
+free_slot_locked (KvFsSlab *self,
+                  guint32   slot)
+{
+  Slot *s = &self->slots[slot];
+
+  g_clear_pointer (&s->key, kv_key_unref);
+  s->state = SLOT_FREE;
+  self->free_stack[self->n_free++] = slot;
+}
+
+/* Lock held: takes @key out of the map if it maps to @slot. */
+static void
+unmap_locked (KvFsSlab    *self,
+              const KvKey *key,
+              guint32      slot)
+{
+  gpointer value = g_hash_table_lookup (self->map, key);
+
+  if (value != NULL && GPOINTER_TO_UINT (value) - 1 == slot)
+    g_hash_table_remove (self->map, key);
+}
+
+/* A slot for a store: with @victim (a chunk the index just evicted), the
+ * victim's slot, which it leaves; else a free one. FALSE when there is
+ * none (every slot in use, or not scanned yet). */
+gboolean
+kv_fs_slab_alloc (KvFsSlab    *self,
+                  const KvKey *victim,
+                  guint32     *out_slot)
+{
+  gboolean found = FALSE;
+
+  g_mutex_lock (&self->lock);
+  if (victim != NULL)
+    {
+      gpointer value = g_hash_table_lookup (self->map, victim);
+
+      if (value != NULL)
+        {
+          guint32 slot = GPOINTER_TO_UINT (value) - 1;
+          Slot *s = &self->slots[slot];
+
+          g_hash_table_remove (self->map, victim);
+          if (s->readers == 0)
+            {
+              g_clear_pointer (&s->key, kv_key_unref);
+              s->state = SLOT_BUSY;
+              *out_slot = slot;
+              found = TRUE;
+            }
+          else
+            /* never written under a reader: freed when it leaves */
+            s->state = SLOT_DEAD;
+        }
+    }
+  else if (self->n_free > 0)
+    {
+      *out_slot = self->free_stack[--self->n_free];
+      self->slots[*out_slot].state = SLOT_BUSY;
+      found = TRUE;
+    }
+  g_mutex_unlock (&self->lock);
+  return found;
+}
+
+/* Points @op (a store or load whose payload is set) at @slot: its file,
+ * descriptor (O_DIRECT where the file has one and the slot's memory is
+ * aligned), offset, a path naming both for messages, and for a store a
+ * sequence number above every one given before. */
+void
+kv_fs_slab_init_op (KvFsSlab *self,
+                    KvFsOp   *op,
+                    guint32   slot)
+{
+  SlabFile *file = file_of_slot (self, slot);
+
+  op->flags |= KV_FS_OP_FLAG_SLAB | KV_FS_OP_FLAG_HEADER;
+  op->root = file->root;
+  op->slab_slot = slot;
+  op->slab_offset = kv_chunk_slab_slot_offset (self->payload_len, slot - file->first);
+  if (file->fd_direct >= 0 && kv_fs_op_is_aligned (op))
+    {
+      op->slab_fd = file->fd_direct;
+      op->flags |= KV_FS_OP_FLAG_O_DIRECT;
+    }
+  else
+    {
+      op->slab_fd = file->fd;
+      op->flags &= ~KV_FS_OP_FLAG_O_DIRECT;
+    }
+  g_free (op->path);
+  op->path = g_strdup_printf ("%s@%" G_GUINT64_FORMAT, file->path, op->slab_offset);
+  if (op->kind == KV_FS_OP_STORE)
+    {
+      /* Clock-based, so that stores made while a restart scan still
+       * reads the slots (whose highest number it does not know yet)
+       * are newer than theirs. */
+      guint64 now = g_get_real_time ();
+
+      g_mutex_lock (&self->lock);
+      self->last_sequence = MAX (self->last_sequence + 1, now);
+      op->sequence = self->last_sequence;
+      g_mutex_unlock (&self->lock);
+    }
+}
+
+/* A store into op->slab_slot is over: the slot holds op->key, or (a
+ * failure: it may hold part of the chunk, which no check accepts) is
+ * free again. */
+void
+kv_fs_slab_store_done (KvFsSlab *self,
+                       KvFsOp   *op,
+                       gboolean  success)
+{
+  guint32 slot = op->slab_slot;
+  Slot *s = &self->slots[slot];
+
+  g_mutex_lock (&self->lock);
+  g_assert (s->state == SLOT_BUSY);
+  if (success)
+    {
+      gpointer old = g_hash_table_lookup (self->map, op->key);
+
+      /* the index lets one store of a key run at a time, and the scan
+       * adds only keys the index did not hold: no other slot has it */
+      g_warn_if_fail (old == NULL);
+      s->key = kv_key_ref (op->key);
+      s->state = SLOT_VALID;
+      g_hash_table_replace (self->map, s->key, GUINT_TO_POINTER (slot + 1));
+    }
+  else
+    free_slot_locked (self, slot);
+  g_mutex_unlock (&self->lock);
+}
+
+/* A load of @key begins: FALSE if no slot holds it. The slot is not
+ * written until kv_fs_slab_unpin(). */
+gboolean
+kv_fs_slab_pin (KvFsSlab    *self,
+                const KvKey *key,
+                guint32     *out_slot)
+{
+  gpointer value;
+  gboolean found = FALSE;
+
+  g_mutex_lock (&self->lock);
+  value = g_hash_table_lookup (self->map, key);
+  if (value != NULL)
+    {
+      *out_slot = GPOINTER_TO_UINT (value) - 1;
+      self->slots[*out_slot].readers++;
+      found = TRUE;
+    }
+  g_mutex_unlock (&self->lock);
+  return found;
+}
+
+/* A load of @slot is over; with @drop, the slot failed its check: its
+ * key is forgotten and the slot freed once no load reads it. */
+void
+kv_fs_slab_unpin (KvFsSlab *self,
+                  guint32   slot,
+                  gboolean  drop)
+{
+  Slot *s = &self->slots[slot];
+
+  g_mutex_lock (&self->lock);
+  g_assert (s->readers > 0);
+  s->readers--;
+  if (drop && s->state == SLOT_VALID)
+    {
+      unmap_locked (self, s->key, slot);
+      s->state = SLOT_DEAD;
+    }
+  if (s->state == SLOT_DEAD && s->readers == 0)
+    free_slot_locked (self, slot);
+  g_mutex_unlock (&self->lock);
+}
+
+/* Where @key's slot is: its slab file's path and the offset of its
+ * header there (for inspection and tests). */
+gboolean
+kv_fs_slab_locate (KvFsSlab     *self,
+                   const KvKey  *key,
+                   char        **out_path,
+                   guint64      *out_offset)
+{
+  gpointer value;
+
+  g_mutex_lock (&self->lock);
+  value = g_hash_table_lookup (self->map, key);
+  g_mutex_unlock (&self->lock);
+  if (value == NULL)
+    return FALSE;
+  {
+    guint32 slot = GPOINTER_TO_UINT (value) - 1;
+    SlabFile *file = file_of_slot (self, slot);
+
+    if (out_path != NULL)
+      *out_path = g_strdup (file->path);
+    if (out_offset != NULL)
+      *out_offset = kv_chunk_slab_slot_offset (self->payload_len, slot - file->first);
+  }
+  return TRUE;
+}
+
+/* ---- warm restart ------------------------------------------------------- */
+
+/* Headers read per batch: one preadv of this many headers when slots are
+ * small enough that reading the payloads between them costs less than
+ * one request per header. */
+#define SCAN_BATCH_BYTES ((gsize) 4 << 20)
+
+typedef struct
+{
+  KvKey   *key;
+  guint32  slot;
+  guint64  sequence;
+} Candidate;
+
+/* Reads the headers of @file's slots [@first, @first + @n) into @buf
+ * (KV_CHUNK_HEADER_SIZE each): one large read when the slots are small
+ * (the payloads between the headers are read and dropped), else one
+ * read per header. Returns FALSE on an I/O error. */
+static gboolean
+read_headers (KvFsSlab *self,
+              SlabFile *file,
+              guint32   first,
+              guint32   n,
+              guint8   *buf,
+              guint8   *span)
+{
+  int fd = file->fd_direct >= 0 ? file->fd_direct : file->fd;
+  guint64 start = kv_chunk_slab_slot_offset (self->payload_len, first);
+
+  if (span != NULL)
+    {
+      gsize len = (gsize) n * self->slot_size;
+      gsize done = 0;
+
+      while (done < len)
+        {
+          ssize_t got = pread (fd, span + done, len - done, start + done);
+
+          if (got < 0 && errno == EINTR)
+            continue;
+          if (got <= 0)
+            return FALSE;
+          done += got;
+        }
+      for (guint32 i = 0; i < n; i++)
+        memcpy (buf + (gsize) i * KV_CHUNK_HEADER_SIZE, span + (gsize) i * self->slot_size,
+                KV_CHUNK_HEADER_SIZE);
+      return TRUE;
+    }
+  for (guint32 i = 0; i < n; i++)
+    {
+      gsize done = 0;
+
+      while (done < KV_CHUNK_HEADER_SIZE)
+        {
+          ssize_t got = pread (fd, buf + (gsize) i * KV_CHUNK_HEADER_SIZE + done,
+                               KV_CHUNK_HEADER_SIZE - done,
+                               start + (guint64) i * self->slot_size + done);
+
+          if (got < 0 && errno == EINTR)
+            continue;
+          if (got <= 0)
+            return FALSE;
+          done += got;
+        }
+    }
+  return TRUE;
+}
+
+static int
+compare_newest_first (gconstpointer a,
+                      gconstpointer b)
+{
+  const Candidate *ca = a;
+  const Candidate *cb = b;
+
+  return ca->sequence < cb->sequence ? 1 : ca->sequence > cb->sequence ? -1 : 0;
+}
+
+/*
+ * Rebuilds the index from the slot headers of slab files of an earlier
+ * tier (headers only: payloads are checked when loaded). Slots that hold
+ * no valid header are freed as they are read, so stores go on meanwhile;
+ * of two slots of one key the higher sequence number wins and the other
+ * is freed; the winners go into @index, oldest in the eviction order,
+ * unless a store of the key came first. Returns the chunks added;
+ * *@out_n_bad counts slots that held a damaged header (not those never
+ * written).
+ */
+guint64
+kv_fs_slab_scan (KvFsSlab   *self,
+                 KvFsIndex  *index,
+                 const gint *cancel,
+                 guint64    *out_n_bad)
+{
+  g_autoptr(GHashTable) best = g_hash_table_new (kv_key_hash, kv_key_equal);  /* → Candidate index + 1 */
+  g_autoptr(GArray) found = g_array_new (FALSE, FALSE, sizeof (Candidate));
+  guint32 batch_slots = MAX (1, SCAN_BATCH_BYTES / self->slot_size);
+  gboolean spans = self->slot_size <= 16 * KV_CHUNK_HEADER_SIZE;
+  guint8 *buf = NULL;
+  guint8 *span = NULL;
+  guint64 n_added = 0;
+  guint64 n_bad = 0;
+  guint64 max_sequence = 0;
+
+  if (posix_memalign ((void **) &buf, 4096, (gsize) batch_slots * KV_CHUNK_HEADER_SIZE) != 0 ||
+      (spans && posix_memalign ((void **) &span, 4096, (gsize) batch_slots * self->slot_size) != 0))
+    g_error ("Cannot allocate the slab scan buffers");
+
+  for (guint f = 0; f < self->n_files; f++)
+    {
+      SlabFile *file = &self->files[f];
+
+      if (!file->existed)
+        continue;
+      for (guint32 i = 0; i < file->n_slots; i += batch_slots)
+        {
+          guint32 n = MIN (batch_slots, file->n_slots - i);
+          gboolean ok = !g_atomic_int_get (cancel) &&
+                        read_headers (self, file, i, n, buf,
+                                      span != NULL && (file->fd_direct < 0 ||
+                                                       self->slot_size % 4096 == 0) ? span : NULL);
+
+          for (guint32 k = 0; k < n; k++)
+            {
+              const guint8 *header = buf + (gsize) k * KV_CHUNK_HEADER_SIZE;
+              guint32 slot = file->first + i + k;
+              KvKey *key = NULL;
+              guint64 sequence = 0;
+              KvChunkCheck check = KV_CHUNK_CHECK_SHORT;
+
+              if (ok)
+                check = kv_chunk_slot_header_parse (header, self->ns_digest, self->payload_len,
+                                                    &key, &sequence, NULL);
+              if (check == KV_CHUNK_CHECK_OK)
+                {
+                  gpointer value = g_hash_table_lookup (best, key);
+                  Candidate c = { key, slot, sequence };
+
+                  max_sequence = MAX (max_sequence, sequence);
+                  if (value == NULL)
+                    {
+                      g_array_append_val (found, c);
+                      g_hash_table_insert (best, key, GUINT_TO_POINTER (found->len));
+                      continue;
+                    }
+                  else
+                    {
+                      Candidate *other = &g_array_index (found, Candidate,
+                                                         GPOINTER_TO_UINT (value) - 1);
+
+                      /* the newer copy stays; the other slot is free */
+                      if (sequence > other->sequence)
+                        {
+                          guint32 loser = other->slot;
+
+                          other->slot = slot;
+                          other->sequence = sequence;
+                          slot = loser;
+                        }
+                      kv_key_unref (key);
+                    }
+                }
+              else if (ok && check != KV_CHUNK_CHECK_BAD_MAGIC)
+                n_bad++;
+              g_mutex_lock (&self->lock);
+              free_slot_locked (self, slot);
+              g_mutex_unlock (&self->lock);
+            }
+        }
+    }
+  free (buf);
+  free (span);
+
+  g_mutex_lock (&self->lock);
+  self->last_sequence = MAX (self->last_sequence, max_sequence);
+  g_mutex_unlock (&self->lock);
+
+  /* Oldest first in the eviction order: the newest go in first, each
+   * then ahead of the ones before. */
+  g_array_sort (found, compare_newest_first);
+  for (guint i = 0; i < found->len; i++)
+    {
+      Candidate *c = &g_array_index (found, Candidate, i);
+      gboolean added = !g_atomic_int_get (cancel) &&
+                       kv_fs_index_add_scanned (index, c->key, file_of_slot (self, c->slot)->root,
+                                                self->slot_size);
+
+      g_mutex_lock (&self->lock);
+      if (added)
+        {
+          Slot *s = &self->slots[c->slot];
+
+          s->key = kv_key_ref (c->key);
+          s->state = SLOT_VALID;
+          g_hash_table_replace (self->map, s->key, GUINT_TO_POINTER (c->slot + 1));
+          n_added++;
+        }
+      else
+        free_slot_locked (self, c->slot);
+      g_mutex_unlock (&self->lock);
+      kv_key_unref (c->key);
+    }
+  if (out_n_bad != NULL)
+    *out_n_bad = n_bad;
+  return n_added;
+}
+
+/* ---- engine side -------------------------------------------------------- */
+
+/* The payload's checksum for a store's slot header: the one place it is
+ * computed (it reads the whole slot), so that a checksum carried with the
+ * primary slot can take its place. */
+guint64
+kv_fs_slab_payload_checksum (const KvFsOp *op)
+{
+  return kv_chunk_checksum (op->payload, op->payload_len);
+}
+
+/* Fills op->header for a store into a slab slot. */
+void
+kv_fs_slab_encode_header (KvFsOp *op)
+{
+  kv_chunk_slot_header_encode (op->header, op->namespace_digest, op->key, op->payload_len,
+                               kv_fs_slab_payload_checksum (op), g_get_real_time (),
+                               op->sequence);
+}
+
+/* Moves all of @iov (@write) at @offset; returns 0 or an errno (EIO at
+ * end of file). */
+static int
+move_all (int           fd,
+          gboolean      write,
+          struct iovec *iov,
+          int           n_iov,
+          guint64       offset)
+{
+  while (n_iov > 0)
+    {
+      ssize_t n = write ? pwritev (fd, iov, n_iov, offset) : preadv (fd, iov, n_iov, offset);
+
+      if (n < 0)
+        {
+          if (errno == EINTR)
+            continue;
+          return errno;
+        }
+      if (n == 0)
+        return write ? ENOSPC : EIO;
+      offset += n;
+      while (n_iov > 0 && (size_t) n >= iov->iov_len)
+        {
+          n -= iov->iov_len;
+          iov++;
+          n_iov--;
+        }
+      if (n_iov > 0)
+        {
+          iov->iov_base = (char *) iov->iov_base + n;
+          iov->iov_len -= n;
+        }
+    }
+  return 0;
+}
+
+/* Runs a slab store or load on the calling thread (the thread-pool and
+ * GIO engines): one pwritev or preadv of header and payload. */
+void
+kv_fs_slab_op_run_sync (KvFsOp *op)
+{
+  struct iovec iov[2];
+  int err;
+
+  iov[0] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
+  iov[1] = (struct iovec) { op->payload, op->payload_len };
+
+  if (op->kind == KV_FS_OP_LOAD)
+    {
+      err = move_all (op->slab_fd, FALSE, iov, 2, op->slab_offset);
+      if (err != 0)
+        {
+          op->status = KV_FS_OP_STATUS_IO_ERROR;
+          op->error = err;
+          return;
+        }
+      op->got_header = KV_CHUNK_HEADER_SIZE;
+      op->got_payload = op->payload_len;
+      kv_fs_op_check_load (op);
+      return;
+    }
+
+  g_return_if_fail (op->kind == KV_FS_OP_STORE);
+  kv_fs_op_prepare_header (op);
+  err = move_all (op->slab_fd, TRUE, iov, 2, op->slab_offset);
+  if (err == 0 && (op->flags & KV_FS_OP_FLAG_DATASYNC) && fdatasync (op->slab_fd) != 0)
+    err = errno;
+  /* Past its deadline: its primary slot may hold another chunk's bytes
+   * by now, so the slot must not stay valid. */
+  if (err == 0 && g_atomic_int_get (&op->aborted))
+    {
+      memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
+      iov[0] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
+      (void) move_all (op->slab_fd, TRUE, iov, 1, op->slab_offset);
+      err = ECANCELED;
+    }
+  op->status = err == 0 ? KV_FS_OP_STATUS_OK :
+               err == ECANCELED ? KV_FS_OP_STATUS_CANCELLED : KV_FS_OP_STATUS_IO_ERROR;
+  op->error = err;
+}

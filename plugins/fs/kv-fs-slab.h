@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include <kvtier.h>
+
+#include "kv-fs-index.h"
+#include "kv-fs-layout.h"
+#include "kv-fs-op.h"
+
+G_BEGIN_DECLS
+
+/*
+ * KvFsSlab: the slab files of a layout=slab tier and their slots.
+ *
+ * Each root holds a few slab files (`slab-NNNN.kvslab` in the namespace's
+ * `kvslab-<ns16>` directory), preallocated with fallocate() when made:
+ * a 4096-byte file header, then fixed-size slots, each one chunk record
+ * (the 4096-byte header, with a sequence number, and the payload). The
+ * tier's KvFsIndex says which keys it holds and which go first; this
+ * says where each one is: key → slot, the free slots, and how many loads
+ * read each slot, so that a slot is never written while one is read.
+ *
+ * A store takes a free slot (or the slot of the chunk it evicts) and
+ * writes header and payload there; nothing is renamed, so crash safety
+ * is in the slot itself: it is valid only when its header checksum, its
+ * namespace and length, and its payload checksum all match, and of two
+ * valid copies of a key the higher sequence number wins. Loads therefore
+ * always check the payload checksum (a torn slot has a valid header of
+ * either the old or the new chunk). See doc/on-disk-format.md.
+ *
+ * Every function but the engine-side ones takes the slab's lock; any
+ * thread.
+ */
+typedef struct _KvFsSlab KvFsSlab;
+
+/* The slab files' name in a namespace directory: slab-0000.kvslab... */
+#define KV_FS_SLAB_FILE_FORMAT "slab-%04u.kvslab"
+#define KV_FS_SLAB_DEFAULT_SIZE (G_GUINT64_CONSTANT (1) << 30)
+
+KvFsSlab   *kv_fs_slab_new              (const KvFsLayout *layout,
+                                         guint64           capacity,
+                                         guint64           slab_size,
+                                         const gboolean   *o_direct,
+                                         GError          **error);
+void        kv_fs_slab_free             (KvFsSlab         *self);
+
+guint32     kv_fs_slab_get_n_slots      (KvFsSlab         *self);
+guint       kv_fs_slab_get_n_files      (KvFsSlab         *self);
+guint32     kv_fs_slab_get_n_free       (KvFsSlab         *self);
+gboolean    kv_fs_slab_needs_scan       (KvFsSlab         *self);
+
+gboolean    kv_fs_slab_alloc            (KvFsSlab         *self,
+                                         const KvKey      *victim,
+                                         guint32          *out_slot);
+void        kv_fs_slab_init_op          (KvFsSlab         *self,
+                                         KvFsOp           *op,
+                                         guint32           slot);
+void        kv_fs_slab_store_done       (KvFsSlab         *self,
+                                         KvFsOp           *op,
+                                         gboolean          success);
+gboolean    kv_fs_slab_pin              (KvFsSlab         *self,
+                                         const KvKey      *key,
+                                         guint32          *out_slot);
+void        kv_fs_slab_unpin            (KvFsSlab         *self,
+                                         guint32           slot,
+                                         gboolean          drop);
+gboolean    kv_fs_slab_locate           (KvFsSlab         *self,
+                                         const KvKey      *key,
+                                         char            **out_path,
+                                         guint64          *out_offset);
+
+guint64     kv_fs_slab_scan             (KvFsSlab         *self,
+                                         KvFsIndex        *index,
+                                         const gint       *cancel,
+                                         guint64          *out_n_bad);
+
+/* Engine side: any thread, no lock. */
+guint64     kv_fs_slab_payload_checksum (const KvFsOp     *op);
+void        kv_fs_slab_encode_header    (KvFsOp           *op);
+void        kv_fs_slab_op_run_sync      (KvFsOp           *op);
+
+G_END_DECLS

@@ -1,0 +1,727 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include "test-fs-common.h"
+
+/*
+ * layout=slab: chunks in the slots of preallocated slab files. Round trips
+ * on every engine with O_DIRECT on and off, several roots, eviction when
+ * the slabs are full (never of a slot being read), damaged slots (a bit
+ * flipped in a header or a payload, one slot copied over another), warm
+ * restart from the slot headers (the newer of two copies of a key wins),
+ * configuration errors and hostile slab files.
+ */
+
+#define SLOT_BYTES ((guint64) FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE)
+
+typedef struct
+{
+  KvHostBuffer *buffer;
+  char         *root;
+  KvRequest    *request;
+  guint64       next_id;
+} Fixture;
+
+static void
+setup (Fixture       *f,
+       gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+
+  f->buffer = kv_host_buffer_new (16, FS_TEST_SLOT, &error);
+  g_assert_no_error (error);
+  f->root = fs_test_make_dir ();
+  f->request = kv_request_new ("slab", NULL);
+  f->next_id = 1;
+}
+
+static void
+teardown (Fixture       *f,
+          gconstpointer  data)
+{
+  g_clear_object (&f->request);
+  g_clear_object (&f->buffer);
+  fs_test_rm_rf (f->root);
+  g_free (f->root);
+}
+
+static void
+close_tier (KvFsTier *tier)
+{
+  fs_test_shutdown (tier);
+  g_object_add_weak_pointer (G_OBJECT (tier), (gpointer *) &tier);
+  g_object_unref (tier);
+  g_assert_null (tier);
+}
+
+/* Stores keys [first, first + n) from slots 0.. (n <= 16); returns how
+ * many keys succeeded per the result. */
+static gboolean
+store_keys (Fixture  *f,
+            KvFsTier *tier,
+            guint     first,
+            guint     n)
+{
+  g_autoptr(KvJobResult) result = NULL;
+  KvKey *keys[16];
+  guint32 slots[16];
+  gboolean ok;
+
+  g_assert_cmpuint (n, <=, 16);
+  for (guint i = 0; i < n; i++)
+    {
+      keys[i] = fs_test_key (first + i);
+      slots[i] = i;
+      fs_test_fill (kv_host_buffer_peek_slot (f->buffer, i), FS_TEST_SLOT, first + i);
+    }
+  result = fs_test_run_job (tier, f->next_id++, FALSE, keys, slots, n, f->request);
+  ok = kv_job_result_get_success (result);
+  for (guint i = 0; i < n; i++)
+    kv_key_unref (keys[i]);
+  return ok;
+}
+
+/* Loads key @i into slot @slot (cleared first); TRUE if the job
+ * succeeded, and then the bytes must be the key's. */
+static gboolean
+load_key (Fixture  *f,
+          KvFsTier *tier,
+          guint     i,
+          guint32   slot)
+{
+  g_autoptr(KvKey) key = fs_test_key (i);
+  g_autoptr(KvJobResult) result = NULL;
+  g_autoptr(KvRequest) request = kv_request_new ("load", NULL);
+
+  memset (kv_host_buffer_peek_slot (f->buffer, slot), 0xa5, FS_TEST_SLOT);
+  result = fs_test_run_job (tier, f->next_id++, TRUE, &key, &slot, 1, request);
+  if (!kv_job_result_get_success (result))
+    return FALSE;
+  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, slot), FS_TEST_SLOT, i));
+  return TRUE;
+}
+
+static KvLookupResult
+lookup (KvFsTier *tier,
+        guint     i)
+{
+  g_autoptr(KvKey) key = fs_test_key (i);
+  g_autoptr(KvRequest) request = kv_request_new ("lookup", NULL);
+
+  return kv_secondary_tier_lookup (KV_SECONDARY_TIER (tier), key, request);
+}
+
+static char *
+slab_dir (KvFsTier   *tier,
+          const char *root)
+{
+  g_autoptr(GDir) dir = g_dir_open (root, 0, NULL);
+  const char *name;
+
+  while (dir != NULL && (name = g_dir_read_name (dir)) != NULL)
+    if (g_str_has_prefix (name, "kvslab-"))
+      return g_build_filename (root, name, NULL);
+  return NULL;
+}
+
+/* Where key @i's slot is, from the tier. */
+static char *
+locate (KvFsTier *tier,
+        guint     i,
+        guint64  *offset)
+{
+  g_autoptr(KvKey) key = fs_test_key (i);
+  char *path = NULL;
+
+  g_assert_true (kv_fs_tier_get_slab_location (tier, key, &path, offset));
+  return path;
+}
+
+static void
+patch_file (const char   *path,
+            guint64       offset,
+            const guint8 *bytes,
+            gsize         len)
+{
+  int fd = open (path, O_WRONLY);
+
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pwrite (fd, bytes, len, offset), ==, (gssize) len);
+  close (fd);
+}
+
+static guint8 *
+read_file_at (const char *path,
+              guint64     offset,
+              gsize       len)
+{
+  guint8 *buf = g_malloc (len);
+  int fd = open (path, O_RDONLY);
+
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (pread (fd, buf, len, offset), ==, (gssize) len);
+  close (fd);
+  return buf;
+}
+
+static void
+flip_byte (const char *path,
+           guint64     offset)
+{
+  g_autofree guint8 *b = read_file_at (path, offset, 1);
+
+  b[0] ^= 0x10;
+  patch_file (path, offset, b, 1);
+}
+
+/* ---- round trips -------------------------------------------------------- */
+
+/* Stores and loads byte-exact; the slab files are preallocated whole and
+ * hold every chunk (no file per chunk); a second store of a key skips it. */
+static void
+test_round_trip (Fixture       *f,
+                 gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  g_autofree char *dir = slab_dir (tier, f->root);
+  g_autofree char *slab0 = g_build_filename (dir, "slab-0000.kvslab", NULL);
+  GStatBuf st;
+
+  g_assert_nonnull (dir);
+  /* 64 slots in files of 16 */
+  g_assert_cmpuint (fs_test_count_files (dir, ".kvslab"), ==, 4);
+  g_assert_cmpint (g_stat (slab0, &st), ==, 0);
+  g_assert_cmpuint (st.st_size, ==, KV_SLAB_HEADER_SIZE + 16 * SLOT_BYTES);
+  g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
+  /* preallocated: the blocks are there before any store */
+  g_assert_cmpuint ((guint64) st.st_blocks * 512, >=, 16 * SLOT_BYTES);
+
+  g_assert_true (store_keys (f, tier, 0, 16));
+  g_assert_true (store_keys (f, tier, 16, 16));
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 32);
+  g_assert_cmpuint (kv_fs_tier_get_used_bytes (tier), ==, 32 * SLOT_BYTES);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_STORED_CHUNKS), ==, 32);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_BYTES_WRITTEN), ==,
+                    32 * FS_TEST_SLOT);
+  /* nothing but the slab files and namespace.json */
+  g_assert_cmpuint (fs_test_count_files (f->root, NULL), ==, 5);
+
+  for (guint i = 0; i < 32; i++)
+    {
+      g_assert_cmpint (lookup (tier, i), ==, KV_LOOKUP_RESULT_HIT);
+      g_assert_true (load_key (f, tier, i, (i * 7) % 16));
+    }
+  g_assert_cmpint (lookup (tier, 99), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_false (load_key (f, tier, 99, 0));
+
+  g_assert_true (store_keys (f, tier, 8, 4));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_SKIPPED_CHUNKS), ==, 4);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_LOADED_CHUNKS), ==, 32);
+
+  /* the slot header: a chunk header with the slot flag, the sequence
+   * number, the key */
+  {
+    guint64 offset = 0;
+    g_autofree char *path = locate (tier, 3, &offset);
+    g_autofree guint8 *header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
+    g_autofree guint8 *payload = read_file_at (path, offset + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT);
+    g_autoptr(KvKey) expected = fs_test_key (3);
+    KvKey *key = NULL;
+    guint64 sequence = 0;
+    guint64 checksum = 0;
+    guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+
+    g_assert_cmpuint ((offset - KV_SLAB_HEADER_SIZE) % SLOT_BYTES, ==, 0);
+    kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
+    g_assert_cmpint (kv_chunk_slot_header_parse (header, ns, FS_TEST_SLOT, &key, &sequence,
+                                                 &checksum), ==, KV_CHUNK_CHECK_OK);
+    g_assert_true (kv_key_equal (key, expected));
+    g_assert_cmpuint (sequence, >, 0);
+    g_assert_cmpuint (checksum, ==, kv_chunk_checksum (payload, FS_TEST_SLOT));
+    g_assert_true (fs_test_check (payload, FS_TEST_SLOT, 3));
+    kv_key_unref (key);
+  }
+  close_tier (tier);
+}
+
+/* durability=data and full: fdatasync after the write; same bytes. */
+static void
+test_durability (Fixture       *f,
+                 gconstpointer  data)
+{
+  const FsVariant *v = data;
+
+  for (KvFsDurability d = KV_FS_DURABILITY_DATA; d <= KV_FS_DURABILITY_FULL; d++)
+    {
+      g_autofree char *root = g_build_filename (f->root, d == KV_FS_DURABILITY_DATA ? "d" : "f", NULL);
+      KvFsTier *tier = fs_test_tier_new (f->buffer, root, v, "durability", d, NULL);
+
+      g_assert_true (store_keys (f, tier, 0, 8));
+      for (guint i = 0; i < 8; i++)
+        g_assert_true (load_key (f, tier, i, 15 - i));
+      close_tier (tier);
+    }
+}
+
+/* Two roots: slab files in both, stores spread over both, and a restart
+ * finds every chunk. */
+static void
+test_multi_root (Fixture       *f,
+                 gconstpointer  data)
+{
+  const FsVariant *v = data;
+  g_autofree char *r1 = g_build_filename (f->root, "a", NULL);
+  g_autofree char *r2 = g_build_filename (f->root, "b", NULL);
+  g_autofree char *roots = g_strdup_printf ("%s,%s", r1, r2);
+  KvFsTier *tier = fs_test_tier_new (f->buffer, roots, v, NULL);
+  guint on_first = 0;
+
+  g_assert_cmpuint (fs_test_count_files (r1, ".kvslab"), ==, 2);
+  g_assert_cmpuint (fs_test_count_files (r2, ".kvslab"), ==, 2);
+  g_assert_true (store_keys (f, tier, 0, 16));
+  for (guint i = 0; i < 16; i++)
+    {
+      g_autofree char *path = locate (tier, i, NULL);
+
+      on_first += g_str_has_prefix (path, r1);
+    }
+  g_assert_cmpuint (on_first, ==, 8);
+  close_tier (tier);
+
+  tier = fs_test_tier_new (f->buffer, roots, v, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 16);
+  for (guint i = 0; i < 16; i++)
+    g_assert_true (load_key (f, tier, i, i));
+  close_tier (tier);
+}
+
+/* ---- capacity ----------------------------------------------------------- */
+
+/* A full slab evicts the least recently used chunk and writes into its
+ * slot; capacity stays the slab's. */
+static void
+test_full_evicts (Fixture       *f,
+                  gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v,
+                                     "max-size", 8 * SLOT_BYTES, NULL);
+
+  g_assert_true (store_keys (f, tier, 0, 8));
+  /* 0..3 looked up recently: 4..7 go first */
+  for (guint i = 0; i < 4; i++)
+    g_assert_cmpint (lookup (tier, i), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_true (store_keys (f, tier, 100, 4));
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 8);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 4);
+  for (guint i = 0; i < 4; i++)
+    {
+      g_assert_cmpint (lookup (tier, 4 + i), ==, KV_LOOKUP_RESULT_MISS);
+      g_assert_true (load_key (f, tier, i, i));
+      g_assert_true (load_key (f, tier, 100 + i, 4 + i));
+    }
+  /* the slab files did not grow */
+  {
+    g_autofree char *dir = slab_dir (tier, f->root);
+    g_autofree char *slab0 = g_build_filename (dir, "slab-0000.kvslab", NULL);
+    GStatBuf st;
+
+    g_assert_cmpint (g_stat (slab0, &st), ==, 0);
+    g_assert_cmpuint (st.st_size, ==, KV_SLAB_HEADER_SIZE + 8 * SLOT_BYTES);
+    g_assert_cmpuint (fs_test_count_files (dir, ".kvslab"), ==, 1);
+  }
+  close_tier (tier);
+}
+
+/* A slot being read is never written: with a load of key 0 held in the
+ * engine, stores into a full slab evict every other chunk but key 0, and
+ * a store that finds only the pinned slot fails rather than overwrite it. */
+static void
+test_pinned_slot_not_reused (Fixture       *f,
+                             gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v,
+                                     "max-size", 2 * SLOT_BYTES, NULL);
+  KvSecondaryTier *st = KV_SECONDARY_TIER (tier);
+  KvFsEngine *engine = kv_fs_tier_get_engine (tier);
+  g_autoptr(KvKey) key0 = fs_test_key (0);
+  g_autoptr(KvTransferJob) load = NULL;
+  g_autoptr(GError) error = NULL;
+  KvJobResult **results;
+  guint32 slot = 15;
+  guint n_ok = 0;
+  guint n = 0;
+
+  g_assert_true (store_keys (f, tier, 0, 2));
+  memset (kv_host_buffer_peek_slot (f->buffer, slot), 0, FS_TEST_SLOT);
+  kv_fs_engine_set_stalled (engine, TRUE);
+  load = kv_transfer_job_new (f->next_id++, &key0, &slot, 1, TRUE, f->request);
+  g_assert_true (kv_secondary_tier_submit_load (st, load, &error));
+  g_assert_no_error (error);
+
+  /* key 1 goes, its slot takes key 50; then only the pinned slot and
+   * key 50's (storing, then the newest) are left */
+  {
+    g_autoptr(KvKey) k50 = fs_test_key (50);
+    g_autoptr(KvKey) k51 = fs_test_key (51);
+    KvKey *keys[2] = { k50, k51 };
+    guint32 slots[2] = { 0, 1 };
+    g_autoptr(KvTransferJob) store = kv_transfer_job_new (f->next_id++, keys, slots, 2, FALSE,
+                                                          f->request);
+
+    fs_test_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 50);
+    fs_test_fill (kv_host_buffer_peek_slot (f->buffer, 1), FS_TEST_SLOT, 51);
+    g_assert_true (kv_secondary_tier_submit_store (st, store, &error));
+    g_assert_no_error (error);
+  }
+  kv_fs_engine_set_stalled (engine, FALSE);
+  g_assert_true (kv_secondary_tier_drain_jobs (st, &error));
+  results = kv_secondary_tier_get_finished_jobs (st);
+  for (; results[n] != NULL; n++)
+    {
+      n_ok += kv_job_result_get_success (results[n]);
+      kv_job_result_unref (results[n]);
+    }
+  g_free (results);
+  /* the load succeeded; the store only in part (key 51 found no slot) */
+  g_assert_cmpuint (n, ==, 2);
+  g_assert_cmpuint (n_ok, ==, 1);
+  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 15), FS_TEST_SLOT, 0));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_STORE_FAILURES), ==, 1);
+  g_assert_true (load_key (f, tier, 0, 2));
+  g_assert_true (load_key (f, tier, 50, 3));
+  g_assert_cmpint (lookup (tier, 1), ==, KV_LOOKUP_RESULT_MISS);
+  close_tier (tier);
+}
+
+/* ---- damage ------------------------------------------------------------- */
+
+/* A bit flipped in a slot's header or payload: the load fails (never
+ * wrong bytes), the chunk is counted corrupt and forgotten, its slot
+ * free again; a slot copied over another key's fails as the wrong key. */
+static void
+test_corruption (Fixture       *f,
+                 gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, "verify", FALSE, NULL);
+  g_autofree char *p0 = NULL;
+  g_autofree char *p1 = NULL;
+  g_autofree char *p2 = NULL;
+  g_autofree char *p3 = NULL;
+  g_autofree guint8 *slot3 = NULL;
+  guint64 o0 = 0, o1 = 0, o2 = 0, o3 = 0;
+
+  g_assert_true (store_keys (f, tier, 0, 4));
+  p0 = locate (tier, 0, &o0);
+  p1 = locate (tier, 1, &o1);
+  p2 = locate (tier, 2, &o2);
+  p3 = locate (tier, 3, &o3);
+
+  flip_byte (p0, o0 + KV_CHUNK_OFF_HASH + 1);                       /* header */
+  flip_byte (p1, o1 + KV_CHUNK_HEADER_SIZE + FS_TEST_SLOT / 2);     /* payload, verify=false */
+  slot3 = read_file_at (p3, o3, SLOT_BYTES);
+  patch_file (p2, o2, slot3, SLOT_BYTES);                           /* key 3's slot over key 2's */
+
+  for (guint i = 0; i < 3; i++)
+    {
+      g_assert_false (load_key (f, tier, i, 5));
+      g_assert_cmpint (lookup (tier, i), ==, KV_LOOKUP_RESULT_MISS);
+    }
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 3);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CHECKSUM_FAILURES), ==, 2);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 1);
+  g_assert_true (load_key (f, tier, 3, 6));
+
+  /* the slots are used again */
+  g_assert_true (store_keys (f, tier, 0, 3));
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (load_key (f, tier, i, 7));
+  close_tier (tier);
+
+  /* damage found by a restart: the scan skips a bad header; a bad
+   * payload is found by the load */
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 4);
+  g_free (p0);
+  g_free (p1);
+  p0 = locate (tier, 0, &o0);
+  p1 = locate (tier, 1, &o1);
+  close_tier (tier);
+  flip_byte (p0, o0 + KV_CHUNK_OFF_PAYLOAD_XXH3);
+  flip_byte (p1, o1 + KV_CHUNK_HEADER_SIZE + 7);
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 3);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+  g_assert_cmpint (lookup (tier, 0), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_false (load_key (f, tier, 1, 0));
+  g_assert_true (load_key (f, tier, 2, 0));
+  g_assert_true (load_key (f, tier, 3, 0));
+  close_tier (tier);
+}
+
+/* ---- restart ------------------------------------------------------------ */
+
+/* A new tier on the slabs rebuilds its index from the slot headers, in
+ * the background; stores go on meanwhile into the slots known free. */
+static void
+test_restart (Fixture       *f,
+              gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+
+  g_assert_true (store_keys (f, tier, 0, 16));
+  g_assert_true (store_keys (f, tier, 16, 4));
+  close_tier (tier);
+
+  kv_fs_tier_hold_scans (TRUE);
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  g_assert_false (kv_fs_tier_is_index_ready (tier));
+  /* not scanned yet: a miss, and no slot to store into */
+  g_assert_cmpint (lookup (tier, 3), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_false (store_keys (f, tier, 40, 1));
+  kv_fs_tier_hold_scans (FALSE);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_true (kv_fs_tier_is_index_ready (tier));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_SCANNED_CHUNKS), ==, 20);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 20);
+  for (guint i = 0; i < 20; i++)
+    {
+      g_assert_cmpint (lookup (tier, i), ==, KV_LOOKUP_RESULT_HIT);
+      g_assert_true (load_key (f, tier, i, i % 16));
+    }
+  /* the free slots are known: 44 more fit without evicting */
+  for (guint b = 0; b < 44; b += 11)
+    g_assert_true (store_keys (f, tier, 100 + b, 11));
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 64);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+  close_tier (tier);
+
+  /* a larger max-size adds slots, a smaller one drops files */
+  tier = fs_test_tier_new (f->buffer, f->root, v, "max-size", 80 * SLOT_BYTES, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 64);
+  g_assert_true (store_keys (f, tier, 200, 16));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+  close_tier (tier);
+  tier = fs_test_tier_new (f->buffer, f->root, v, "max-size", 16 * SLOT_BYTES, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), <=, 16);
+  {
+    g_autofree char *dir = slab_dir (tier, f->root);
+
+    g_assert_cmpuint (fs_test_count_files (dir, ".kvslab"), ==, 1);
+  }
+  close_tier (tier);
+}
+
+/* Two valid copies of a key (a crash between a store and the reuse of
+ * the evicted copy's slot): the higher sequence number wins, whichever
+ * slot comes first. */
+static void
+test_newest_copy_wins (Fixture       *f,
+                       gconstpointer  data)
+{
+  const FsVariant *v = data;
+
+  for (guint newer_first = 0; newer_first < 2; newer_first++)
+    {
+      g_autofree char *root = g_strdup_printf ("%s/r%u", f->root, newer_first);
+      KvFsTier *tier = fs_test_tier_new (f->buffer, root, v, NULL);
+      g_autoptr(KvKey) key = fs_test_key (5);
+      g_autofree char *path = NULL;
+      g_autofree guint8 *header = NULL;
+      g_autofree guint8 *payload = g_malloc (FS_TEST_SLOT);
+      guint8 copy[KV_CHUNK_HEADER_SIZE];
+      guint64 offset = 0;
+      guint64 sequence;
+
+      g_assert_true (store_keys (f, tier, 5, 1));
+      path = locate (tier, 5, &offset);
+      close_tier (tier);
+
+      /* another copy of key 5 in the next slot (scanned after it), with
+       * other bytes (key 6's pattern), older or newer */
+      header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
+      sequence = kv_chunk_slot_header_get_sequence (header);
+      fs_test_fill (payload, FS_TEST_SLOT, 6);
+      kv_chunk_slot_header_encode (copy, header + KV_CHUNK_OFF_NAMESPACE, key, FS_TEST_SLOT,
+                                   kv_chunk_checksum (payload, FS_TEST_SLOT), 0,
+                                   newer_first ? sequence - 1 : sequence + 1);
+      patch_file (path, offset + SLOT_BYTES, copy, sizeof copy);
+      patch_file (path, offset + SLOT_BYTES + KV_CHUNK_HEADER_SIZE, payload, FS_TEST_SLOT);
+
+      tier = fs_test_tier_new (f->buffer, root, v, NULL);
+      kv_fs_tier_wait_index_ready (tier);
+      g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 1);
+      memset (kv_host_buffer_peek_slot (f->buffer, 0), 0, FS_TEST_SLOT);
+      {
+        guint32 s = 0;
+        g_autoptr(KvJobResult) result = fs_test_run_job (tier, f->next_id++, TRUE, &key, &s, 1,
+                                                         NULL);
+
+        g_assert_true (kv_job_result_get_success (result));
+      }
+      /* newer first: the original (sequence) beats the copy (sequence - 1);
+       * else the copy (sequence + 1) wins */
+      g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT,
+                                    newer_first ? 5 : 6));
+      close_tier (tier);
+    }
+}
+
+/* ---- configuration and hostile files ------------------------------------ */
+
+static void
+test_config_errors (Fixture       *f,
+                    gconstpointer  data)
+{
+  const FsVariant *v = data;
+  struct { const char *prop; guint64 value; const char *message; } cases[] = {
+    { "max-size", 0, "needs max-size" },
+    { "max-size", SLOT_BYTES - 1, "fewer than one" },
+    { "slab-size", SLOT_BYTES, "cannot hold one slot" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      KvFsTier *tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error,
+                                              cases[i].prop, cases[i].value, NULL);
+
+      g_assert_null (tier);
+      g_assert_nonnull (error);
+      g_assert_nonnull (strstr (error->message, cases[i].message));
+    }
+  {
+    g_autoptr(GError) error = NULL;
+    KvFsTier *tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error,
+                                            "shared", TRUE, NULL);
+
+    g_assert_null (tier);
+    g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  }
+  {
+    g_autoptr(GError) error = NULL;
+    KvFsTier *tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error,
+                                            "preallocate", TRUE, NULL);
+
+    g_assert_null (tier);
+    g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  }
+}
+
+/* Slab files are the tier's: a symbolic link under a slab file's name,
+ * or a file another user may write, is refused with an error naming it
+ * (never followed, never written). */
+static void
+test_hostile_files (Fixture       *f,
+                    gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  g_autofree char *dir = slab_dir (tier, f->root);
+  g_autofree char *slab1 = g_build_filename (dir, "slab-0001.kvslab", NULL);
+  g_autofree char *target = g_build_filename (f->root, "elsewhere", NULL);
+  g_autoptr(GError) error = NULL;
+  GStatBuf st;
+
+  close_tier (tier);
+
+  /* world-writable */
+  g_assert_cmpint (g_chmod (slab1, 0666), ==, 0);
+  tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED);
+  g_assert_nonnull (strstr (error->message, slab1));
+  g_clear_error (&error);
+
+  /* a link to a file elsewhere */
+  g_assert_cmpint (g_unlink (slab1), ==, 0);
+  g_assert_true (g_file_set_contents (target, "not a slab", -1, NULL));
+  g_assert_cmpint (symlink (target, slab1), ==, 0);
+  tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED);
+  g_assert_nonnull (strstr (error->message, "symbolic link"));
+  g_clear_error (&error);
+  g_assert_cmpint (g_stat (target, &st), ==, 0);
+  g_assert_cmpuint (st.st_size, ==, strlen ("not a slab"));
+
+  /* another user's file, where the test may give it away */
+  g_assert_cmpint (g_unlink (slab1), ==, 0);
+  if (geteuid () == 0)
+    {
+      g_assert_true (g_file_set_contents (slab1, "", 0, NULL));
+      g_assert_cmpint (chmod (slab1, 0600), ==, 0);
+      g_assert_cmpint (chown (slab1, 65534, 65534), ==, 0);
+      tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error, NULL);
+      g_assert_null (tier);
+      g_assert_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED);
+      g_assert_cmpint (g_unlink (slab1), ==, 0);
+    }
+
+  /* put right, the tier starts again */
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  g_assert_true (store_keys (f, tier, 0, 4));
+  close_tier (tier);
+}
+
+int
+main (int argc, char **argv)
+{
+  static const FsVariant variants[] = {
+#if KV_FS_HAVE_URING
+    { KV_FS_IO_ENGINE_URING, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB },
+    { KV_FS_IO_ENGINE_URING, KV_FS_O_DIRECT_OFF, KV_FS_LAYOUT_KIND_SLAB },
+#endif
+    { KV_FS_IO_ENGINE_THREADS, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB },
+    { KV_FS_IO_ENGINE_THREADS, KV_FS_O_DIRECT_OFF, KV_FS_LAYOUT_KIND_SLAB },
+    { KV_FS_IO_ENGINE_GIO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB },
+    { KV_FS_IO_ENGINE_GIO, KV_FS_O_DIRECT_OFF, KV_FS_LAYOUT_KIND_SLAB },
+  };
+  static const struct { const char *name; GTestFixtureFunc func; gboolean all_variants; } tests[] = {
+    { "round-trip", (GTestFixtureFunc) test_round_trip, TRUE },
+    { "durability", (GTestFixtureFunc) test_durability, FALSE },
+    { "multi-root", (GTestFixtureFunc) test_multi_root, TRUE },
+    { "full-evicts", (GTestFixtureFunc) test_full_evicts, TRUE },
+    { "pinned-slot-not-reused", (GTestFixtureFunc) test_pinned_slot_not_reused, TRUE },
+    { "corruption", (GTestFixtureFunc) test_corruption, TRUE },
+    { "restart", (GTestFixtureFunc) test_restart, TRUE },
+    { "newest-copy-wins", (GTestFixtureFunc) test_newest_copy_wins, FALSE },
+    { "config-errors", (GTestFixtureFunc) test_config_errors, FALSE },
+    { "hostile-files", (GTestFixtureFunc) test_hostile_files, FALSE },
+  };
+
+  g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
+
+  for (guint i = 0; i < G_N_ELEMENTS (variants); i++)
+    {
+      const char *e = fs_engine_name (variants[i].engine);
+      const char *d = variants[i].o_direct == KV_FS_O_DIRECT_OFF ? "buffered" : "direct";
+
+      if (fs_test_skip_engine (variants[i].engine))
+        continue;
+      for (guint t = 0; t < G_N_ELEMENTS (tests); t++)
+        {
+          g_autofree char *path = NULL;
+
+          /* one variant suffices for what does not depend on the engine */
+          if (!tests[t].all_variants && i != G_N_ELEMENTS (variants) - 3)
+            continue;
+          path = g_strdup_printf ("/kvtier/fs/slab/%s/%s/%s", e, d, tests[t].name);
+          g_test_add_vtable (path, sizeof (Fixture), &variants[i], (GTestFixtureFunc) setup,
+                             tests[t].func, (GTestFixtureFunc) teardown);
+        }
+    }
+  return g_test_run ();
+}

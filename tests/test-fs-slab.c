@@ -6,6 +6,8 @@
 
 #include "test-fs-common.h"
 
+#include "kv-fs-slab.h"
+
 /*
  * layout=slab: chunks in the slots of preallocated slab files. Round trips
  * on every engine with O_DIRECT on and off, several roots, eviction when
@@ -579,6 +581,60 @@ test_newest_copy_wins (Fixture       *f,
     }
 }
 
+/* A store whose deadline passed while it wrote (its primary slot may
+ * hold another chunk's bytes by then) leaves no valid slot behind: the
+ * header it wrote is overwritten with zeros, so no restart finds it. */
+static void
+test_aborted_store_invalid (Fixture       *f,
+                            gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  g_autofree char *path = NULL;
+  g_autofree guint8 *header = NULL;
+  guint8 *buf = NULL;
+  guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  guint64 offset = 0;
+  KvFsOp op;
+  int fd;
+
+  g_assert_true (store_keys (f, tier, 0, 2));
+  path = locate (tier, 1, &offset);
+  close_tier (tier);
+
+  /* key 1's slot rewritten by an aborted store of key 7 */
+  g_assert_cmpint (posix_memalign ((void **) &buf, 4096, KV_CHUNK_HEADER_SIZE), ==, 0);
+  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
+  fd = open (path, O_RDWR);
+  g_assert_cmpint (fd, >=, 0);
+  kv_fs_op_init (&op, KV_FS_OP_STORE, KV_FS_OP_FLAG_SLAB | KV_FS_OP_FLAG_HEADER, 0, NULL,
+                 fs_test_key (7));
+  fs_test_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7);
+  op.payload = kv_host_buffer_peek_slot (f->buffer, 0);
+  op.payload_len = FS_TEST_SLOT;
+  op.namespace_digest = ns;
+  op.header = buf;
+  op.slab_fd = fd;
+  op.slab_offset = offset;
+  op.sequence = G_MAXUINT64 / 2;
+  op.aborted = TRUE;
+  kv_fs_slab_op_run_sync (&op);
+  g_assert_cmpint (op.status, ==, KV_FS_OP_STATUS_CANCELLED);
+  close (fd);
+  kv_fs_op_clear (&op);
+  free (buf);
+
+  header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
+  for (guint i = 0; i < KV_CHUNK_HEADER_SIZE; i++)
+    g_assert_cmpuint (header[i], ==, 0);
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 1);
+  g_assert_cmpint (lookup (tier, 7), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_true (load_key (f, tier, 0, 0));
+  close_tier (tier);
+}
+
 /* ---- configuration and hostile files ------------------------------------ */
 
 static void
@@ -698,6 +754,7 @@ main (int argc, char **argv)
     { "corruption", (GTestFixtureFunc) test_corruption, TRUE },
     { "restart", (GTestFixtureFunc) test_restart, TRUE },
     { "newest-copy-wins", (GTestFixtureFunc) test_newest_copy_wins, FALSE },
+    { "aborted-store-invalid", (GTestFixtureFunc) test_aborted_store_invalid, FALSE },
     { "config-errors", (GTestFixtureFunc) test_config_errors, FALSE },
     { "hostile-files", (GTestFixtureFunc) test_hostile_files, FALSE },
   };

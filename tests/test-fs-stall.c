@@ -304,6 +304,11 @@ main (int argc, char **argv)
 #endif
     { KV_FS_IO_ENGINE_GIO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_KVTIER },
     { KV_FS_IO_ENGINE_THREADS, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_KVTIER },
+#if KV_FS_HAVE_URING
+    { KV_FS_IO_ENGINE_URING, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB },
+#endif
+    { KV_FS_IO_ENGINE_GIO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB },
+    { KV_FS_IO_ENGINE_THREADS, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB },
   };
 
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
@@ -311,7 +316,10 @@ main (int argc, char **argv)
   for (guint i = 0; i < G_N_ELEMENTS (variants); i++)
     if (!fs_test_skip_engine (variants[i].engine))
     {
-      const char *e = fs_engine_name (variants[i].engine);
+      /* layout=slab: the engine's name with "-slab" */
+      g_autofree char *e = g_strconcat (fs_engine_name (variants[i].engine),
+                                        variants[i].layout == KV_FS_LAYOUT_KIND_SLAB ? "-slab" : "",
+                                        NULL);
       g_autofree char *p1 = g_strdup_printf ("/kvtier/fs/stall/%s/deadline-trips-breaker", e);
       g_autofree char *p2 = g_strdup_printf ("/kvtier/fs/stall/%s/probe-failure-keeps-open", e);
       g_autofree char *p3 = g_strdup_printf ("/kvtier/fs/stall/%s/load-deadline", e);

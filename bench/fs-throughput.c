@@ -63,9 +63,21 @@
  * created by 16 threads; taken over by 16 threads; taken over by linked
  * io_uring chains) are compared with the sweep's write ceiling.
  *
+ * With --layouts kvtier,slab each engine runs again with layout=slab (max-size
+ * = N slots in preallocated slab files, made before the timed passes):
+ * store-cold fills the empty slabs, store overwrites the slots of the
+ * chunks it evicts, load reads them back through a new stack (after its
+ * restart scan); the lines name the engine "<engine> slab":
+ *
+ *   store 256KiB uring slab: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
+ *
+ * followed by a `#` line with the store's cpu less the checksum floor (a
+ * store's cpu when the payload checksum is carried from the device copy
+ * instead of computed by the tier).
+ *
  *   fs-throughput [--dir DIR] [--total SIZE] [--engines uring,gio,threads]
  *                 [--chunk-sizes 256KiB,2MiB] [--primary SIZE]
- *                 [--rounds R] [--ceiling-details]
+ *                 [--layouts kvtier,slab] [--rounds R] [--ceiling-details]
  */
 
 static char *opt_dir;
@@ -78,6 +90,11 @@ static guint64 opt_inflight;   /* --inflight, or the tier's default; 0: no limit
 static gint opt_queue_depth = -1;   /* --queue-depth, or the tier's default */
 static guint opt_rounds = 1;
 static gboolean opt_ceiling_details;
+static char *opt_layouts;
+/* the layout of the stacks stack_init() makes now */
+static KvFsLayoutKind stack_layout = KV_FS_LAYOUT_KIND_KVTIER;
+/* the checksum floor of the chunk size being measured, s/GB */
+static double hash_floor_cpu;
 
 static double
 now_s (void)
@@ -864,6 +881,7 @@ stack_init (Stack        *s,
                             "queue-depth", opt_queue_depth,
                             "max-size", max_size,
                             "preallocate", preallocate,
+                            "layout", stack_layout,
                             NULL);
   if (s->tier == NULL)
     return FALSE;
@@ -1217,11 +1235,78 @@ run_round (const char  *root,
   return TRUE;
 }
 
+/* store-cold, store and load of one engine with layout=slab in @root (a
+ * new directory): N slots, filled by store-cold, overwritten by store. */
+static gboolean
+run_slab_round (const char  *root,
+                const char  *engine,
+                gsize        chunk,
+                Ceiling     *ceiling,
+                const char  *prefix,
+                Sample       samples[N_PASSES],
+                GError     **error)
+{
+  g_autofree char *size = size_name (chunk);
+  g_autofree char *name = g_strdup_printf ("%s slab", engine);
+  guint64 n_chunks = MAX (opt_total / chunk, 1);
+  guint64 slot_size = chunk + KV_CHUNK_HEADER_SIZE;
+  Stack writer = { 0 };
+  Stack reader = { 0 };
+  gboolean ok = FALSE;
+  guint64 stored, evicted;
+  double t;
+
+  stack_layout = KV_FS_LAYOUT_KIND_SLAB;
+  t = now_s ();
+  if (!stack_init (&writer, root, engine, chunk, n_chunks * slot_size, FALSE, error))
+    goto out;
+  g_print ("#   %s %s: slab files of %" G_GUINT64_FORMAT " slots made in %.2f s\n",
+           size, name, n_chunks, now_s () - t);
+  samples[PASS_STORE_COLD] = timed_pass (&writer, ceiling, TRUE, 0, n_chunks, chunk);
+  report (prefix, pass_names[PASS_STORE_COLD], size, name, &samples[PASS_STORE_COLD]);
+  stored = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS);
+  samples[PASS_STORE] = timed_pass (&writer, ceiling, TRUE, n_chunks, n_chunks, chunk);
+  stored = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS) - stored;
+  evicted = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_EVICTED_CHUNKS);
+  report (prefix, pass_names[PASS_STORE], size, name, &samples[PASS_STORE]);
+  g_print ("#   %s %s into the full slabs: %" G_GUINT64_FORMAT " chunks stored, %"
+           G_GUINT64_FORMAT " evicted; store cpu less the checksum floor (%.3f s/GB): "
+           "cold %.3f s/GB, full %.3f s/GB\n",
+           size, name, stored, evicted, hash_floor_cpu,
+           samples[PASS_STORE_COLD].cpu - hash_floor_cpu, samples[PASS_STORE].cpu - hash_floor_cpu);
+  if (stored != n_chunks)
+    g_printerr ("warning: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored into "
+                "the full slabs\n", stored, n_chunks);
+  stack_clear (&writer);
+
+  t = now_s ();
+  if (!stack_init (&reader, root, engine, chunk, n_chunks * slot_size, FALSE, error))
+    goto out;
+  g_print ("#   %s %s: restart scan of %u chunks in %.2f s\n", size, name,
+           kv_fs_tier_get_n_chunks (reader.tier), now_s () - t);
+  samples[PASS_LOAD] = timed_pass (&reader, ceiling, FALSE, n_chunks, n_chunks, chunk);
+  if (kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS) != n_chunks)
+    g_printerr ("warning: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
+                kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks);
+  report (prefix, pass_names[PASS_LOAD], size, name, &samples[PASS_LOAD]);
+  g_print ("#   %s %s: load cpu less the checksum floor: %.3f s/GB\n", size, name,
+           samples[PASS_LOAD].cpu - hash_floor_cpu);
+  samples[PASS_STORE_PREALLOCATED] = (Sample) { 0, 0, 0 };
+  ok = TRUE;
+
+out:
+  stack_clear (&writer);
+  stack_clear (&reader);
+  stack_layout = KV_FS_LAYOUT_KIND_KVTIER;
+  return ok;
+}
+
 static gboolean
 run_engine (const char  *dir,
             const char  *engine,
             gsize        chunk,
             Ceiling     *ceiling,
+            gboolean     slab,
             GError     **error)
 {
   g_autofree char *size = size_name (chunk);
@@ -1237,15 +1322,16 @@ run_engine (const char  *dir,
        * files right before the next measurement would slow ext4's inode
        * allocation (it skips recently deleted inodes) for the next one. */
       g_autofree char *leaf = opt_rounds == 1 ?
-                              g_strdup_printf ("%s-%s", engine, size) :
-                              g_strdup_printf ("%s-%s-round%u", engine, size, r + 1);
+                              g_strdup_printf ("%s%s-%s", engine, slab ? "-slab" : "", size) :
+                              g_strdup_printf ("%s%s-%s-round%u", engine, slab ? "-slab" : "",
+                                               size, r + 1);
       g_autofree char *root = g_build_filename (dir, leaf, NULL);
       g_autofree char *prefix = g_strdup_printf ("# round %u: ", r + 1);
       Sample samples[N_PASSES];
 
       /* with one round, its lines are the result */
-      if (!run_round (root, engine, chunk, ceiling, opt_rounds == 1 ? "" : prefix, samples,
-                      error))
+      if (!(slab ? run_slab_round : run_round) (root, engine, chunk, ceiling,
+                                                opt_rounds == 1 ? "" : prefix, samples, error))
         {
           ok = FALSE;
           break;
@@ -1260,8 +1346,13 @@ run_engine (const char  *dir,
       g_print ("#   %s %s: median of %u rounds\n", size, engine, opt_rounds);
       for (guint p = 0; p < N_PASSES; p++)
         {
+          g_autofree char *name = g_strdup_printf ("%s%s", engine, slab ? " slab" : "");
+
+          /* slabs are preallocated: no separate pass */
+          if (slab && p == PASS_STORE_PREALLOCATED)
+            continue;
           g_array_sort (rounds[p], sample_compare);
-          report ("", pass_names[p], size, engine,
+          report ("", pass_names[p], size, name,
                   &g_array_index (rounds[p], Sample, (opt_rounds - 1) / 2));
         }
     }
@@ -1279,6 +1370,7 @@ main (int argc, char **argv)
   g_autofree char *inflight_text = NULL;
   g_autofree char *own_dir = NULL;
   g_auto(GStrv) engines = NULL;
+  g_auto(GStrv) layouts = NULL;
   g_auto(GStrv) chunks = NULL;
   GOptionEntry entries[] = {
     { "dir", 0, 0, G_OPTION_ARG_FILENAME, &opt_dir, "Directory to test (default: a new one in /tmp)", "DIR" },
@@ -1291,6 +1383,8 @@ main (int argc, char **argv)
     { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds,
       "Paired ceiling and tier measurements per engine; the median round is reported "
       "(default 1; each round writes 2 × total more to disk until the end)", "R" },
+    { "layouts", 0, 0, G_OPTION_ARG_STRING, &opt_layouts,
+      "Layouts of the tier: kvtier (a file per chunk), slab (default kvtier)", "LIST" },
     { "ceiling-details", 0, 0, G_OPTION_ARG_NONE, &opt_ceiling_details,
       "Print every ceiling configuration's figures", NULL },
     { "no-baseline", 0, G_OPTION_FLAG_REVERSE, G_OPTION_ARG_NONE, &opt_baseline,
@@ -1343,6 +1437,13 @@ main (int argc, char **argv)
       return 1;
     }
   engines = g_strsplit (opt_engines ? opt_engines : "uring,gio,threads", ",", -1);
+  layouts = g_strsplit (opt_layouts ? opt_layouts : "kvtier", ",", -1);
+  for (guint l = 0; layouts[l] != NULL; l++)
+    if (!g_str_equal (layouts[l], "kvtier") && !g_str_equal (layouts[l], "slab"))
+      {
+        g_printerr ("unknown layout ‘%s’ (kvtier, slab)\n", layouts[l]);
+        return 2;
+      }
   chunks = g_strsplit (opt_chunks ? opt_chunks : "256KiB,2MiB", ",", -1);
 
   g_print ("# fs-throughput on %s, %" G_GUINT64_FORMAT " MiB each way per measurement\n",
@@ -1372,6 +1473,7 @@ main (int argc, char **argv)
         double hash_cpu = 0, file_cpu = 0;
 
         measure_cpu_floor (root, chunk, opt_total, &hash_cpu, &file_cpu);
+        hash_floor_cpu = hash_cpu;
         g_print ("floor %s: a store's cpu before any I/O: %.3f s/GB to checksum payloads from "
                  "memory (XXH3-64) + %.3f s/GB to rename, open, close and rename a file per "
                  "chunk = %.3f s/GB\n", name, hash_cpu, file_cpu, hash_cpu + file_cpu);
@@ -1405,12 +1507,14 @@ main (int argc, char **argv)
           }
 #endif
         }
-      for (guint e = 0; engines[e] != NULL; e++)
-        if (!run_engine (opt_dir, engines[e], chunk, &ceiling, &error))
-          {
-            g_printerr ("%s %s: %s\n", name, engines[e], error->message);
-            g_clear_error (&error);
-          }
+      for (guint l = 0; layouts[l] != NULL; l++)
+        for (guint e = 0; engines[e] != NULL; e++)
+          if (!run_engine (opt_dir, engines[e], chunk, &ceiling,
+                           g_str_equal (layouts[l], "slab"), &error))
+            {
+              g_printerr ("%s %s: %s\n", name, engines[e], error->message);
+              g_clear_error (&error);
+            }
       ceiling_clear (&ceiling);
     }
   {

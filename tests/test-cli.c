@@ -558,6 +558,82 @@ json_path_int (const char *file,
     json_object_get_object_member (root, "paths"), member), field);
 }
 
+/* layout=slab: the chunks in the slots of slab files, counted and, with
+ * --verify, checked slot by slot; a flipped payload byte is found. */
+static void
+test_inspect_slab_layout (void)
+{
+  g_auto(Result) r = { 0 };
+  g_autoptr(GError) error = NULL;
+  g_autofree char *root = g_dir_make_tmp ("kvtier-inspect-XXXXXX", &error);
+  g_autofree char *conf_text = g_strdup_printf ("[primary]\nsize = 8MiB\nslot-size = 64KiB\n"
+                                                "[tier fs]\ntype = fs\nroot = %s\n"
+                                                "layout = slab\nmax-size = 8MiB\n"
+                                                "slab-size = 2MiB\n", root);
+  g_autofree char *conf = write_temp ("inspect-slab.conf", conf_text);
+  g_autofree char *json = scratch_path ("inspect-slab-bench.json");
+  g_autofree char *ok = NULL;
+  g_autofree char *slab0 = NULL;
+  g_autoptr(GDir) top = NULL;
+  guint64 n_chunks;
+  const char *ns_dir = NULL;
+
+  g_assert_no_error (error);
+  run_kvtier (&r, NULL, "bench", "--config", conf, "--conversations", "4", "--turns", "2",
+              "--no-progress", "--quiet", "--json", json, NULL);
+  if (r.status != 0 && strstr (r.err, "Unknown secondary tier type: 'fs'") != NULL)
+    {
+      g_test_skip ("the fs tier plugin is not built");
+      g_rmdir (root);
+      return;
+    }
+  g_assert_cmpint (r.status, ==, 0);
+  n_chunks = json_path_int (json, "primary_to_fs", "bytes") / (64 * 1024);
+  g_assert_cmpuint (n_chunks, >, 0);
+  g_assert_cmpuint (n_chunks, <=, 120);
+  result_clear (&r);
+
+  run_kvtier (&r, NULL, "inspect", "fs", root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "(slab layout, namespace \"default\", chunks of 64 KiB)");
+  /* 8 MiB of 68 KiB slots: 120, in slab files of 30 */
+  assert_contains (r.out, "slots          120 in 4 slab files, ");
+  ok = g_strdup_printf ("verified       %" G_GUINT64_FORMAT " ok, 0 bad", n_chunks);
+  assert_contains (r.out, ok);
+  result_clear (&r);
+
+  /* a payload byte of the first slot of a slab file that holds one */
+  top = g_dir_open (root, 0, NULL);
+  for (const char *base; (base = g_dir_read_name (top)) != NULL;)
+    if (g_str_has_prefix (base, "kvslab-"))
+      ns_dir = base;
+  g_assert_nonnull (ns_dir);
+  slab0 = g_build_filename (root, ns_dir, "slab-0000.kvslab", NULL);
+  {
+    g_autofree char *bytes = NULL;
+    gsize len = 0;
+
+    g_assert_true (g_file_get_contents (slab0, &bytes, &len, &error));
+    g_assert_cmpmem (bytes + 4096, 8, "KVTIERFS", 8);
+    bytes[4096 + 4096 + 100] ^= 0x5a;
+    g_assert_true (g_file_set_contents (slab0, bytes, len, &error));
+  }
+  run_kvtier (&r, NULL, "inspect", "fs", root, "--verify", NULL);
+  g_assert_cmpint (r.status, ==, 1);
+  assert_contains (r.out, " ok, 1 bad");
+  assert_contains (r.out, "payload checksum mismatch    1");
+  assert_contains (r.out, "slab-0000.kvslab@4096");
+  result_clear (&r);
+  run_kvtier (&r, NULL, "inspect", "fs", root, "--json", NULL);
+  g_assert_cmpint (r.status, ==, 0);
+  assert_contains (r.out, "\"layout\" : \"slab\"");
+  result_clear (&r);
+
+  g_remove (json);
+  g_remove (conf);
+  g_assert_cmpint (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS), ==, 0);
+}
+
 /* Chunks the bench stored with the fs tier, read back from disk. */
 static void
 test_inspect_fs (void)
@@ -1379,6 +1455,7 @@ main (int   argc,
   g_test_add_func ("/kvtier/cli/inspect-fs/missing-namespace-json",
                    test_inspect_missing_namespace_json);
   g_test_add_func ("/kvtier/cli/inspect-fs/vllm-layout", test_inspect_vllm_layout);
+  g_test_add_func ("/kvtier/cli/inspect-fs/slab-layout", test_inspect_slab_layout);
   g_test_add_func ("/kvtier/cli/no-leaks", test_no_leaks);
   g_test_add_func ("/kvtier/cli/bench/hostile-trace", test_bench_hostile_trace);
 

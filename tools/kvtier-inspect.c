@@ -78,8 +78,12 @@ typedef struct
 
 typedef struct
 {
-  char      *dir;           /* kvtier-<ns16> or <model>_<digest>[_r<rank>] */
+  char      *dir;           /* kvtier-<ns16>, kvslab-<ns16> or <model>_<digest>[_r<rank>] */
   gboolean   vllm;
+  gboolean   slab;          /* layout=slab: chunks in the slots of slab files */
+  guint64    slab_files;
+  guint64    slots;
+  guint64    free_slots;
   char      *name;          /* the namespace (kvtier) or model (vllm); NULL when unknown */
   char      *problem;       /* what is wrong with namespace.json, or NULL */
   guint64    block_size;    /* 0 when unknown */
@@ -609,6 +613,208 @@ is_vllm_group_dir (const char *base)
          is_decimal (base + 4);
 }
 
+/* ---- layout=slab ---- */
+
+static gboolean
+pread_full (int      fd,
+            guint8  *buf,
+            gsize    len,
+            guint64  offset)
+{
+  gsize done = 0;
+
+  while (done < len)
+    {
+      ssize_t r = pread (fd, buf + done, len - done, offset + done);
+
+      if (r < 0 && errno == EINTR)
+        continue;
+      if (r <= 0)
+        return FALSE;
+      done += (gsize) r;
+    }
+  return TRUE;
+}
+
+/* One slot of a slab file: free (never written: no magic), a chunk, or
+ * (with --verify) a bad one, checked as a load checks it; returns the
+ * reason it is bad, -1 for a good chunk, -2 for a free slot. */
+static int
+verify_slot (Namespace *ns,
+             int        fd,
+             guint64    offset,
+             gboolean   verify,
+             guint8    *buf)
+{
+  g_autoptr(XXH3_state_t) state = NULL;
+  guint64 payload_len = ns->block_size;
+  guint64 left;
+  guint32 hash_len;
+
+  if (!pread_full (fd, buf, HEADER_SIZE, offset))
+    return BAD_UNREADABLE;
+  if (memcmp (buf, "KVTIERFS", 8) != 0)
+    return -2;
+  if (XXH3_64bits (buf, 4088) != le64 (buf + 4088))
+    return BAD_HEADER_CHECKSUM;
+  /* a slot's header: the slot flag (bit 0 at 72) */
+  if (le32 (buf + 8) != FORMAT_VERSION || le32 (buf + 12) != HEADER_SIZE ||
+      (le64 (buf + 72) & 1) == 0)
+    return BAD_VERSION;
+  if (memcmp (buf + 16, ns->digest, 32) != 0)
+    return BAD_NAMESPACE;
+  hash_len = le32 (buf + 68);
+  if (hash_len == 0 || hash_len > MAX_HASH_LEN)
+    return BAD_KEY;
+  if (le64 (buf + 48) != payload_len)
+    return BAD_LENGTH;
+  if (!verify)
+    return -1;
+
+  state = XXH3_createState ();
+  XXH3_64bits_reset (state);
+  {
+    guint64 sum = le64 (buf + 56);
+    guint64 at = offset + HEADER_SIZE;
+
+    for (left = payload_len; left > 0;)
+      {
+        gsize want = (gsize) MIN (left, READ_BLOCK);
+
+        if (!pread_full (fd, buf, want, at))
+          return BAD_UNREADABLE;
+        XXH3_64bits_update (state, buf, want);
+        left -= want;
+        at += want;
+      }
+    if (XXH3_64bits_digest (state) != sum)
+      return BAD_PAYLOAD_CHECKSUM;
+  }
+  return -1;
+}
+
+/* A slab file: its header (doc/on-disk-format.md), then each slot's. A
+ * slot that fails its check is what a load would refuse (and free). */
+static void
+scan_slab_file (Scan       *scan,
+                Namespace  *ns,
+                int         fd,
+                const char *path,
+                guint64     file_size)
+{
+  g_autofree guint8 *buf = g_malloc (MAX (READ_BLOCK, HEADER_SIZE));
+  guint64 slot_size = ns->block_size + HEADER_SIZE;
+  guint64 n_slots;
+  int bad = -1;
+
+  ns->slab_files++;
+  if (!pread_full (fd, buf, HEADER_SIZE, 0))
+    bad = file_size < HEADER_SIZE ? BAD_SHORT : BAD_UNREADABLE;
+  else if (memcmp (buf, "KVTSLAB1", 8) != 0)
+    bad = BAD_MAGIC;
+  else if (XXH3_64bits (buf, 4088) != le64 (buf + 4088))
+    bad = BAD_HEADER_CHECKSUM;
+  else if (le32 (buf + 8) != 1 || le32 (buf + 12) != HEADER_SIZE)
+    bad = BAD_VERSION;
+  else if (memcmp (buf + 16, ns->digest, 32) != 0)
+    bad = BAD_NAMESPACE;
+  else if (le64 (buf + 56) != ns->block_size || le64 (buf + 48) != slot_size)
+    bad = BAD_LENGTH;
+  if (bad >= 0)
+    {
+      add_bad (ns, path, bad, "slab file header");
+      return;
+    }
+  n_slots = le64 (buf + 64);
+  if (n_slots > (file_size - HEADER_SIZE) / slot_size)
+    {
+      g_autofree char *detail = g_strdup_printf ("%" G_GUINT64_FORMAT " bytes hold fewer than "
+                                                 "its %" G_GUINT64_FORMAT " slots",
+                                                 file_size, n_slots);
+
+      add_bad (ns, path, BAD_SHORT, detail);
+      n_slots = (file_size - HEADER_SIZE) / slot_size;
+    }
+  ns->slots += n_slots;
+  for (guint64 i = 0; i < n_slots; i++)
+    {
+      guint64 offset = HEADER_SIZE + i * slot_size;
+      int reason = verify_slot (ns, fd, offset, scan->verify, buf);
+
+      if (reason == -2)
+        ns->free_slots++;
+      else if (reason == -1)
+        {
+          ns->chunks++;
+          ns->bytes += ns->block_size;
+          if (scan->verify)
+            ns->verified++;
+        }
+      else if (scan->verify || reason == BAD_UNREADABLE)
+        {
+          g_autofree char *slot_path = g_strdup_printf ("%s@%" G_GUINT64_FORMAT, path, offset);
+
+          add_bad (ns, slot_path, reason, NULL);
+        }
+      else
+        /* a damaged header: the tier takes the slot as free */
+        ns->free_slots++;
+    }
+}
+
+/* A layout=slab namespace: namespace.json and slab-NNNN.kvslab files. */
+static void
+scan_slab_namespace (Scan      *scan,
+                     Namespace *ns,
+                     int        ns_fd)
+{
+  g_autoptr(GPtrArray) names = list_dir (scan, ns_fd, ns->dir);
+
+  for (guint i = 0; i < names->len; i++)
+    {
+      const char *base = g_ptr_array_index (names, i);
+      g_autofree char *path = g_build_filename (ns->dir, base, NULL);
+      g_autofree char *number = NULL;
+      struct stat st, now;
+      int fd;
+
+      if (g_str_equal (base, "namespace.json"))
+        continue;
+      if (is_temp (base))
+        {
+          if (check_entry (scan, ns_fd, base, path, FALSE, &st))
+            count_temp (scan, ns, &st);
+          continue;
+        }
+      if (g_str_has_prefix (base, "slab-") && g_str_has_suffix (base, ".kvslab"))
+        number = g_strndup (base + 5, strlen (base) - 5 - 7);
+      if (number == NULL || !is_decimal (number))
+        {
+          add_ignored (scan, path, IGNORED_UNKNOWN_NAME, NULL);
+          continue;
+        }
+      if (!check_entry (scan, ns_fd, base, path, FALSE, &st))
+        continue;
+      if (ns->problem != NULL)
+        {
+          /* the chunk size is unknown: the slots cannot be found */
+          ns->slab_files++;
+          continue;
+        }
+      fd = openat (ns_fd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+      if (fd < 0)
+        {
+          add_ignored (scan, path, IGNORED_UNREADABLE, g_strerror (errno));
+          continue;
+        }
+      if (fstat (fd, &now) != 0 || now.st_ino != st.st_ino || now.st_dev != st.st_dev)
+        add_bad (ns, path, BAD_UNREADABLE, "replaced while inspected");
+      else
+        scan_slab_file (scan, ns, fd, path, (guint64) now.st_size);
+      close (fd);
+    }
+}
+
 /* The directories of a namespace: the 256 shards of the kvtier layout,
  * or vLLM's two levels, and the spare directory. Any other name, and
  * anything deeper, is reported and left unread. */
@@ -617,8 +823,14 @@ scan_namespace (Scan      *scan,
                 Namespace *ns,
                 int        ns_fd)
 {
-  g_autoptr(GPtrArray) names = list_dir (scan, ns_fd, ns->dir);
+  g_autoptr(GPtrArray) names = NULL;
 
+  if (ns->slab)
+    {
+      scan_slab_namespace (scan, ns, ns_fd);
+      return;
+    }
+  names = list_dir (scan, ns_fd, ns->dir);
   for (guint i = 0; i < names->len; i++)
     {
       const char *base = g_ptr_array_index (names, i);
@@ -750,7 +962,8 @@ read_namespace_json (Scan      *scan,
     }
   /* The directory's name is the digest of what the file says. */
   tool_namespace_digest (name, block_size, digest);
-  expected_dir = g_strdup_printf ("kvtier-%02x%02x%02x%02x%02x%02x%02x%02x", digest[0], digest[1],
+  expected_dir = g_strdup_printf ("%s-%02x%02x%02x%02x%02x%02x%02x%02x",
+                                  ns->slab ? "kvslab" : "kvtier", digest[0], digest[1],
                                   digest[2], digest[3], digest[4], digest[5], digest[6], digest[7]);
   if (!g_str_equal (base, expected_dir))
     {
@@ -836,12 +1049,13 @@ scan_root (Scan       *scan,
       const char *base = g_ptr_array_index (names, i);
       g_autofree char *path = g_build_filename (root, base, NULL);
       gboolean kvtier = g_str_has_prefix (base, "kvtier-") && is_hex_name (base + 7, 16);
-      gboolean vllm = !kvtier && is_vllm_chunk_dir (base);
+      gboolean slab = g_str_has_prefix (base, "kvslab-") && is_hex_name (base + 7, 16);
+      gboolean vllm = !kvtier && !slab && is_vllm_chunk_dir (base);
       Namespace *ns;
       struct stat st;
       int fd;
 
-      if (!kvtier && !vllm)
+      if (!kvtier && !vllm && !slab)
         {
           /* vLLM's identity directories are read with their chunk
            * directories; lost+found is the file system's. */
@@ -856,6 +1070,7 @@ scan_root (Scan       *scan,
       ns = g_new0 (Namespace, 1);
       ns->dir = g_steal_pointer (&path);
       ns->vllm = vllm;
+      ns->slab = slab;
       ns->bad_files = g_ptr_array_new_with_free_func (g_free);
       if (vllm)
         {
@@ -892,9 +1107,13 @@ print_namespace (const Namespace *ns,
   if (ns->vllm)
     printf ("  %s  (vLLM layout, model %s)\n", ns->dir, ns->name);
   else if (ns->problem != NULL)
-    printf ("  %s  (kvtier layout, namespace unknown)\n", ns->dir);
+    printf ("  %s  (%s layout, namespace unknown)\n", ns->dir, ns->slab ? "slab" : "kvtier");
   else
-    printf ("  %s  (kvtier layout, namespace \"%s\", chunks of %s)\n", ns->dir, ns->name, block);
+    printf ("  %s  (%s layout, namespace \"%s\", chunks of %s)\n", ns->dir,
+            ns->slab ? "slab" : "kvtier", ns->name, block);
+  if (ns->slab)
+    printf ("    %-14s %" G_GUINT64_FORMAT " in %" G_GUINT64_FORMAT " slab files, %"
+            G_GUINT64_FORMAT " free\n", "slots", ns->slots, ns->slab_files, ns->free_slots);
   if (ns->problem != NULL)
     printf ("    %-14s %s\n", "problem", ns->problem);
   printf ("    %-14s %" G_GUINT64_FORMAT " (%s)%s\n", "chunks", ns->chunks, bytes,
@@ -941,7 +1160,7 @@ namespace_json (const Namespace *ns)
 
   json_builder_begin_object (builder);
   tool_json_add_string (builder, "directory", ns->dir);
-  tool_json_add_string (builder, "layout", ns->vllm ? "vllm" : "kvtier");
+  tool_json_add_string (builder, "layout", ns->vllm ? "vllm" : ns->slab ? "slab" : "kvtier");
   add_string_or_null (builder, "namespace", ns->name);
   add_string_or_null (builder, "problem", ns->problem);
   tool_json_add_int (builder, "chunk_bytes", (gint64) ns->block_size);
@@ -963,6 +1182,12 @@ namespace_json (const Namespace *ns)
   tool_json_add_int (builder, "stale_temp_files", (gint64) ns->stale_temp_files);
   tool_json_add_int (builder, "spare_files", (gint64) ns->spare_files);
   tool_json_add_int (builder, "spare_bytes", (gint64) ns->spare_bytes);
+  if (ns->slab)
+    {
+      tool_json_add_int (builder, "slab_files", (gint64) ns->slab_files);
+      tool_json_add_int (builder, "slots", (gint64) ns->slots);
+      tool_json_add_int (builder, "free_slots", (gint64) ns->free_slots);
+    }
   json_builder_end_object (builder);
   return json_builder_get_root (builder);
 }

@@ -13,6 +13,7 @@
 
 static const char * const members[] = {
   "block_size", "format_version", "header_size", "namespace",
+  "layout",   /* "slab" in a layout=slab namespace (kvslab-<ns16>) */
 };
 
 static JsonNode *
@@ -134,6 +135,16 @@ tool_namespace_parse (const char  *data,
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
                    "%s: \"block_size\" is %" G_GINT64_FORMAT ", not a positive multiple of 4096"
                    " up to %" G_GUINT64_FORMAT, file, value, TOOL_NAMESPACE_MAX_BLOCK_SIZE);
+      return FALSE;
+    }
+
+  node = json_object_get_member (object, "layout");
+  if (node != NULL &&
+      (!JSON_NODE_HOLDS_VALUE (node) || json_node_get_value_type (node) != G_TYPE_STRING ||
+       !g_str_equal (json_node_get_string (node), "slab")))
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
+                   "%s: \"layout\" is not \"slab\"", file);
       return FALSE;
     }
 

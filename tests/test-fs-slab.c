@@ -635,6 +635,107 @@ test_aborted_store_invalid (Fixture       *f,
   close_tier (tier);
 }
 
+/* ---- a block device ------------------------------------------------------ */
+
+/* Attaches @image to a loop device; NULL (the test skipped, saying why)
+ * where the machine does not allow it. */
+static char *
+attach_loop (const char *image)
+{
+  g_autofree char *out = NULL;
+  g_autofree char *err = NULL;
+  const char *argv[] = { "losetup", "-f", "--show", image, NULL };
+  int status = 0;
+
+  if (geteuid () != 0)
+    {
+      g_test_skip ("a loop device needs root");
+      return NULL;
+    }
+  if (!g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, &out, &err,
+                     &status, NULL) ||
+      !g_spawn_check_wait_status (status, NULL) || !g_str_has_prefix (out, "/dev/"))
+    {
+      g_autofree char *msg = g_strdup_printf ("cannot attach a loop device here: %s",
+                                              err != NULL ? g_strstrip (err) : "losetup missing");
+
+      g_test_skip (msg);
+      return NULL;
+    }
+  return g_strdup (g_strstrip (out));
+}
+
+static void
+detach_loop (const char *device)
+{
+  const char *argv[] = { "losetup", "-d", device, NULL };
+  int status = 0;
+
+  g_assert_true (g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, NULL,
+                               NULL, &status, NULL));
+}
+
+/* root=/dev/...: the device is one slab (no directory, no file), as
+ * large as the device without max-size; a restart scans it; a device
+ * holding other data is refused, not overwritten. */
+static void
+test_block_device (Fixture       *f,
+                   gconstpointer  data)
+{
+  const FsVariant *v = data;
+  g_autofree char *image = g_build_filename (f->root, "disk.img", NULL);
+  g_autofree char *device = NULL;
+  g_autofree char *path = NULL;
+  KvFsTier *tier;
+  guint64 offset = 0;
+  int fd;
+
+  fd = open (image, O_RDWR | O_CREAT | O_EXCL, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  g_assert_cmpint (ftruncate (fd, 4 << 20), ==, 0);
+  close (fd);
+  device = attach_loop (image);
+  if (device == NULL)
+    return;
+
+  tier = fs_test_tier_new (f->buffer, device, v, "max-size", (guint64) 0, NULL);
+  g_assert_true (store_keys (f, tier, 0, 16));
+  for (guint i = 0; i < 16; i++)
+    g_assert_true (load_key (f, tier, i, 15 - i));
+  path = locate (tier, 3, &offset);
+  g_assert_cmpstr (path, ==, device);
+  /* (4 MiB - 4096) / 12 KiB slots */
+  g_assert_true (store_keys (f, tier, 100, 16));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+  close_tier (tier);
+
+  tier = fs_test_tier_new (f->buffer, device, v, "max-size", (guint64) 0, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 32);
+  g_assert_true (load_key (f, tier, 3, 0));
+  g_assert_true (load_key (f, tier, 103, 1));
+  close_tier (tier);
+
+  /* another namespace's slab, or anything but zeros, is not the tier's */
+  {
+    g_autoptr(GError) error = NULL;
+    static const guint8 ext[] = "not a kvtier slab";
+
+    tier = fs_test_tier_new_full (f->buffer, device, v, NULL, &error, "max-size", (guint64) 0,
+                                  "namespace", "other", NULL);
+    g_assert_null (tier);
+    g_assert_error (error, G_IO_ERROR, G_IO_ERROR_EXISTS);
+    g_clear_error (&error);
+    patch_file (device, 0, ext, sizeof ext);
+    tier = fs_test_tier_new_full (f->buffer, device, v, NULL, &error, "max-size", (guint64) 0,
+                                  NULL);
+    g_assert_null (tier);
+    g_assert_error (error, G_IO_ERROR, G_IO_ERROR_EXISTS);
+    g_assert_nonnull (strstr (error->message, device));
+  }
+  detach_loop (device);
+}
+
 /* ---- configuration and hostile files ------------------------------------ */
 
 static void
@@ -753,6 +854,7 @@ main (int argc, char **argv)
     { "pinned-slot-not-reused", (GTestFixtureFunc) test_pinned_slot_not_reused, TRUE },
     { "corruption", (GTestFixtureFunc) test_corruption, TRUE },
     { "restart", (GTestFixtureFunc) test_restart, TRUE },
+    { "block-device", (GTestFixtureFunc) test_block_device, TRUE },
     { "newest-copy-wins", (GTestFixtureFunc) test_newest_copy_wins, FALSE },
     { "aborted-store-invalid", (GTestFixtureFunc) test_aborted_store_invalid, FALSE },
     { "config-errors", (GTestFixtureFunc) test_config_errors, FALSE },

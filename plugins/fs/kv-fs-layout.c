@@ -31,6 +31,7 @@ struct _KvFsLayout
   gint64         trusted_gid;  /* a group trusted to write them too, or -1 */
   GMutex         dirs_lock;
   KvFsRootDirs **dirs;         /* per root, held open (dirs_lock) */
+  gboolean      *devices;      /* per root: layout=slab on a block device */
 };
 
 void
@@ -41,6 +42,7 @@ kv_fs_layout_free (KvFsLayout *self)
   for (guint i = 0; self->dirs != NULL && i < self->n_roots; i++)
     kv_fs_root_dirs_unref (self->dirs[i]);
   g_free (self->dirs);
+  g_free (self->devices);
   g_mutex_clear (&self->dirs_lock);
   g_strfreev (self->roots);
   g_strfreev (self->chunk_dirs);
@@ -892,13 +894,42 @@ kv_fs_layout_create_dirs (KvFsLayout  *self,
   g_return_val_if_fail (self->dirs == NULL, FALSE);
 
   self->dirs = g_new0 (KvFsRootDirs *, self->n_roots);
+  self->devices = g_new0 (gboolean, self->n_roots);
   for (guint i = 0; i < self->n_roots; i++)
     {
+      struct stat st;
+
+      /* layout=slab on a block device: no directory, the device is the
+       * slab (see KvFsSlab, which opens and checks it) */
+      if (self->kind == KV_FS_LAYOUT_KIND_SLAB && stat (self->roots[i], &st) == 0 &&
+          S_ISBLK (st.st_mode))
+        {
+          KvFsRootDirs *dirs = g_new0 (KvFsRootDirs, 1);
+
+          dirs->ref_count = 1;
+          dirs->chunk_fd = -1;
+          dirs->spare_fd = -1;
+          for (guint s = 0; s < KV_FS_N_SHARDS; s++)
+            dirs->shard_fds[s] = -1;
+          self->dirs[i] = dirs;
+          self->devices[i] = TRUE;
+          continue;
+        }
       self->dirs[i] = open_root_dirs (self, i, error);
       if (self->dirs[i] == NULL)
         return FALSE;
     }
   return TRUE;
+}
+
+/* Whether @root is a block device (layout=slab), known once
+ * kv_fs_layout_create_dirs() ran. */
+gboolean
+kv_fs_layout_root_is_device (const KvFsLayout *self,
+                             guint             root)
+{
+  g_return_val_if_fail (root < self->n_roots, FALSE);
+  return self->devices != NULL && self->devices[root];
 }
 
 /* The directories of @root, held open; (transfer full). */

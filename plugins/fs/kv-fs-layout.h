@@ -74,6 +74,8 @@ gboolean        kv_fs_layout_trusts             (const KvFsLayout *self,
                                                  gboolean          is_file);
 gboolean        kv_fs_layout_create_dirs        (KvFsLayout       *self,
                                                  GError          **error);
+gboolean        kv_fs_layout_root_is_device     (const KvFsLayout *self,
+                                                 guint             root);
 KvFsRootDirs   *kv_fs_layout_ref_dirs           (const KvFsLayout *self,
                                                  guint             root);
 KvFsRootDirs   *kv_fs_layout_reopen_dirs        (const KvFsLayout *self,

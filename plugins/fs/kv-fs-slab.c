@@ -7,6 +7,8 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fs.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -222,6 +224,108 @@ open_slab_file (KvFsSlab          *self,
   return TRUE;
 }
 
+/* Opens the block device @file->path (layout=slab with root=/dev/...) as
+ * one slab of at most @want slots (0: as many as it holds). The device
+ * node must be a block device that its owner (the tier's user or root)
+ * alone may write. Its first 4096 bytes must be this namespace's slab
+ * header (a device the tier used before) or zero: a device that holds
+ * anything else (a filesystem, another namespace's slab) is refused,
+ * never overwritten. */
+static gboolean
+open_slab_device (KvFsSlab          *self,
+                  SlabFile          *file,
+                  guint64            want,
+                  gboolean           o_direct,
+                  GError           **error)
+{
+  guint8 *header = NULL;
+  guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  guint64 payload_len = 0;
+  guint64 n_slots = 0;
+  guint64 dev_size = 0;
+  gboolean zero = TRUE;
+  gboolean rewrite = TRUE;
+  struct stat st;
+  struct stat st_direct;
+
+  file->fd = open (file->path, O_RDWR | O_CLOEXEC);
+  if (file->fd < 0)
+    return set_errno_error (error, errno, "open", file->path) == 0;
+  if (fstat (file->fd, &st) != 0)
+    return set_errno_error (error, errno, "examine", file->path) == 0;
+  if (!S_ISBLK (st.st_mode) || (st.st_mode & (S_IWOTH | S_IWGRP)) != 0 ||
+      (st.st_uid != geteuid () && st.st_uid != 0))
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                   "The slab device ‘%s’ is %s owned by uid %u, mode %04o: it must be a block "
+                   "device of the tier's user or of root that no other user can write",
+                   file->path, S_ISBLK (st.st_mode) ? "a block device" : "not a block device",
+                   (guint) st.st_uid, (guint) (st.st_mode & 07777));
+      return FALSE;
+    }
+  if (ioctl (file->fd, BLKGETSIZE64, &dev_size) != 0)
+    return set_errno_error (error, errno, "size", file->path) == 0;
+  if (dev_size < KV_SLAB_HEADER_SIZE + self->slot_size)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_NO_SPACE,
+                   "The slab device ‘%s’ (%" G_GUINT64_FORMAT " bytes) cannot hold one %"
+                   G_GSIZE_FORMAT "-byte slot", file->path, dev_size, self->slot_size);
+      return FALSE;
+    }
+  n_slots = (dev_size - KV_SLAB_HEADER_SIZE) / self->slot_size;
+  file->n_slots = (guint32) MIN (MIN (n_slots, want > 0 ? want : n_slots), G_MAXUINT32 / 2);
+
+  if (posix_memalign ((void **) &header, 4096, KV_SLAB_HEADER_SIZE) != 0)
+    g_error ("Cannot allocate an aligned slab header");
+  if (pread (file->fd, header, KV_SLAB_HEADER_SIZE, 0) != KV_SLAB_HEADER_SIZE)
+    {
+      free (header);
+      return set_errno_error (error, errno, "read", file->path) == 0;
+    }
+  for (guint i = 0; i < KV_SLAB_HEADER_SIZE && zero; i++)
+    zero = header[i] == 0;
+  if (kv_chunk_slab_header_parse (header, ns, &payload_len, &n_slots) &&
+      memcmp (ns, self->ns_digest, sizeof ns) == 0 && payload_len == self->payload_len)
+    {
+      file->existed = TRUE;
+      rewrite = n_slots != file->n_slots;
+    }
+  else if (!zero)
+    {
+      free (header);
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_EXISTS,
+                   "The device ‘%s’ holds data that is not a kvtier slab of this namespace and "
+                   "chunk size (its first 4096 bytes are neither zero nor such a slab's "
+                   "header); the tier does not overwrite it. To give the device to the tier, "
+                   "zero them (dd if=/dev/zero of=%s bs=4096 count=1)", file->path, file->path);
+      return FALSE;
+    }
+  if (rewrite)
+    {
+      kv_chunk_slab_header_encode (header, self->ns_digest, self->payload_len, file->n_slots,
+                                   g_get_real_time ());
+      if (!write_all_at (file->fd, header, KV_SLAB_HEADER_SIZE, 0) || fdatasync (file->fd) != 0)
+        {
+          free (header);
+          return set_errno_error (error, errno, "write the header of", file->path) == 0;
+        }
+    }
+  free (header);
+
+  if (o_direct)
+    {
+      file->fd_direct = open (file->path, O_RDWR | O_CLOEXEC | O_DIRECT);
+      if (file->fd_direct >= 0 &&
+          (fstat (file->fd_direct, &st_direct) != 0 || st_direct.st_rdev != st.st_rdev))
+        {
+          g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                       "The slab device ‘%s’ was replaced while the tier opened it", file->path);
+          return FALSE;
+        }
+    }
+  return TRUE;
+}
+
 /* Removes the slab files past the last one used (max-size shrank). */
 static void
 remove_extra_files (const KvFsLayout *layout,
@@ -272,7 +376,20 @@ kv_fs_slab_new (const KvFsLayout *layout,
                    slab_size, KV_SLAB_HEADER_SIZE + slot_size, slot_size);
       return NULL;
     }
-  if (total < n_roots)
+  if (capacity == 0)
+    {
+      /* only block devices know their own size */
+      for (guint r = 0; r < n_roots; r++)
+        if (!kv_fs_layout_root_is_device (layout, r))
+          {
+            g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                         "layout=slab needs max-size on the directory root ‘%s’: the bytes of "
+                         "slab files it preallocates, which bound it",
+                         kv_fs_layout_get_root (layout, r));
+            return NULL;
+          }
+    }
+  else if (total < n_roots)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
                    "max-size=%" G_GUINT64_FORMAT " holds fewer than one %" G_GSIZE_FORMAT
@@ -304,6 +421,29 @@ kv_fs_slab_new (const KvFsLayout *layout,
       guint64 left = total / n_roots + (r < total % n_roots ? 1 : 0);
       guint index = 0;
 
+      if (kv_fs_layout_root_is_device (layout, r))
+        {
+          SlabFile file = { 0 };
+
+          file.root = r;
+          file.fd = -1;
+          file.fd_direct = -1;
+          file.first = next;
+          file.path = g_strdup (kv_fs_layout_get_root (layout, r));
+          g_array_append_val (files, file);
+          if (!open_slab_device (self, &g_array_index (files, SlabFile, files->len - 1), left,
+                                 o_direct != NULL && o_direct[r], error))
+            {
+              gsize n_files = 0;
+
+              self->files = (SlabFile *) g_array_steal (files, &n_files);
+              self->n_files = n_files;
+              kv_fs_slab_free (self);
+              return NULL;
+            }
+          next += g_array_index (files, SlabFile, files->len - 1).n_slots;
+          continue;
+        }
       for (; left > 0; index++)
         {
           SlabFile file = { 0 };
@@ -475,6 +615,24 @@ unmap_locked (KvFsSlab    *self,
 
   if (value != NULL && GPOINTER_TO_UINT (value) - 1 == slot)
     g_hash_table_remove (self->map, key);
+}
+
+/* Points @op, a breaker probe of @root (a block device), at the device's
+ * slab header: the probe reads and checks it. */
+void
+kv_fs_slab_init_probe (KvFsSlab *self,
+                       KvFsOp   *op,
+                       guint     root)
+{
+  for (guint f = 0; f < self->n_files; f++)
+    if (self->files[f].root == root)
+      {
+        op->flags |= KV_FS_OP_FLAG_SLAB;
+        op->slab_fd = self->files[f].fd_direct >= 0 ? self->files[f].fd_direct
+                                                    : self->files[f].fd;
+        op->slab_offset = 0;
+        return;
+      }
 }
 
 /* A slot for a store: with @victim (a chunk the index just evicted), the
@@ -952,6 +1110,16 @@ kv_fs_slab_op_run_sync (KvFsOp *op)
       return;
     }
 
+  if (op->kind == KV_FS_OP_PROBE)
+    {
+      /* a block device root: its slab header can be read and is intact */
+      err = move_all (op->slab_fd, FALSE, iov, 1, 0);
+      if (err == 0 && !kv_chunk_slab_header_parse (op->header, NULL, NULL, NULL))
+        err = EIO;
+      op->status = err == 0 ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_IO_ERROR;
+      op->error = err;
+      return;
+    }
   g_return_if_fail (op->kind == KV_FS_OP_STORE);
   kv_fs_op_prepare_header (op);
   err = move_all (op->slab_fd, TRUE, iov, 2, op->slab_offset);

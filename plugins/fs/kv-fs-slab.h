@@ -52,6 +52,9 @@ gboolean    kv_fs_slab_needs_scan       (KvFsSlab         *self);
 gboolean    kv_fs_slab_alloc            (KvFsSlab         *self,
                                          const KvKey      *victim,
                                          guint32          *out_slot);
+void        kv_fs_slab_init_probe       (KvFsSlab         *self,
+                                         KvFsOp           *op,
+                                         guint             root);
 void        kv_fs_slab_init_op          (KvFsSlab         *self,
                                          KvFsOp           *op,
                                          guint32           slot);

@@ -887,6 +887,9 @@ kv_fs_tier_probe (KvSecondaryTier  *tier,
       kv_fs_op_init (op, KV_FS_OP_PROBE, self->o_direct[r] ? KV_FS_OP_FLAG_O_DIRECT : 0, r,
                      g_build_filename (kv_fs_layout_get_chunk_dir (self->layout, r),
                                        ".kvtier-probe", NULL), NULL);
+      /* a block device has no directory: its slab header is read */
+      if (kv_fs_layout_root_is_device (self->layout, r))
+        kv_fs_slab_init_probe (self->slab, op, r);
       op->temp_tag = self->temp_tag;
       op->done = op_done;
       op->done_data = fj;
@@ -1881,8 +1884,10 @@ check_configuration (KvFsTier  *self,
                    "max-size is 0 (no limit)");
       return NULL;
     }
+  /* a block device root holds as much as the device without max-size */
   if (self->layout_kind == KV_FS_LAYOUT_KIND_SLAB &&
-      (self->shared || self->preallocate || self->max_size == 0))
+      (self->shared || self->preallocate ||
+       (self->max_size == 0 && !g_str_has_prefix (self->root, "/dev/"))))
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
                    "layout=slab %s",
@@ -1969,6 +1974,12 @@ kv_fs_tier_initable_init (GInitable     *initable,
 
       if (self->o_direct_mode == KV_FS_O_DIRECT_OFF)
         continue;
+      /* a block device (layout=slab) takes O_DIRECT of aligned I/O */
+      if (kv_fs_layout_root_is_device (self->layout, r))
+        {
+          self->o_direct[r] = self->block_size % 4096 == 0;
+          continue;
+        }
       self->o_direct[r] = self->block_size % 4096 == 0 &&
                           probe_o_direct (kv_fs_root_dirs_get_chunk_fd (dirs), &err);
       if (!self->o_direct[r] && self->o_direct_mode == KV_FS_O_DIRECT_ON)

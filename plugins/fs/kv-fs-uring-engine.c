@@ -389,7 +389,7 @@ continue_op (KvFsUringEngine *self,
    * load was checked */
   if (op->flags & KV_FS_OP_FLAG_SLAB)
     {
-      if (op->kind == KV_FS_OP_LOAD)
+      if (op->kind == KV_FS_OP_LOAD || op->kind == KV_FS_OP_PROBE)
         op_release (self, op);
       else
         submit_io (self, op);
@@ -413,7 +413,9 @@ checksum_func (gpointer data,
   KvFsUringEngine *self = user_data;
   gint queued;
 
-  if (op->kind == KV_FS_OP_LOAD)
+  if ((op->flags & KV_FS_OP_FLAG_SLAB) && op->kind == KV_FS_OP_PROBE)
+    kv_fs_slab_op_run_sync (op);   /* a 4 KiB read of a device's slab header */
+  else if (op->kind == KV_FS_OP_LOAD)
     kv_fs_op_check_load (op);
   else
     kv_fs_op_prepare_header (op);
@@ -441,7 +443,7 @@ start_slab_op (KvFsUringEngine *self,
   op->header = self->headers + (gsize) header_index * KV_CHUNK_HEADER_SIZE;
   op->fd = op->slab_fd;
   self->n_active++;
-  if (op->kind == KV_FS_OP_STORE)
+  if (op->kind != KV_FS_OP_LOAD)
     g_thread_pool_push (self->checksum_pool, op, NULL);
   else
     submit_io (self, op);

@@ -248,6 +248,16 @@ open_slab_device (KvFsSlab          *self,
   struct stat st;
   struct stat st_direct;
 
+  /* the root's own name may be a link (/dev/disk/by-id/...) of the
+   * tier's user or of root, as a root directory's may */
+  if (lstat (file->path, &st) == 0 && S_ISLNK (st.st_mode) && st.st_uid != geteuid () &&
+      st.st_uid != 0)
+    {
+      g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
+                   "The slab device ‘%s’ is a symbolic link owned by uid %u: only links of "
+                   "the tier's user or of root are followed", file->path, (guint) st.st_uid);
+      return FALSE;
+    }
   file->fd = open (file->path, O_RDWR | O_CLOEXEC);
   if (file->fd < 0)
     return set_errno_error (error, errno, "open", file->path) == 0;

@@ -375,7 +375,6 @@ kv_fs_slab_new (const KvFsLayout *layout,
   guint64 per_file;
   g_autoptr(GArray) files = g_array_new (FALSE, TRUE, sizeof (SlabFile));
   guint32 next = 0;
-  guint max_files = 0;
 
   if (slab_size < KV_SLAB_HEADER_SIZE + slot_size)
     {
@@ -477,7 +476,6 @@ kv_fs_slab_new (const KvFsLayout *layout,
           next += file.n_slots;
           left -= file.n_slots;
         }
-      max_files = MAX (max_files, index);
       remove_extra_files (layout, r, index);
     }
   {
@@ -520,7 +518,6 @@ kv_fs_slab_new (const KvFsLayout *layout,
         self->free_stack[self->n_free++] = slot;
       }
   }
-  (void) max_files;
   return self;
 }
 
@@ -908,15 +905,80 @@ compare_newest_first (gconstpointer a,
   return ca->sequence < cb->sequence ? 1 : ca->sequence > cb->sequence ? -1 : 0;
 }
 
+/* The scan of one slab file, on a thread of its own. */
+typedef struct
+{
+  KvFsSlab   *slab;
+  SlabFile   *file;
+  const gint *cancel;
+  GArray     *found;    /* Candidate */
+  guint64     n_bad;
+} FileScan;
+
+/* Reads @scan's file's slot headers in batches: valid ones become
+ * candidates, the others are freed at once (stores may use them while
+ * the other files are read). */
+static void
+scan_file (gpointer data,
+           gpointer user_data)
+{
+  FileScan *scan = data;
+  KvFsSlab *self = scan->slab;
+  SlabFile *file = scan->file;
+  guint32 batch_slots = MAX (1, SCAN_BATCH_BYTES / self->slot_size);
+  /* small slots: read whole stretches of slots, headers and payloads,
+   * rather than one request per header */
+  gboolean spans = self->slot_size <= 16 * KV_CHUNK_HEADER_SIZE &&
+                   (file->fd_direct < 0 || self->slot_size % 4096 == 0);
+  guint8 *buf = NULL;
+  guint8 *span = NULL;
+
+  if (posix_memalign ((void **) &buf, 4096, (gsize) batch_slots * KV_CHUNK_HEADER_SIZE) != 0 ||
+      (spans && posix_memalign ((void **) &span, 4096, (gsize) batch_slots * self->slot_size) != 0))
+    g_error ("Cannot allocate the slab scan buffers");
+
+  for (guint32 i = 0; i < file->n_slots; i += batch_slots)
+    {
+      guint32 n = MIN (batch_slots, file->n_slots - i);
+      gboolean ok = !g_atomic_int_get (scan->cancel) &&
+                    read_headers (self, file, i, n, buf, span);
+
+      for (guint32 k = 0; k < n; k++)
+        {
+          const guint8 *header = buf + (gsize) k * KV_CHUNK_HEADER_SIZE;
+          Candidate c = { NULL, file->first + i + k, 0 };
+          KvChunkCheck check = KV_CHUNK_CHECK_SHORT;
+
+          if (ok)
+            check = kv_chunk_slot_header_parse (header, self->ns_digest, self->payload_len,
+                                                &c.key, &c.sequence, NULL);
+          if (check == KV_CHUNK_CHECK_OK)
+            {
+              g_array_append_val (scan->found, c);
+              continue;
+            }
+          /* never written (zeros) is no damage */
+          if (ok && check != KV_CHUNK_CHECK_BAD_MAGIC)
+            scan->n_bad++;
+          g_mutex_lock (&self->lock);
+          free_slot_locked (self, c.slot);
+          g_mutex_unlock (&self->lock);
+        }
+    }
+  free (buf);
+  free (span);
+}
+
 /*
  * Rebuilds the index from the slot headers of slab files of an earlier
- * tier (headers only: payloads are checked when loaded). Slots that hold
- * no valid header are freed as they are read, so stores go on meanwhile;
- * of two slots of one key the higher sequence number wins and the other
- * is freed; the winners go into @index, oldest in the eviction order,
- * unless a store of the key came first. Returns the chunks added;
- * *@out_n_bad counts slots that held a damaged header (not those never
- * written).
+ * tier (headers only: payloads are checked when loaded), the files read
+ * in parallel (a few threads: one slab file is one stretch of one drive).
+ * Slots that hold no valid header are freed as they are read, so stores
+ * go on meanwhile; of two slots of one key the higher sequence number
+ * wins and the other is freed; the winners go into @index, oldest in the
+ * eviction order, unless a store of the key came first. Returns the
+ * chunks added; *@out_n_bad counts slots that held a damaged header (not
+ * those never written).
  */
 guint64
 kv_fs_slab_scan (KvFsSlab   *self,
@@ -924,84 +986,65 @@ kv_fs_slab_scan (KvFsSlab   *self,
                  const gint *cancel,
                  guint64    *out_n_bad)
 {
-  g_autoptr(GHashTable) best = g_hash_table_new (kv_key_hash, kv_key_equal);  /* → Candidate index + 1 */
+  g_autoptr(GHashTable) best = g_hash_table_new (kv_key_hash, kv_key_equal);  /* → Candidate * */
   g_autoptr(GArray) found = g_array_new (FALSE, FALSE, sizeof (Candidate));
-  guint32 batch_slots = MAX (1, SCAN_BATCH_BYTES / self->slot_size);
-  gboolean spans = self->slot_size <= 16 * KV_CHUNK_HEADER_SIZE;
-  guint8 *buf = NULL;
-  guint8 *span = NULL;
+  g_autofree FileScan *scans = g_new0 (FileScan, self->n_files);
+  GThreadPool *pool;
   guint64 n_added = 0;
   guint64 n_bad = 0;
   guint64 max_sequence = 0;
 
-  if (posix_memalign ((void **) &buf, 4096, (gsize) batch_slots * KV_CHUNK_HEADER_SIZE) != 0 ||
-      (spans && posix_memalign ((void **) &span, 4096, (gsize) batch_slots * self->slot_size) != 0))
-    g_error ("Cannot allocate the slab scan buffers");
-
+  pool = g_thread_pool_new (scan_file, NULL, MIN (8, MAX (self->n_files, 1)), TRUE, NULL);
   for (guint f = 0; f < self->n_files; f++)
     {
-      SlabFile *file = &self->files[f];
-
-      if (!file->existed)
-        continue;
-      for (guint32 i = 0; i < file->n_slots; i += batch_slots)
-        {
-          guint32 n = MIN (batch_slots, file->n_slots - i);
-          gboolean ok = !g_atomic_int_get (cancel) &&
-                        read_headers (self, file, i, n, buf,
-                                      span != NULL && (file->fd_direct < 0 ||
-                                                       self->slot_size % 4096 == 0) ? span : NULL);
-
-          for (guint32 k = 0; k < n; k++)
-            {
-              const guint8 *header = buf + (gsize) k * KV_CHUNK_HEADER_SIZE;
-              guint32 slot = file->first + i + k;
-              KvKey *key = NULL;
-              guint64 sequence = 0;
-              KvChunkCheck check = KV_CHUNK_CHECK_SHORT;
-
-              if (ok)
-                check = kv_chunk_slot_header_parse (header, self->ns_digest, self->payload_len,
-                                                    &key, &sequence, NULL);
-              if (check == KV_CHUNK_CHECK_OK)
-                {
-                  gpointer value = g_hash_table_lookup (best, key);
-                  Candidate c = { key, slot, sequence };
-
-                  max_sequence = MAX (max_sequence, sequence);
-                  if (value == NULL)
-                    {
-                      g_array_append_val (found, c);
-                      g_hash_table_insert (best, key, GUINT_TO_POINTER (found->len));
-                      continue;
-                    }
-                  else
-                    {
-                      Candidate *other = &g_array_index (found, Candidate,
-                                                         GPOINTER_TO_UINT (value) - 1);
-
-                      /* the newer copy stays; the other slot is free */
-                      if (sequence > other->sequence)
-                        {
-                          guint32 loser = other->slot;
-
-                          other->slot = slot;
-                          other->sequence = sequence;
-                          slot = loser;
-                        }
-                      kv_key_unref (key);
-                    }
-                }
-              else if (ok && check != KV_CHUNK_CHECK_BAD_MAGIC)
-                n_bad++;
-              g_mutex_lock (&self->lock);
-              free_slot_locked (self, slot);
-              g_mutex_unlock (&self->lock);
-            }
-        }
+      scans[f] = (FileScan) { self, &self->files[f], cancel,
+                              g_array_new (FALSE, FALSE, sizeof (Candidate)), 0 };
+      if (self->files[f].existed)
+        g_thread_pool_push (pool, &scans[f], NULL);
     }
-  free (buf);
-  free (span);
+  g_thread_pool_free (pool, FALSE, TRUE);
+
+  /* of two copies of a key, the newer stays */
+  for (guint f = 0; f < self->n_files; f++)
+    {
+      for (guint i = 0; i < scans[f].found->len; i++)
+        {
+          Candidate *c = &g_array_index (scans[f].found, Candidate, i);
+          Candidate *other = g_hash_table_lookup (best, c->key);
+          guint32 loser;
+
+          max_sequence = MAX (max_sequence, c->sequence);
+          if (other == NULL)
+            {
+              g_hash_table_insert (best, c->key, c);
+              continue;
+            }
+          loser = c->slot;
+          if (c->sequence > other->sequence)
+            {
+              loser = other->slot;
+              other->slot = c->slot;
+              other->sequence = c->sequence;
+            }
+          g_clear_pointer (&c->key, kv_key_unref);
+          g_mutex_lock (&self->lock);
+          free_slot_locked (self, loser);
+          g_mutex_unlock (&self->lock);
+        }
+      n_bad += scans[f].n_bad;
+    }
+  g_hash_table_remove_all (best);
+  for (guint f = 0; f < self->n_files; f++)
+    {
+      for (guint i = 0; i < scans[f].found->len; i++)
+        {
+          Candidate *c = &g_array_index (scans[f].found, Candidate, i);
+
+          if (c->key != NULL)
+            g_array_append_val (found, *c);
+        }
+      g_array_unref (scans[f].found);
+    }
 
   g_mutex_lock (&self->lock);
   self->last_sequence = MAX (self->last_sequence, max_sequence);

@@ -179,6 +179,72 @@ flip_byte (const char *path,
   patch_file (path, offset, b, 1);
 }
 
+/* ---- the format ---------------------------------------------------------- */
+
+/* A slot header parses back to its key and sequence number; any byte
+ * changed under the header checksum, a chunk file's header (no slot flag),
+ * another namespace or length are refused. A slab header likewise. */
+static void
+test_format (void)
+{
+  g_autoptr(KvKey) key = fs_test_key (42);
+  g_autoptr(KvKey) parsed = NULL;
+  guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  guint8 other_ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  guint8 header[KV_CHUNK_HEADER_SIZE];
+  guint8 copy[KV_CHUNK_HEADER_SIZE];
+  g_autofree guint8 *payload = g_malloc (FS_TEST_SLOT);
+  guint64 sequence = 0, checksum = 0, payload_len = 0, n_slots = 0;
+  guint8 got_ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+
+  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
+  kv_chunk_namespace_digest ("other", FS_TEST_SLOT, other_ns);
+  fs_test_fill (payload, FS_TEST_SLOT, 42);
+  kv_chunk_slot_header_encode (header, ns, key, FS_TEST_SLOT,
+                               kv_chunk_checksum (payload, FS_TEST_SLOT), 123, 0x0102030405060708);
+  g_assert_cmpint (kv_chunk_slot_header_parse (header, ns, FS_TEST_SLOT, &parsed, &sequence,
+                                               &checksum), ==, KV_CHUNK_CHECK_OK);
+  g_assert_true (kv_key_equal (parsed, key));
+  g_assert_cmpuint (sequence, ==, 0x0102030405060708);
+  g_assert_cmpuint (kv_chunk_slot_header_get_sequence (header), ==, sequence);
+  g_assert_cmpuint (checksum, ==, kv_chunk_checksum (payload, FS_TEST_SLOT));
+  /* a slot's header is a chunk header too, for readers of chunk files */
+  g_assert_cmpint (kv_chunk_check (header, KV_CHUNK_HEADER_SIZE, payload, FS_TEST_SLOT,
+                                   FS_TEST_SLOT, ns, key, TRUE), ==, KV_CHUNK_CHECK_OK);
+
+  g_assert_cmpint (kv_chunk_slot_header_parse (header, other_ns, FS_TEST_SLOT, NULL, NULL, NULL),
+                   ==, KV_CHUNK_CHECK_WRONG_NAMESPACE);
+  g_assert_cmpint (kv_chunk_slot_header_parse (header, ns, FS_TEST_SLOT * 2, NULL, NULL, NULL),
+                   ==, KV_CHUNK_CHECK_WRONG_LENGTH);
+  for (guint i = 0; i < KV_CHUNK_HEADER_SIZE; i += 7)
+    {
+      memcpy (copy, header, sizeof copy);
+      copy[i] ^= 0x01;
+      g_assert_cmpint (kv_chunk_slot_header_parse (copy, ns, FS_TEST_SLOT, NULL, NULL, NULL), !=,
+                       KV_CHUNK_CHECK_OK);
+    }
+  /* a chunk file's header (flags 0) is no slot's */
+  kv_chunk_header_encode (copy, ns, key, payload, FS_TEST_SLOT, 123);
+  g_assert_cmpint (kv_chunk_slot_header_parse (copy, ns, FS_TEST_SLOT, NULL, NULL, NULL), ==,
+                   KV_CHUNK_CHECK_BAD_VERSION);
+  memset (copy, 0, sizeof copy);
+  g_assert_cmpint (kv_chunk_slot_header_parse (copy, ns, FS_TEST_SLOT, NULL, NULL, NULL), ==,
+                   KV_CHUNK_CHECK_BAD_MAGIC);
+
+  kv_chunk_slab_header_encode (header, ns, FS_TEST_SLOT, 77, 5);
+  g_assert_true (kv_chunk_slab_header_parse (header, got_ns, &payload_len, &n_slots));
+  g_assert_cmpmem (got_ns, sizeof got_ns, ns, sizeof ns);
+  g_assert_cmpuint (payload_len, ==, FS_TEST_SLOT);
+  g_assert_cmpuint (n_slots, ==, 77);
+  for (guint i = 0; i < KV_SLAB_HEADER_SIZE; i += 5)
+    {
+      memcpy (copy, header, sizeof copy);
+      copy[i] ^= 0x80;
+      g_assert_false (kv_chunk_slab_header_parse (copy, NULL, NULL, NULL));
+    }
+  g_assert_cmpuint (kv_chunk_slab_slot_offset (FS_TEST_SLOT, 3), ==, 4096 + 3 * SLOT_BYTES);
+}
+
 /* ---- round trips -------------------------------------------------------- */
 
 /* Stores and loads byte-exact; the slab files are preallocated whole and
@@ -863,6 +929,7 @@ main (int argc, char **argv)
 
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
 
+  g_test_add_func ("/kvtier/fs/slab/format", test_format);
   for (guint i = 0; i < G_N_ELEMENTS (variants); i++)
     {
       const char *e = fs_engine_name (variants[i].engine);

@@ -755,6 +755,17 @@ kv_fs_slab_store_done (KvFsSlab *self,
   g_mutex_unlock (&self->lock);
 }
 
+/* A slot taken by kv_fs_slab_alloc() is not used after all: free again. */
+void
+kv_fs_slab_release (KvFsSlab *self,
+                    guint32   slot)
+{
+  g_mutex_lock (&self->lock);
+  g_assert (self->slots[slot].state == SLOT_BUSY);
+  free_slot_locked (self, slot);
+  g_mutex_unlock (&self->lock);
+}
+
 /* A load of @key begins: FALSE if no slot holds it. The slot is not
  * written until kv_fs_slab_unpin(). */
 gboolean

@@ -61,6 +61,8 @@ void        kv_fs_slab_init_op          (KvFsSlab         *self,
 void        kv_fs_slab_store_done       (KvFsSlab         *self,
                                          KvFsOp           *op,
                                          gboolean          success);
+void        kv_fs_slab_release          (KvFsSlab         *self,
+                                         guint32           slot);
 gboolean    kv_fs_slab_pin              (KvFsSlab         *self,
                                          const KvKey      *key,
                                          guint32          *out_slot);

@@ -1007,13 +1007,7 @@ slab_take_slot (KvFsTier *self,
               found = TRUE;
             }
           else
-            {
-              KvFsOp op;
-
-              kv_fs_op_init (&op, KV_FS_OP_STORE, 0, 0, NULL, NULL);
-              op.slab_slot = slot;
-              kv_fs_slab_store_done (self->slab, &op, FALSE);
-            }
+            kv_fs_slab_release (self->slab, slot);
         }
     }
   /* nothing on disk to delete: the slot is the store's now */

@@ -401,10 +401,10 @@ continue_op (KvFsUringEngine *self,
     submit_open (self, op);
 }
 
-/* On a pool thread: fills the header of store @data (checks a slab load),
- * then hands it back
- * to the ring, waking it when the queue was empty (otherwise a wake-up
- * is already on its way). */
+/* On a pool thread: fills the header of store @data (checks a slab
+ * load, reads a slab device's header for a probe), then hands it back to
+ * the ring, waking it when the queue was empty (otherwise a wake-up is
+ * already on its way). */
 static void
 checksum_func (gpointer data,
                gpointer user_data)

@@ -592,6 +592,59 @@ test_restart (Fixture       *f,
   close_tier (tier);
 }
 
+/* A restart over more slots than one scan task reads: every chunk comes
+ * back, and a newer copy of a key in another stretch of slots wins. */
+static void
+test_restart_large (Fixture       *f,
+                    gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, "max-size", 2100 * SLOT_BYTES,
+                                     "slab-size", (guint64) 64 << 20, NULL);
+  g_autoptr(KvKey) key0 = fs_test_key (0);
+  g_autofree char *path = NULL;
+  g_autofree guint8 *header = NULL;
+  g_autofree guint8 *payload = g_malloc (FS_TEST_SLOT);
+  guint8 copy[KV_CHUNK_HEADER_SIZE];
+  guint64 offset = 0;
+
+  for (guint b = 0; b < 1104; b += 16)
+    g_assert_true (store_keys (f, tier, b, 16));
+  path = locate (tier, 0, &offset);
+  close_tier (tier);
+
+  header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
+  fs_test_fill (payload, FS_TEST_SLOT, 7777);
+  kv_chunk_slot_header_encode (copy, header + KV_CHUNK_OFF_NAMESPACE, key0, FS_TEST_SLOT,
+                               kv_chunk_checksum (payload, FS_TEST_SLOT), 0,
+                               kv_chunk_slot_header_get_sequence (header) + 1);
+  patch_file (path, kv_chunk_slab_slot_offset (FS_TEST_SLOT, 2050), copy, sizeof copy);
+  patch_file (path, kv_chunk_slab_slot_offset (FS_TEST_SLOT, 2050) + KV_CHUNK_HEADER_SIZE,
+              payload, FS_TEST_SLOT);
+
+  tier = fs_test_tier_new (f->buffer, f->root, v, "max-size", 2100 * SLOT_BYTES,
+                           "slab-size", (guint64) 64 << 20, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 1104);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_SCANNED_CHUNKS), ==, 1104);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 0);
+  for (guint i = 1; i < 1104; i += 97)
+    g_assert_true (load_key (f, tier, i, 0));
+  g_assert_true (load_key (f, tier, 1103, 0));
+  {
+    guint32 s = 0;
+    g_autoptr(KvJobResult) result = fs_test_run_job (tier, f->next_id++, TRUE, &key0, &s, 1, NULL);
+
+    g_assert_true (kv_job_result_get_success (result));
+    g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7777));
+  }
+  /* 2100 - 1104 slots free, the older copy's among them */
+  for (guint b = 0; b < 996; b += 12)
+    g_assert_true (store_keys (f, tier, 5000 + b, 12));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_EVICTED_CHUNKS), ==, 0);
+  close_tier (tier);
+}
+
 /* Two valid copies of a key (a crash between a store and the reuse of
  * the evicted copy's slot): the higher sequence number wins, whichever
  * slot comes first. */
@@ -922,6 +975,7 @@ main (int argc, char **argv)
     { "restart", (GTestFixtureFunc) test_restart, TRUE },
     { "block-device", (GTestFixtureFunc) test_block_device, TRUE },
     { "newest-copy-wins", (GTestFixtureFunc) test_newest_copy_wins, FALSE },
+    { "restart-large", (GTestFixtureFunc) test_restart_large, FALSE },
     { "aborted-store-invalid", (GTestFixtureFunc) test_aborted_store_invalid, FALSE },
     { "config-errors", (GTestFixtureFunc) test_config_errors, FALSE },
     { "hostile-files", (GTestFixtureFunc) test_hostile_files, FALSE },

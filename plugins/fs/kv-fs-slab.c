@@ -916,19 +916,25 @@ compare_newest_first (gconstpointer a,
   return ca->sequence < cb->sequence ? 1 : ca->sequence > cb->sequence ? -1 : 0;
 }
 
-/* The scan of one slab file, on a thread of its own. */
+/* Slots per scan task: the tasks run on a few threads, so that a
+ * device sees several header reads at once. */
+#define SCAN_TASK_SLOTS 1024
+
+/* The scan of slots [first, first + n_slots) of one slab file. */
 typedef struct
 {
   KvFsSlab   *slab;
   SlabFile   *file;
+  guint32     first;     /* in the file */
+  guint32     n_slots;
   const gint *cancel;
   GArray     *found;    /* Candidate */
   guint64     n_bad;
 } FileScan;
 
-/* Reads @scan's file's slot headers in batches: valid ones become
- * candidates, the others are freed at once (stores may use them while
- * the other files are read). */
+/* Reads @scan's slot headers in batches: valid ones become candidates,
+ * the others are freed at once (stores may use them while the other
+ * slots are read). */
 static void
 scan_file (gpointer data,
            gpointer user_data)
@@ -948,9 +954,9 @@ scan_file (gpointer data,
       (spans && posix_memalign ((void **) &span, 4096, (gsize) batch_slots * self->slot_size) != 0))
     g_error ("Cannot allocate the slab scan buffers");
 
-  for (guint32 i = 0; i < file->n_slots; i += batch_slots)
+  for (guint32 i = scan->first; i < scan->first + scan->n_slots; i += batch_slots)
     {
-      guint32 n = MIN (batch_slots, file->n_slots - i);
+      guint32 n = MIN (batch_slots, scan->first + scan->n_slots - i);
       gboolean ok = !g_atomic_int_get (scan->cancel) &&
                     read_headers (self, file, i, n, buf, span);
 
@@ -982,8 +988,8 @@ scan_file (gpointer data,
 
 /*
  * Rebuilds the index from the slot headers of slab files of an earlier
- * tier (headers only: payloads are checked when loaded), the files read
- * in parallel (a few threads: one slab file is one stretch of one drive).
+ * tier (headers only: payloads are checked when loaded), in stretches of
+ * SCAN_TASK_SLOTS slots read by a few threads at once.
  * Slots that hold no valid header are freed as they are read, so stores
  * go on meanwhile; of two slots of one key the higher sequence number
  * wins and the other is freed; the winners go into @index, oldest in the
@@ -999,28 +1005,37 @@ kv_fs_slab_scan (KvFsSlab   *self,
 {
   g_autoptr(GHashTable) best = g_hash_table_new (kv_key_hash, kv_key_equal);  /* → Candidate * */
   g_autoptr(GArray) found = g_array_new (FALSE, FALSE, sizeof (Candidate));
-  g_autofree FileScan *scans = g_new0 (FileScan, self->n_files);
+  g_autoptr(GArray) scans = g_array_new (FALSE, TRUE, sizeof (FileScan));
   GThreadPool *pool;
   guint64 n_added = 0;
   guint64 n_bad = 0;
   guint64 max_sequence = 0;
 
-  pool = g_thread_pool_new (scan_file, NULL, MIN (8, MAX (self->n_files, 1)), TRUE, NULL);
+  /* in file order, so that of two copies of equal sequence numbers the
+   * first stays */
   for (guint f = 0; f < self->n_files; f++)
-    {
-      scans[f] = (FileScan) { self, &self->files[f], cancel,
-                              g_array_new (FALSE, FALSE, sizeof (Candidate)), 0 };
-      if (self->files[f].existed)
-        g_thread_pool_push (pool, &scans[f], NULL);
-    }
+    for (guint32 i = 0; self->files[f].existed && i < self->files[f].n_slots;
+         i += SCAN_TASK_SLOTS)
+      {
+        FileScan scan = { self, &self->files[f], i,
+                          MIN (SCAN_TASK_SLOTS, self->files[f].n_slots - i), cancel,
+                          g_array_new (FALSE, FALSE, sizeof (Candidate)), 0 };
+
+        g_array_append_val (scans, scan);
+      }
+  pool = g_thread_pool_new (scan_file, NULL, MIN (8, MAX (scans->len, 1)), TRUE, NULL);
+  for (guint t = 0; t < scans->len; t++)
+    g_thread_pool_push (pool, &g_array_index (scans, FileScan, t), NULL);
   g_thread_pool_free (pool, FALSE, TRUE);
 
   /* of two copies of a key, the newer stays */
-  for (guint f = 0; f < self->n_files; f++)
+  for (guint t = 0; t < scans->len; t++)
     {
-      for (guint i = 0; i < scans[f].found->len; i++)
+      FileScan *scan = &g_array_index (scans, FileScan, t);
+
+      for (guint i = 0; i < scan->found->len; i++)
         {
-          Candidate *c = &g_array_index (scans[f].found, Candidate, i);
+          Candidate *c = &g_array_index (scan->found, Candidate, i);
           Candidate *other = g_hash_table_lookup (best, c->key);
           guint32 loser;
 
@@ -1042,19 +1057,21 @@ kv_fs_slab_scan (KvFsSlab   *self,
           free_slot_locked (self, loser);
           g_mutex_unlock (&self->lock);
         }
-      n_bad += scans[f].n_bad;
+      n_bad += scan->n_bad;
     }
   g_hash_table_remove_all (best);
-  for (guint f = 0; f < self->n_files; f++)
+  for (guint t = 0; t < scans->len; t++)
     {
-      for (guint i = 0; i < scans[f].found->len; i++)
+      FileScan *scan = &g_array_index (scans, FileScan, t);
+
+      for (guint i = 0; i < scan->found->len; i++)
         {
-          Candidate *c = &g_array_index (scans[f].found, Candidate, i);
+          Candidate *c = &g_array_index (scan->found, Candidate, i);
 
           if (c->key != NULL)
             g_array_append_val (found, *c);
         }
-      g_array_unref (scans[f].found);
+      g_array_unref (scan->found);
     }
 
   g_mutex_lock (&self->lock);

@@ -918,7 +918,7 @@ compare_newest_first (gconstpointer a,
 
 /* Slots per scan task: the tasks run on a few threads, so that a
  * device sees several header reads at once. */
-#define SCAN_TASK_SLOTS 1024
+#define SCAN_TASK_SLOTS 128
 
 /* The scan of slots [first, first + n_slots) of one slab file. */
 typedef struct

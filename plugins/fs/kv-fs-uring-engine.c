@@ -32,8 +32,8 @@
  *   slab store (layout=slab): header (checksum pool) → write_fixed header
  *          + write_fixed payload at the slot's offset (in flight together)
  *          → [fsync(DATASYNC)]; nothing opened, closed or renamed
- *   slab load: read_fixed header + read_fixed payload → check (checksum
- *          pool)
+ *   slab load: read_fixed header + read_fixed payload → check (on this
+ *          thread)
  *
  * Every path is a name in a directory held open (see
  * kv_fs_op_open_dirs(): the kvtier layout's shard directories stay open
@@ -347,17 +347,20 @@ submit_io (KvFsUringEngine *self,
     submit_close (self, op, op->fd, ST_CLOSE);
 }
 
-/* A slab op's I/O (and sync) is over: a load goes to the checksum pool
- * for its check; a store is done, unless its deadline passed, when its
- * slot is made invalid first (its primary slot may hold another chunk by
- * now, so the bytes written may not match the key). */
+/* A slab op's I/O (and sync) is over: a load is checked on this thread,
+ * as a chunk file's is (two hand-overs to the pool and back would cost
+ * more than the check of a small chunk); a store is done, unless its
+ * deadline passed, when its slot is made invalid first (its primary slot
+ * may hold another chunk by now, so the bytes written may not match the
+ * key). */
 static void
 slab_after_io (KvFsUringEngine *self,
                KvFsOp          *op)
 {
   if (op->kind == KV_FS_OP_LOAD)
     {
-      g_thread_pool_push (self->checksum_pool, op, NULL);
+      kv_fs_op_check_load (op);
+      op_release (self, op);
       return;
     }
   if (g_atomic_int_get (&op->aborted))
@@ -386,10 +389,10 @@ continue_op (KvFsUringEngine *self,
              KvFsOp          *op)
 {
   /* back from the checksum pool: a slab store's header is ready, a slab
-   * load was checked */
+   * device's probe is done */
   if (op->flags & KV_FS_OP_FLAG_SLAB)
     {
-      if (op->kind == KV_FS_OP_LOAD || op->kind == KV_FS_OP_PROBE)
+      if (op->kind == KV_FS_OP_PROBE)
         op_release (self, op);
       else
         submit_io (self, op);
@@ -401,10 +404,10 @@ continue_op (KvFsUringEngine *self,
     submit_open (self, op);
 }
 
-/* On a pool thread: fills the header of store @data (checks a slab
- * load, reads a slab device's header for a probe), then hands it back to
- * the ring, waking it when the queue was empty (otherwise a wake-up is
- * already on its way). */
+/* On a pool thread: fills the header of store @data (reads a slab
+ * device's header for a probe), then hands it back to the ring, waking
+ * it when the queue was empty (otherwise a wake-up is already on its
+ * way). */
 static void
 checksum_func (gpointer data,
                gpointer user_data)
@@ -415,8 +418,6 @@ checksum_func (gpointer data,
 
   if ((op->flags & KV_FS_OP_FLAG_SLAB) && op->kind == KV_FS_OP_PROBE)
     kv_fs_slab_op_run_sync (op);   /* a 4 KiB read of a device's slab header */
-  else if (op->kind == KV_FS_OP_LOAD)
-    kv_fs_op_check_load (op);
   else
     kv_fs_op_prepare_header (op);
   g_async_queue_lock (self->checksummed);

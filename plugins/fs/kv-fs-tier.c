@@ -2539,6 +2539,9 @@ kv_fs_tier_get_chunk_path (KvFsTier *self,
 {
   g_return_val_if_fail (KV_IS_FS_TIER (self), NULL);
   g_return_val_if_fail (self->layout != NULL, NULL);
+  /* no file per chunk: see kv_fs_tier_get_slab_location() */
+  if (self->layout_kind == KV_FS_LAYOUT_KIND_SLAB)
+    return NULL;
   return kv_fs_layout_chunk_path (self->layout, key, NULL);
 }
 

@@ -15,6 +15,13 @@
 
 #include <glib/gstdio.h>
 
+#ifdef FALLOC_FL_WRITE_ZEROES
+# define KV_FS_FALLOC_FL_WRITE_ZEROES FALLOC_FL_WRITE_ZEROES
+#else
+/* linux/falloc.h of Linux 6.17; older kernels refuse it (EOPNOTSUPP) */
+# define KV_FS_FALLOC_FL_WRITE_ZEROES 0x80
+#endif
+
 typedef enum {
   SLOT_FREE,     /* in the free stack */
   SLOT_BUSY,     /* a store writes it, or the restart scan has not read it */
@@ -179,8 +186,12 @@ open_slab_file (KvFsSlab          *self,
     }
   if ((guint64) st.st_size < size)
     {
-      /* Blocks allocated once, now: no store allocates any. */
-      if (fallocate (file->fd, 0, 0, size) != 0)
+      /* Blocks allocated once, now: no store allocates any. Written as
+       * zeros where the filesystem and device can do that without moving
+       * the bytes (Linux 6.17): otherwise the first store into each block
+       * also converts it from unwritten, in the filesystem's journal. */
+      if (fallocate (file->fd, KV_FS_FALLOC_FL_WRITE_ZEROES, st.st_size, size - st.st_size) != 0 &&
+          fallocate (file->fd, 0, 0, size) != 0)
         {
           int errsv = errno;
 

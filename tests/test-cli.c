@@ -784,6 +784,9 @@ test_config_check_builds (void)
       "root = /nonexistent/kvtier-check\ntrust-group = no-such-group-kvtier\n",
       "trust-group.conf:5: [tier disk]: cannot create the tier: trust-group ‘no-such-group-kvtier’"
       " is neither a group name nor a group number" },
+    { "slab.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[tier disk]\ntype = fs\n"
+      "root = /nonexistent/kvtier-check\nlayout = slab\n",
+      "slab.conf:5: [tier disk]: cannot create the tier: layout=slab needs max-size" },
     { "big-chunk.conf", "[primary]\nsize = 64MiB\nslot-size = 1MiB\n\n[device]\ntype = host\n"
       "n-blocks = 32\nblock-bytes = 1MiB\nn-layers = 8\n",
       "big-chunk.conf:5: [device]: cannot create the device: " },

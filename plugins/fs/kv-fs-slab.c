@@ -752,11 +752,10 @@ kv_fs_slab_store_done (KvFsSlab *self,
   g_assert (s->state == SLOT_BUSY);
   if (success)
     {
-      gpointer old = g_hash_table_lookup (self->map, op->key);
-
-      /* the index lets one store of a key run at a time, and the scan
-       * adds only keys the index did not hold: no other slot has it */
-      g_warn_if_fail (old == NULL);
+      /* The index lets one store of a key run at a time. Another slot
+       * mapped to the key can only be one the restart scan found and is
+       * giving up (the index holds the key already): it frees that slot
+       * itself. */
       s->key = kv_key_ref (op->key);
       s->state = SLOT_VALID;
       g_hash_table_replace (self->map, s->key, GUINT_TO_POINTER (slot + 1));
@@ -1095,23 +1094,37 @@ kv_fs_slab_scan (KvFsSlab   *self,
   for (guint i = 0; i < found->len; i++)
     {
       Candidate *c = &g_array_index (found, Candidate, i);
-      gboolean added = !g_atomic_int_get (cancel) &&
-                       kv_fs_index_add_scanned (index, c->key, file_of_slot (self, c->slot)->root,
-                                                self->slot_size);
+      Slot *s = &self->slots[c->slot];
+      gboolean mapped = FALSE;
 
+      /* The slot is mapped before the index holds the key, so that a
+       * store that evicts the key at once finds its slot. */
       g_mutex_lock (&self->lock);
-      if (added)
+      if (!g_atomic_int_get (cancel) && !g_hash_table_contains (self->map, c->key))
         {
-          Slot *s = &self->slots[c->slot];
-
           s->key = kv_key_ref (c->key);
           s->state = SLOT_VALID;
-          g_hash_table_replace (self->map, s->key, GUINT_TO_POINTER (c->slot + 1));
-          n_added++;
+          g_hash_table_insert (self->map, s->key, GUINT_TO_POINTER (c->slot + 1));
+          mapped = TRUE;
         }
       else
         free_slot_locked (self, c->slot);
       g_mutex_unlock (&self->lock);
+
+      if (mapped && kv_fs_index_add_scanned (index, c->key, file_of_slot (self, c->slot)->root,
+                                             self->slot_size))
+        n_added++;
+      else if (mapped)
+        {
+          /* stored again since the tier started: that copy is newer */
+          g_mutex_lock (&self->lock);
+          unmap_locked (self, c->key, c->slot);
+          if (s->readers == 0)
+            free_slot_locked (self, c->slot);
+          else
+            s->state = SLOT_DEAD;
+          g_mutex_unlock (&self->lock);
+        }
       kv_key_unref (c->key);
     }
   if (out_n_bad != NULL)

@@ -933,6 +933,14 @@ test_hostile_files (Fixture       *f,
   g_assert_cmpint (g_stat (target, &st), ==, 0);
   g_assert_cmpuint (st.st_size, ==, strlen ("not a slab"));
 
+  /* a FIFO: refused without blocking on its open */
+  g_assert_cmpint (g_unlink (slab1), ==, 0);
+  g_assert_cmpint (mkfifo (slab1, 0600), ==, 0);
+  tier = fs_test_tier_new_full (f->buffer, f->root, v, NULL, &error, NULL);
+  g_assert_null (tier);
+  g_assert_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED);
+  g_clear_error (&error);
+
   /* another user's file, where the test may give it away */
   g_assert_cmpint (g_unlink (slab1), ==, 0);
   if (geteuid () == 0)

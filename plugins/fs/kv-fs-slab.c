@@ -67,7 +67,8 @@ struct _KvFsSlab
 
 /* ---- files -------------------------------------------------------------- */
 
-static int
+/* Sets @error for a failed @what of @path; returns FALSE. */
+static gboolean
 set_errno_error (GError     **error,
                  int          errsv,
                  const char  *what,
@@ -75,7 +76,7 @@ set_errno_error (GError     **error,
 {
   g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
                "Cannot %s the slab file ‘%s’: %s", what, path, g_strerror (errsv));
-  return -1;
+  return FALSE;
 }
 
 static gboolean
@@ -130,7 +131,10 @@ open_slab_file (KvFsSlab          *self,
   ssize_t got;
 
   file->path = g_build_filename (kv_fs_layout_get_chunk_dir (layout, file->root), name, NULL);
-  file->fd = openat (dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+  /* O_NONBLOCK: a FIFO or device planted under the name must not block
+   * or act on being opened; it is refused below, and a slab file's
+   * descriptor drops the flag */
+  file->fd = openat (dir_fd, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (file->fd < 0 && errno == ENOENT)
     {
       file->fd = openat (dir_fd, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -145,10 +149,10 @@ open_slab_file (KvFsSlab          *self,
                        "inside its root", file->path);
           return FALSE;
         }
-      return set_errno_error (error, errno, "open", file->path) == 0;
+      return set_errno_error (error, errno, "open", file->path);
     }
   if (fstat (file->fd, &st) != 0)
-    return set_errno_error (error, errno, "examine", file->path) == 0;
+    return set_errno_error (error, errno, "examine", file->path);
   if (!kv_fs_layout_trusts (layout, &st, TRUE))
     {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_PERMISSION_DENIED,
@@ -158,6 +162,8 @@ open_slab_file (KvFsSlab          *self,
                    file->path, (guint) st.st_uid, (guint) st.st_gid, (guint) (st.st_mode & 07777));
       return FALSE;
     }
+  if (fcntl (file->fd, F_SETFL, fcntl (file->fd, F_GETFL) & ~O_NONBLOCK) != 0)
+    return set_errno_error (error, errno, "open", file->path);
 
   if (posix_memalign ((void **) &header, 4096, KV_SLAB_HEADER_SIZE) != 0)
     g_error ("Cannot allocate an aligned slab header");
@@ -182,7 +188,7 @@ open_slab_file (KvFsSlab          *self,
   if ((guint64) st.st_size > size && ftruncate (file->fd, size) != 0)
     {
       free (header);
-      return set_errno_error (error, errno, "shrink", file->path) == 0;
+      return set_errno_error (error, errno, "shrink", file->path);
     }
   if ((guint64) st.st_size < size)
     {
@@ -200,7 +206,7 @@ open_slab_file (KvFsSlab          *self,
               free (header);
               if (created)
                 unlinkat (dir_fd, name, 0);
-              return set_errno_error (error, errsv, "preallocate", file->path) == 0;
+              return set_errno_error (error, errsv, "preallocate", file->path);
             }
         }
     }
@@ -211,7 +217,7 @@ open_slab_file (KvFsSlab          *self,
       if (!write_all_at (file->fd, header, KV_SLAB_HEADER_SIZE, 0) || fdatasync (file->fd) != 0)
         {
           free (header);
-          return set_errno_error (error, errno, "write the header of", file->path) == 0;
+          return set_errno_error (error, errno, "write the header of", file->path);
         }
       /* the new name lasts too */
       if (created)
@@ -271,9 +277,9 @@ open_slab_device (KvFsSlab          *self,
     }
   file->fd = open (file->path, O_RDWR | O_CLOEXEC);
   if (file->fd < 0)
-    return set_errno_error (error, errno, "open", file->path) == 0;
+    return set_errno_error (error, errno, "open", file->path);
   if (fstat (file->fd, &st) != 0)
-    return set_errno_error (error, errno, "examine", file->path) == 0;
+    return set_errno_error (error, errno, "examine", file->path);
   if (!S_ISBLK (st.st_mode) || (st.st_mode & (S_IWOTH | S_IWGRP)) != 0 ||
       (st.st_uid != geteuid () && st.st_uid != 0))
     {
@@ -285,7 +291,7 @@ open_slab_device (KvFsSlab          *self,
       return FALSE;
     }
   if (ioctl (file->fd, BLKGETSIZE64, &dev_size) != 0)
-    return set_errno_error (error, errno, "size", file->path) == 0;
+    return set_errno_error (error, errno, "size", file->path);
   if (dev_size < KV_SLAB_HEADER_SIZE + self->slot_size)
     {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_NO_SPACE,
@@ -301,7 +307,7 @@ open_slab_device (KvFsSlab          *self,
   if (pread (file->fd, header, KV_SLAB_HEADER_SIZE, 0) != KV_SLAB_HEADER_SIZE)
     {
       free (header);
-      return set_errno_error (error, errno, "read", file->path) == 0;
+      return set_errno_error (error, errno, "read", file->path);
     }
   for (guint i = 0; i < KV_SLAB_HEADER_SIZE && zero; i++)
     zero = header[i] == 0;
@@ -328,7 +334,7 @@ open_slab_device (KvFsSlab          *self,
       if (!write_all_at (file->fd, header, KV_SLAB_HEADER_SIZE, 0) || fdatasync (file->fd) != 0)
         {
           free (header);
-          return set_errno_error (error, errno, "write the header of", file->path) == 0;
+          return set_errno_error (error, errno, "write the header of", file->path);
         }
     }
   free (header);

@@ -198,7 +198,11 @@ static void kv_fs_tier_configurable_iface_init (KvConfigurableInterface *iface);
  * the namespace, the key and XXH3-64 checksums, checked on every load: a
  * file that fails is deleted, the load fails for that key and the key
  * answers MISS afterwards. `layout=vllm` reads and writes vLLM's
- * headerless layout so both share one directory.
+ * headerless layout so both share one directory. `layout=slab` keeps no
+ * file per chunk: chunks go into the fixed-size slots of a few slab files
+ * preallocated to max-size (or a block device), one write and one read
+ * each, and the slots' own checksums and sequence numbers make them
+ * crash-safe without a rename (see doc/on-disk-format.md).
  *
  * Bytes move straight between the files and the primary slots
  * (`O_DIRECT` where the filesystem allows it) on the tier's I/O engine:
@@ -2233,8 +2237,10 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   /**
    * KvFsTier:layout:
    *
-   * `kvtier` (checksummed headers) or `vllm` (vLLM's headerless files and
-   * naming; needs [property@KvFsTier:vllm-identity]).
+   * `kvtier` (checksummed headers), `vllm` (vLLM's headerless files and
+   * naming; needs [property@KvFsTier:vllm-identity]) or `slab` (slots in
+   * preallocated slab files, see [property@KvFsTier:slab-size]; needs
+   * max-size unless the roots are block devices).
    */
   properties[PROP_LAYOUT] =
     g_param_spec_enum ("layout", NULL, NULL, KV_TYPE_FS_LAYOUT_KIND,

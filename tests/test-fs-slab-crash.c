@@ -38,13 +38,17 @@
  */
 
 #define JOB_KEYS 4
-#define MAX_KEYS 1024
+#define MAX_KEYS 256
+/* Chunks large enough that a write takes a while: kills land mid-write. */
+#define CRASH_SLOT (256 * 1024)
 #define BOUNDED_SLOTS 16
 
 typedef struct
 {
   const char *engine;
   gboolean    bounded;
+  gboolean    buffered;   /* o-direct=off: a kill cuts a write short in the
+                           * page cache, so slots are torn for real */
 } CrashCase;
 
 static guint n_rounds = 30;
@@ -61,17 +65,18 @@ crash_key (guint i)
 static guint64
 slab_max_size (gboolean bounded)
 {
-  return (guint64) (bounded ? BOUNDED_SLOTS : MAX_KEYS) * (FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE);
+  return (guint64) (bounded ? BOUNDED_SLOTS : MAX_KEYS) * (CRASH_SLOT + KV_CHUNK_HEADER_SIZE);
 }
 
 static int
 child_main (const char *root,
             guint       first,
             const char *engine,
-            gboolean    bounded)
+            gboolean    bounded,
+            gboolean    buffered)
 {
   g_autoptr(GError) error = NULL;
-  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (JOB_KEYS, FS_TEST_SLOT, &error);
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (JOB_KEYS, CRASH_SLOT, &error);
   FsVariant v = { KV_FS_IO_ENGINE_THREADS, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB };
   g_autoptr(KvFsTier) tier = NULL;
   g_autoptr(KvRequest) request = kv_request_new ("child", NULL);
@@ -80,6 +85,8 @@ child_main (const char *root,
     v.engine = KV_FS_IO_ENGINE_URING;
   else if (g_strcmp0 (engine, "gio") == 0)
     v.engine = KV_FS_IO_ENGINE_GIO;
+  if (buffered)
+    v.o_direct = KV_FS_O_DIRECT_OFF;
   tier = fs_test_tier_new (buffer, root, &v, "max-size", slab_max_size (bounded),
                            "slab-size", (guint64) 1 << 20, NULL);
   /* stores take only slots the restart scan has read */
@@ -97,7 +104,7 @@ child_main (const char *root,
         {
           keys[i] = crash_key (base + i);
           slots[i] = i;
-          fs_test_fill (kv_host_buffer_peek_slot (buffer, i), FS_TEST_SLOT, base + i);
+          fs_test_fill (kv_host_buffer_peek_slot (buffer, i), CRASH_SLOT, base + i);
         }
       result = fs_test_run_job (tier, base, FALSE, keys, slots, JOB_KEYS, request);
       for (guint i = 0; i < JOB_KEYS; i++)
@@ -137,12 +144,13 @@ spawn_child (Child      *child,
              const char *root,
              guint       first,
              const char *engine,
-             gboolean    bounded)
+             gboolean    bounded,
+             gboolean    buffered)
 {
   g_autoptr(GError) error = NULL;
   g_autofree char *first_str = g_strdup_printf ("%u", first);
   const char *argv[] = { self_path, "--child", root, first_str, engine, bounded ? "1" : "0",
-                         NULL };
+                         buffered ? "1" : "0", NULL };
   int out_fd = -1;
   char *line = NULL;
 
@@ -185,7 +193,7 @@ test_crash (gconstpointer data)
   guint64 max_size = slab_max_size (crash->bounded);
   g_autofree char *root = fs_test_make_dir ();
   g_autoptr(GError) error = NULL;
-  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (8, FS_TEST_SLOT, &error);
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (8, CRASH_SLOT, &error);
   FsVariant v = { KV_FS_IO_ENGINE_AUTO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_SLAB };
   guint next = 0;
   guint64 checked = 0;
@@ -215,7 +223,7 @@ test_crash (gconstpointer data)
           passes++;
         }
 
-      spawn_child (&child, root, next, crash->engine, crash->bounded);
+      spawn_child (&child, root, next, crash->engine, crash->bounded, crash->buffered);
       /* a random moment: before, during or between stores */
       g_usleep (g_test_rand_int_range (0, 20000));
       kill_child (&child);
@@ -258,7 +266,7 @@ test_crash (gconstpointer data)
               kv_key_unref (key);
               continue;
             }
-          memset (kv_host_buffer_peek_slot (buffer, 0), 0, FS_TEST_SLOT);
+          memset (kv_host_buffer_peek_slot (buffer, 0), 0, CRASH_SLOT);
           result = fs_test_run_job (tier, i + 1, TRUE, &key, &s, 1, request);
           if (!kv_job_result_get_success (result))
             {
@@ -271,7 +279,7 @@ test_crash (gconstpointer data)
               kv_key_unref (key);
               continue;
             }
-          g_assert_true (fs_test_check (kv_host_buffer_peek_slot (buffer, 0), FS_TEST_SLOT, i));
+          g_assert_true (fs_test_check (kv_host_buffer_peek_slot (buffer, 0), CRASH_SLOT, i));
           present++;
           checked++;
           high = i + 1;
@@ -305,9 +313,9 @@ main (int argc, char **argv)
   int out = 1;
 
   self_path = argv[0];
-  if (argc >= 6 && g_str_equal (argv[1], "--child"))
+  if (argc >= 7 && g_str_equal (argv[1], "--child"))
     return child_main (argv[2], (guint) g_ascii_strtoull (argv[3], NULL, 10), argv[4],
-                       g_str_equal (argv[5], "1"));
+                       g_str_equal (argv[5], "1"), g_str_equal (argv[6], "1"));
 
   if (env != NULL)
     n_rounds = (guint) g_ascii_strtoull (env, NULL, 10);
@@ -328,9 +336,9 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
   {
     static const CrashCase cases[] = {
-      { "threads", FALSE }, { "threads", TRUE },
+      { "threads", FALSE, FALSE }, { "threads", FALSE, TRUE }, { "threads", TRUE, TRUE },
 #if KV_FS_HAVE_URING
-      { "uring", FALSE }, { "uring", TRUE },
+      { "uring", FALSE, FALSE }, { "uring", TRUE, FALSE },
 #endif
     };
 
@@ -340,8 +348,9 @@ main (int argc, char **argv)
 
         if (g_str_equal (cases[c].engine, "uring") && fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
           continue;
-        path = g_strdup_printf ("/kvtier/fs/slab-crash/%s%s", cases[c].engine,
-                                cases[c].bounded ? "/bounded" : "");
+        path = g_strdup_printf ("/kvtier/fs/slab-crash/%s%s%s", cases[c].engine,
+                                cases[c].bounded ? "/bounded" : "",
+                                cases[c].buffered ? "/buffered" : "");
         g_test_add_data_func (path, &cases[c], test_crash);
       }
   }

@@ -34,6 +34,8 @@ typedef struct
   KvKey   *key;       /* VALID, DEAD */
   guint32  readers;   /* loads in flight */
   guint8   state;
+  gboolean checked;   /* VALID: written by this tier, or loaded whole since;
+                       * not a slot the restart scan took on its header's word */
 } Slot;
 
 typedef struct
@@ -764,6 +766,7 @@ kv_fs_slab_store_done (KvFsSlab *self,
        * itself. */
       s->key = kv_key_ref (op->key);
       s->state = SLOT_VALID;
+      s->checked = TRUE;
       g_hash_table_replace (self->map, s->key, GUINT_TO_POINTER (slot + 1));
     }
   else
@@ -804,11 +807,13 @@ kv_fs_slab_pin (KvFsSlab    *self,
   return found;
 }
 
-/* A load of @slot is over; with @drop, the slot failed its check: its
- * key is forgotten and the slot freed once no load reads it. */
+/* A load of @slot is over: with @loaded, it passed its check; with
+ * @drop, it failed it: its key is forgotten and the slot freed once no
+ * load reads it. */
 void
 kv_fs_slab_unpin (KvFsSlab *self,
                   guint32   slot,
+                  gboolean  loaded,
                   gboolean  drop)
 {
   Slot *s = &self->slots[slot];
@@ -816,6 +821,8 @@ kv_fs_slab_unpin (KvFsSlab *self,
   g_mutex_lock (&self->lock);
   g_assert (s->readers > 0);
   s->readers--;
+  if (loaded && s->state == SLOT_VALID)
+    s->checked = TRUE;
   if (drop && s->state == SLOT_VALID)
     {
       unmap_locked (self, s->key, slot);
@@ -824,6 +831,40 @@ kv_fs_slab_unpin (KvFsSlab *self,
   if (s->state == SLOT_DEAD && s->readers == 0)
     free_slot_locked (self, slot);
   g_mutex_unlock (&self->lock);
+}
+
+/*
+ * A store of @key, which the tier holds in a slot the restart scan found:
+ * the scan read only the slot's header, and a slot torn by a crash (its
+ * header whole, its payload not) has a valid header, so a store must not
+ * be skipped on its word. Frees that slot (unless a load reads it now,
+ * which checks it) and returns TRUE: the caller forgets the key in the
+ * index and stores it again, into another slot, with a newer sequence
+ * number. FALSE when the key's slot was written or checked by this tier.
+ */
+gboolean
+kv_fs_slab_take_unchecked (KvFsSlab    *self,
+                           const KvKey *key)
+{
+  gpointer value;
+  gboolean taken = FALSE;
+
+  g_mutex_lock (&self->lock);
+  value = g_hash_table_lookup (self->map, key);
+  if (value != NULL)
+    {
+      guint32 slot = GPOINTER_TO_UINT (value) - 1;
+      Slot *s = &self->slots[slot];
+
+      if (s->state == SLOT_VALID && !s->checked && s->readers == 0)
+        {
+          g_hash_table_remove (self->map, key);
+          free_slot_locked (self, slot);
+          taken = TRUE;
+        }
+    }
+  g_mutex_unlock (&self->lock);
+  return taken;
 }
 
 /* Where @key's slot is: its slab file's path and the offset of its
@@ -1110,6 +1151,7 @@ kv_fs_slab_scan (KvFsSlab   *self,
         {
           s->key = kv_key_ref (c->key);
           s->state = SLOT_VALID;
+          s->checked = FALSE;
           g_hash_table_insert (self->map, s->key, GUINT_TO_POINTER (c->slot + 1));
           mapped = TRUE;
         }

@@ -68,7 +68,10 @@ gboolean    kv_fs_slab_pin              (KvFsSlab         *self,
                                          guint32          *out_slot);
 void        kv_fs_slab_unpin            (KvFsSlab         *self,
                                          guint32           slot,
+                                         gboolean          loaded,
                                          gboolean          drop);
+gboolean    kv_fs_slab_take_unchecked   (KvFsSlab         *self,
+                                         const KvKey      *key);
 gboolean    kv_fs_slab_locate           (KvFsSlab         *self,
                                          const KvKey      *key,
                                          char            **out_path,

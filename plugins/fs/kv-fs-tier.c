@@ -714,7 +714,7 @@ op_done (KvFsOp   *op,
         count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
       /* before the index lets the entry go: its slot may be reused then */
       if (op->flags & KV_FS_OP_FLAG_SLAB)
-        kv_fs_slab_unpin (self->slab, op->slab_slot, removed);
+        kv_fs_slab_unpin (self->slab, op->slab_slot, state == KEY_OK, removed);
       if (fj->entries[i] != NULL)
         {
           kv_fs_index_unpin (self->index, fj->entries[i], removed);
@@ -1042,6 +1042,11 @@ slab_submit_store (KvFsTier      *self,
       guint32 slot;
       KvFsBeginStore begin = KV_FS_BEGIN_STORE_BUSY;
 
+      /* a slot the restart scan took on its header's word is written
+       * again rather than trusted (see kv_fs_slab_take_unchecked()) */
+      if (chunk < self->n_slots && kv_fs_layout_key_supported (self->layout, key) &&
+          kv_fs_slab_take_unchecked (self->slab, key))
+        kv_fs_index_remove (self->index, key);
       if (chunk < self->n_slots && kv_fs_layout_key_supported (self->layout, key))
         begin = kv_fs_index_begin_store (self->index, key, parent, 0, self->file_size, FALSE,
                                          victims);

@@ -1,0 +1,914 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "test-redis-common.h"
+
+/* The redis tier on a standalone redis-server: byte-exact round trips,
+ * SET NX, ttl, damaged values (detected, deleted, counted, never loaded),
+ * AUTH and SELECT, bad settings, a server that dies and comes back, Redis
+ * evicting under maxmemory, a hostile server's oversized replies, TLS. */
+
+#define N_SLOTS 16
+
+static char *test_dir;
+static RedisServer shared_server;   /* most tests: FLUSHALL first */
+
+typedef struct
+{
+  KvHostBuffer *buffer;
+  KvRedisTier  *tier;
+  KvKey        *keys[32];
+  char         *address;
+} Fixture;
+
+static void
+setup (Fixture       *f,
+       gconstpointer  data)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *flushed = redis_cli (&shared_server, "FLUSHALL", NULL);
+
+  g_assert_cmpstr (flushed, ==, "OK");
+  f->buffer = kv_host_buffer_new (N_SLOTS, REDIS_TEST_SLOT, &error);
+  g_assert_no_error (error);
+  for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
+    f->keys[i] = redis_test_key (i);
+  f->address = redis_server_address (&shared_server);
+}
+
+static void
+setup_tier (Fixture       *f,
+            gconstpointer  data)
+{
+  setup (f, data);
+  f->tier = redis_test_tier_new (f->buffer, f->address, NULL);
+}
+
+static void
+teardown (Fixture       *f,
+          gconstpointer  data)
+{
+  redis_test_tier_free (f->tier);
+  g_clear_object (&f->buffer);
+  for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
+    kv_key_unref (f->keys[i]);
+  g_free (f->address);
+}
+
+static guint8 *
+slot (Fixture *f,
+      guint32  i)
+{
+  return kv_host_buffer_peek_slot (f->buffer, i);
+}
+
+/* Stores keys[first..first+n) from slots 0..n-1 filled with their bytes. */
+static KvJobResult *
+store_range_with (Fixture     *f,
+                  KvRedisTier *tier,
+                  guint        first,
+                  guint        n)
+{
+  guint32 slots[8];
+
+  g_assert_cmpuint (n, <=, 8);
+  for (guint i = 0; i < n; i++)
+    {
+      slots[i] = i;
+      redis_test_fill (slot (f, i), REDIS_TEST_SLOT, first + i);
+    }
+  return redis_test_run_job (tier, FALSE, &f->keys[first], slots, n);
+}
+
+static KvJobResult *
+store_range (Fixture *f,
+             guint    first,
+             guint    n)
+{
+  return store_range_with (f, f->tier, first, n);
+}
+
+/* Loads keys[first..first+n) into slots 8.. (zeroed first). */
+static KvJobResult *
+load_range_with (Fixture     *f,
+                 KvRedisTier *tier,
+                 guint        first,
+                 guint        n)
+{
+  guint32 slots[8];
+
+  g_assert_cmpuint (n, <=, 8);
+  for (guint i = 0; i < n; i++)
+    {
+      slots[i] = 8 + i;
+      memset (slot (f, 8 + i), 0, REDIS_TEST_SLOT);
+    }
+  return redis_test_run_job (tier, TRUE, &f->keys[first], slots, n);
+}
+
+static KvJobResult *
+load_range (Fixture *f,
+            guint    first,
+            guint    n)
+{
+  return load_range_with (f, f->tier, first, n);
+}
+
+static guint64
+counter (Fixture        *f,
+         KvRedisCounter  c)
+{
+  return kv_redis_tier_get_counter (f->tier, c);
+}
+
+static char *
+key_of (Fixture *f,
+        guint    i)
+{
+  return kv_redis_tier_get_redis_key (f->tier, f->keys[i]);
+}
+
+/* ---- round trips --------------------------------------------------------- */
+
+static void
+test_round_trip (Fixture       *f,
+                 gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *k0 = key_of (f, 0);
+  g_autofree char *strlen0 = NULL;
+  g_autofree char *expected_len = g_strdup_printf ("%u", KV_CHUNK_HEADER_SIZE + REDIS_TEST_SLOT);
+  gsize hash_len = 0;
+  const guint8 *hash = kv_key_get_hash (f->keys[0], &hash_len);
+  g_autofree char *hex = NULL;
+
+  g_assert_cmpint (redis_test_lookup (f->tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  stored = store_range (f, 0, 3);
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (stored), ==, 3 * REDIS_TEST_SLOT);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_STORED_CHUNKS), ==, 3);
+
+  /* the key names the namespace digest, the block hash and the group */
+  hex = g_malloc0 (2 * hash_len + 1);
+  for (gsize i = 0; i < hash_len; i++)
+    g_snprintf (hex + 2 * i, 3, "%02x", hash[i]);
+  g_assert_true (g_str_has_prefix (k0, "kvtier:"));
+  g_assert_cmpuint (strlen (k0), ==, strlen ("kvtier:") + 64 + 1 + 2 * hash_len + 3);
+  g_assert_true (strstr (k0, hex) != NULL);
+  g_assert_true (g_str_has_suffix (k0, "_g0"));
+  /* the value is the chunk record: header + payload */
+  strlen0 = redis_cli (&shared_server, "STRLEN", k0, NULL);
+  g_assert_cmpstr (strlen0, ==, expected_len);
+
+  for (guint i = 0; i < 3; i++)
+    g_assert_cmpint (redis_test_lookup (f->tier, f->keys[i]), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (redis_test_lookup (f->tier, f->keys[3]), ==, KV_LOOKUP_RESULT_MISS);
+
+  loaded = load_range (f, 0, 3);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (loaded), ==, 3 * REDIS_TEST_SLOT);
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 3);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_BYTES_READ), ==, 3 * REDIS_TEST_SLOT);
+}
+
+/* Many keys through one pipeline, loaded back in batches. */
+static void
+test_many_keys (Fixture       *f,
+                gconstpointer  data)
+{
+  for (guint first = 0; first < 32; first += 8)
+    {
+      g_autoptr(KvJobResult) stored = store_range (f, first, 8);
+
+      g_assert_true (kv_job_result_get_success (stored));
+    }
+  for (guint first = 0; first < 32; first += 8)
+    {
+      g_autoptr(KvJobResult) loaded = load_range (f, first, 8);
+
+      g_assert_true (kv_job_result_get_success (loaded));
+      for (guint i = 0; i < 8; i++)
+        g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, first + i));
+    }
+}
+
+/* SET NX: a key already there is skipped, not overwritten. */
+static void
+test_set_nx_skip (Fixture       *f,
+                  gconstpointer  data)
+{
+  g_autoptr(KvJobResult) first = store_range (f, 0, 1);
+  g_autoptr(KvJobResult) again = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *k1 = key_of (f, 1);
+  g_autofree char *set = redis_cli (&shared_server, "SET", k1, "someone else's", NULL);
+  g_autofree char *value = NULL;
+
+  g_assert_true (kv_job_result_get_success (first));
+  again = store_range (f, 0, 2);
+  g_assert_true (kv_job_result_get_success (again));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_STORED_CHUNKS), ==, 1);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_SKIPPED_CHUNKS), ==, 2);
+  value = redis_cli (&shared_server, "GET", k1, NULL);
+  g_assert_cmpstr (value, ==, "someone else's");
+  loaded = load_range (f, 0, 1);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+}
+
+static void
+test_ttl (Fixture       *f,
+          gconstpointer  data)
+{
+  g_autoptr(KvRedisTier) tier = redis_test_tier_new (f->buffer, f->address, "ttl-ms", (guint64) 300, NULL);
+  g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 1);
+  g_autofree char *k0 = kv_redis_tier_get_redis_key (tier, f->keys[0]);
+  g_autofree char *pttl = redis_cli (&shared_server, "PTTL", k0, NULL);
+  g_autoptr(KvJobResult) loaded = NULL;
+  gint64 ms = g_ascii_strtoll (pttl, NULL, 10);
+
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_cmpint (ms, >, 0);
+  g_assert_cmpint (ms, <=, 300);
+  g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_HIT);
+  g_usleep (450 * 1000);
+  g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  loaded = load_range_with (f, tier, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_MISSING_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_CORRUPT_CHUNKS), ==, 0);
+  redis_test_tier_free (g_steal_pointer (&tier));
+}
+
+/* ---- damaged values ------------------------------------------------------ */
+
+typedef enum {
+  DAMAGE_PAYLOAD,     /* bytes of the payload overwritten */
+  DAMAGE_HEADER,      /* a byte of the header */
+  DAMAGE_TRUNCATED,   /* a shorter value */
+  DAMAGE_LONGER,      /* a longer value */
+  DAMAGE_OTHER_KEY,   /* another key's value */
+  DAMAGE_NAMESPACE,   /* the same key's value from another namespace */
+} Damage;
+
+static void
+test_damaged_value (Fixture       *f,
+                    gconstpointer  data)
+{
+  Damage damage = GPOINTER_TO_UINT (data);
+  g_autoptr(KvJobResult) stored = store_range (f, 0, 2);
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *k0 = key_of (f, 0);
+  g_autofree char *k1 = key_of (f, 1);
+  g_autofree char *out = NULL;
+  g_autofree char *exists = NULL;
+  g_autofree char *offset = NULL;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  switch (damage)
+    {
+    case DAMAGE_PAYLOAD:
+      offset = g_strdup_printf ("%u", KV_CHUNK_HEADER_SIZE + 100);
+      out = redis_cli (&shared_server, "SETRANGE", k0, offset, "garbage", NULL);
+      break;
+    case DAMAGE_HEADER:
+      out = redis_cli (&shared_server, "SETRANGE", k0, "20", "x", NULL);
+      break;
+    case DAMAGE_TRUNCATED:
+      out = redis_cli (&shared_server, "SET", k0, "short", NULL);
+      break;
+    case DAMAGE_LONGER:
+      offset = g_strdup_printf ("%u", KV_CHUNK_HEADER_SIZE + REDIS_TEST_SLOT);
+      out = redis_cli (&shared_server, "SETRANGE", k0, offset, "tail", NULL);
+      break;
+    case DAMAGE_OTHER_KEY:
+      out = redis_cli (&shared_server, "COPY", k1, k0, "REPLACE", NULL);
+      break;
+    case DAMAGE_NAMESPACE:
+      {
+        g_autoptr(KvRedisTier) other = redis_test_tier_new (f->buffer, f->address,
+                                                            "namespace", "another model", NULL);
+        g_autoptr(KvJobResult) other_stored = store_range_with (f, other, 0, 1);
+        g_autofree char *other_k0 = kv_redis_tier_get_redis_key (other, f->keys[0]);
+
+        g_assert_true (kv_job_result_get_success (other_stored));
+        g_assert_cmpstr (other_k0, !=, k0);
+        out = redis_cli (&shared_server, "COPY", other_k0, k0, "REPLACE", NULL);
+        redis_test_tier_free (g_steal_pointer (&other));
+      }
+      break;
+    default:
+      g_assert_not_reached ();
+    }
+  g_assert_cmpstr (out, !=, "");
+
+  loaded = load_range (f, 0, 2);
+  g_assert_false (kv_job_result_get_success (loaded));
+  /* nothing loaded for key 0, so no prefix landed */
+  g_assert_false (kv_job_result_has_successful_keys (loaded));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 1);
+  g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+  if (damage == DAMAGE_PAYLOAD || damage == DAMAGE_HEADER)
+    g_assert_true (kv_job_result_get_checksum_failed (loaded));
+  /* deleted: a miss from now on; a data failure, not the server's */
+  for (guint i = 0; i < 200; i++)
+    {
+      g_free (exists);
+      exists = redis_cli (&shared_server, "EXISTS", k0, NULL);
+      if (g_str_equal (exists, "0"))
+        break;
+      g_usleep (10000);
+    }
+  g_assert_cmpstr (exists, ==, "0");
+  g_assert_cmpint (redis_test_lookup (f->tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_NODE_ERRORS), ==, 0);
+  g_assert_true (kv_circuit_breaker_allows_requests (
+                   kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (f->tier))));
+}
+
+/* A load of a key never stored fails for that key only; the longest
+ * prefix lands. */
+static void
+test_missing_key (Fixture       *f,
+                  gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = store_range (f, 0, 2);
+  g_autoptr(KvJobResult) loaded = NULL;
+  guint n_ok = 0;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  loaded = load_range (f, 0, 3);
+  g_assert_false (kv_job_result_get_success (loaded));
+  kv_job_result_get_successful_keys (loaded, &n_ok);
+  g_assert_cmpuint (n_ok, ==, 2);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_MISSING_CHUNKS), ==, 1);
+  g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+  g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+}
+
+/* ---- connection settings ------------------------------------------------- */
+
+static void
+test_select_database (Fixture       *f,
+                      gconstpointer  data)
+{
+  g_autoptr(KvRedisTier) tier = redis_test_tier_new (f->buffer, f->address, "database", 3, NULL);
+  g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 1);
+  g_autofree char *k0 = kv_redis_tier_get_redis_key (tier, f->keys[0]);
+  g_autofree char *in_0 = redis_cli (&shared_server, "EXISTS", k0, NULL);
+  g_autofree char *in_3 = redis_cli (&shared_server, "-n", "3", "EXISTS", k0, NULL);
+
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_cmpstr (in_0, ==, "0");
+  g_assert_cmpstr (in_3, ==, "1");
+  redis_test_tier_free (g_steal_pointer (&tier));
+}
+
+static void
+test_auth (Fixture       *f,
+           gconstpointer  data)
+{
+  g_autofree char *dir = g_build_filename (test_dir, "auth", NULL);
+  const char *extra[] = { "--requirepass", "s3cret", NULL };
+  RedisServer server = { 0 };
+  g_autofree char *address = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvRedisTier) tier = NULL;
+  g_autofree char *acl = NULL;
+
+  g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+  server.password = g_strdup ("s3cret");
+  redis_server_start (&server, dir, extra);
+  address = redis_server_address (&server);
+
+  /* no password: refused, and the error names the server */
+  tier = redis_test_tier_new_full (f->buffer, address, &error, NULL);
+  g_assert_null (tier);
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error->message, address));
+  g_assert_nonnull (strstr (error->message, "NOAUTH"));
+  g_clear_error (&error);
+
+  /* a wrong password */
+  tier = redis_test_tier_new_full (f->buffer, address, &error, "password", "wrong", NULL);
+  g_assert_null (tier);
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error->message, address));
+  g_assert_nonnull (strstr (error->message, "WRONGPASS"));
+  g_clear_error (&error);
+
+  /* the right one */
+  tier = redis_test_tier_new (f->buffer, address, "password", "s3cret", NULL);
+  {
+    g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 1);
+    g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 1);
+
+    g_assert_true (kv_job_result_get_success (stored));
+    g_assert_true (kv_job_result_get_success (loaded));
+    g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+  }
+  redis_test_tier_free (g_steal_pointer (&tier));
+
+  /* an ACL user */
+  acl = redis_cli (&server, "ACL", "SETUSER", "kv", "on", ">kvpass", "~kvtier:*", "+@all", NULL);
+  g_assert_cmpstr (acl, ==, "OK");
+  tier = redis_test_tier_new_full (f->buffer, address, &error, "username", "kv",
+                                   "password", "s3cret", NULL);
+  g_assert_null (tier);
+  g_assert_nonnull (strstr (error->message, "WRONGPASS"));
+  g_clear_error (&error);
+  tier = redis_test_tier_new (f->buffer, address, "username", "kv", "password", "kvpass", NULL);
+  {
+    g_autoptr(KvJobResult) stored = store_range_with (f, tier, 1, 1);
+
+    g_assert_true (kv_job_result_get_success (stored));
+  }
+  redis_test_tier_free (g_steal_pointer (&tier));
+  redis_server_clear (&server);
+}
+
+static void
+test_bad_settings (Fixture       *f,
+                   gconstpointer  data)
+{
+  struct {
+    const char *servers;
+    const char *property;
+    guint       value;
+    const char *expected;
+  } cases[] = {
+    { "no-port", NULL, 0, "no-port" },
+    { "127.0.0.1:0", NULL, 0, "127.0.0.1:0" },
+    { "127.0.0.1:1,127.0.0.1:2", NULL, 0, "cluster=true" },
+    { "127.0.0.1:1", "read-from-replicas", TRUE, "read-from-replicas" },
+    { "127.0.0.1:1", "node-inflight-bytes", 100, "node-inflight-bytes" },
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      g_autoptr(KvRedisTier) tier = NULL;
+
+      if (cases[i].property == NULL)
+        tier = redis_test_tier_new_full (f->buffer, cases[i].servers, &error, NULL);
+      else if (g_str_equal (cases[i].property, "node-inflight-bytes"))
+        tier = redis_test_tier_new_full (f->buffer, cases[i].servers, &error,
+                                         cases[i].property, (guint64) cases[i].value, NULL);
+      else
+        tier = redis_test_tier_new_full (f->buffer, cases[i].servers, &error,
+                                         cases[i].property, cases[i].value, NULL);
+      g_assert_null (tier);
+      g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+      g_assert_nonnull (strstr (error->message, cases[i].expected));
+    }
+  {
+    g_autoptr(GError) error = NULL;
+    g_autoptr(KvRedisTier) tier = redis_test_tier_new_full (f->buffer, "127.0.0.1:1", &error,
+                                                            "cluster", TRUE, "database", 2, NULL);
+
+    g_assert_null (tier);
+    g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT);
+  }
+}
+
+/* Nothing listens: construction fails, naming the address. */
+static void
+test_unreachable (Fixture       *f,
+                  gconstpointer  data)
+{
+  guint port = redis_test_free_port ();
+  g_autofree char *address = g_strdup_printf ("127.0.0.1:%u", port);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvRedisTier) tier = redis_test_tier_new_full (f->buffer, address, &error, NULL);
+
+  g_assert_null (tier);
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error->message, address));
+}
+
+/* ---- failures ------------------------------------------------------------ */
+
+/* The server dies: jobs fail (counted, each reported once, no hang), the
+ * breaker opens, lookups answer MISS; it comes back on the same port and
+ * service resumes. */
+static void
+test_server_dies (Fixture       *f,
+                  gconstpointer  data)
+{
+  g_autofree char *dir = g_build_filename (test_dir, "dies", NULL);
+  RedisServer server = { 0 };
+  g_autofree char *address = NULL;
+  g_autoptr(KvRedisTier) tier = NULL;
+  KvCircuitBreaker *breaker;
+  guint port;
+
+  g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+  redis_server_start (&server, dir, NULL);
+  port = server.port;
+  address = redis_server_address (&server);
+  tier = redis_test_tier_new (f->buffer, address, "breaker-threshold", 3,
+                              "breaker-open-ms", 200, "deadline-ms", 2000, NULL);
+  breaker = kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (tier));
+  {
+    g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 4);
+
+    g_assert_true (kv_job_result_get_success (stored));
+  }
+  redis_server_stop (&server, TRUE);
+  for (guint i = 0; i < 4; i++)
+    {
+      g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 2);
+
+      g_assert_false (kv_job_result_get_success (loaded));
+    }
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS), >=, 4);
+  g_assert_cmpuint (kv_secondary_tier_get_n_expired_jobs (KV_SECONDARY_TIER (tier)), ==, 0);
+  g_assert_false (kv_circuit_breaker_allows_requests (breaker));
+  g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+
+  /* back (empty: no persistence); a probe closes the breaker */
+  redis_server_start_on (&server, dir, port, NULL);
+  {
+    gint64 end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+    gboolean stored_ok = FALSE;
+
+    while (!stored_ok)
+      {
+        g_assert_cmpint (g_get_monotonic_time (), <, end);
+        g_usleep (50000);
+        /* a lookup runs the probe once the breaker's interval passed */
+        redis_test_lookup (tier, f->keys[0]);
+        if (kv_circuit_breaker_allows_requests (breaker))
+          {
+            g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 2);
+
+            stored_ok = kv_job_result_get_success (stored);
+          }
+      }
+  }
+  {
+    g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 2);
+
+    g_assert_true (kv_job_result_get_success (loaded));
+    g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+    g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+  }
+  redis_test_tier_free (g_steal_pointer (&tier));
+  redis_server_clear (&server);
+}
+
+/* Redis evicts under maxmemory: evicted keys are plain misses, with no
+ * error storm and no open breaker. */
+static void
+test_maxmemory_evicts (Fixture       *f,
+                       gconstpointer  data)
+{
+  g_autofree char *dir = g_build_filename (test_dir, "maxmemory", NULL);
+  const char *extra[] = { "--maxmemory", "3mb", "--maxmemory-policy", "allkeys-lru", NULL };
+  RedisServer server = { 0 };
+  g_autofree char *address = NULL;
+  g_autoptr(KvRedisTier) tier = NULL;
+  g_autoptr(KvHostBuffer) big = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *evicted = NULL;
+  KvKey *keys[64];
+  guint n_hit = 0, n_loaded = 0;
+  const gsize chunk = 64 * 1024;
+
+  g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+  redis_server_start (&server, dir, extra);
+  address = redis_server_address (&server);
+  big = kv_host_buffer_new (8, chunk, &error);
+  g_assert_no_error (error);
+  tier = redis_test_tier_new (big, address, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    keys[i] = redis_test_key (1000 + i);
+
+  /* 64 × 68 KiB into 3 MB */
+  for (guint first = 0; first < G_N_ELEMENTS (keys); first += 8)
+    {
+      guint32 slots[8] = { 0, 1, 2, 3, 4, 5, 6, 7 };
+      g_autoptr(KvJobResult) stored = NULL;
+
+      for (guint i = 0; i < 8; i++)
+        redis_test_fill (kv_host_buffer_peek_slot (big, i), chunk, 1000 + first + i);
+      stored = redis_test_run_job (tier, FALSE, &keys[first], slots, 8);
+      g_assert_true (kv_job_result_get_success (stored));
+    }
+  evicted = redis_cli (&server, "INFO", "stats", NULL);
+  g_assert_nonnull (strstr (evicted, "evicted_keys:"));
+  g_assert_null (strstr (evicted, "evicted_keys:0\r"));
+
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    {
+      guint32 slot0 = 0;
+
+      if (redis_test_lookup (tier, keys[i]) == KV_LOOKUP_RESULT_HIT)
+        n_hit++;
+      {
+        g_autoptr(KvJobResult) loaded = redis_test_run_job (tier, TRUE, &keys[i], &slot0, 1);
+
+        if (kv_job_result_get_success (loaded))
+          {
+            n_loaded++;
+            g_assert_true (redis_test_check (kv_host_buffer_peek_slot (big, 0), chunk, 1000 + i));
+          }
+      }
+    }
+  g_assert_cmpuint (n_hit, >, 0);
+  g_assert_cmpuint (n_hit, <, G_N_ELEMENTS (keys));
+  g_assert_cmpuint (n_loaded, ==, n_hit);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_MISSING_CHUNKS), ==,
+                    G_N_ELEMENTS (keys) - n_loaded);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS), ==, 0);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_ERROR_REPLIES), ==, 0);
+  g_assert_true (kv_circuit_breaker_allows_requests (
+                   kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (tier))));
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    kv_key_unref (keys[i]);
+  redis_test_tier_free (g_steal_pointer (&tier));
+  redis_server_clear (&server);
+}
+
+/* ---- a hostile server ---------------------------------------------------- */
+
+typedef struct
+{
+  GSocket    *listener;
+  guint       port;
+  const char *get_reply;     /* sent for a GET */
+  const char *exists_reply;  /* sent for an EXISTS */
+  GThread    *thread;
+} FakeServer;
+
+/* Answers PING with PONG, GET and EXISTS with the canned replies, one
+ * connection at a time, until the listener closes. */
+static gpointer
+fake_server_main (gpointer data)
+{
+  FakeServer *fake = data;
+
+  for (;;)
+    {
+      g_autoptr(GSocket) client = g_socket_accept (fake->listener, NULL, NULL);
+      char buf[4096];
+      gssize n;
+
+      if (client == NULL)
+        return NULL;
+      while ((n = g_socket_receive (client, buf, sizeof buf - 1, NULL, NULL)) > 0)
+        {
+          buf[n] = '\0';
+          /* every command of the chunk read answered, in order */
+          for (char *p = buf; (p = strstr (p, "*")) != NULL; p++)
+            {
+              const char *reply = NULL;
+
+              if (strncmp (p + 1, "1\r\n$4\r\nPING", 11) == 0)
+                reply = "+PONG\r\n";
+              else if (strncmp (p + 1, "2\r\n$3\r\nGET", 10) == 0)
+                reply = fake->get_reply;
+              else if (strncmp (p + 1, "2\r\n$6\r\nEXISTS", 13) == 0)
+                reply = fake->exists_reply;
+              if (reply != NULL)
+                g_socket_send (client, reply, strlen (reply), NULL, NULL);
+            }
+        }
+    }
+}
+
+static void
+fake_server_start (FakeServer *fake)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GInetAddress) loopback = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+  g_autoptr(GSocketAddress) any = g_inet_socket_address_new (loopback, 0);
+  g_autoptr(GSocketAddress) bound = NULL;
+
+  fake->listener = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM,
+                                 G_SOCKET_PROTOCOL_TCP, &error);
+  g_assert_no_error (error);
+  g_assert_true (g_socket_bind (fake->listener, any, TRUE, &error));
+  g_assert_true (g_socket_listen (fake->listener, &error));
+  bound = g_socket_get_local_address (fake->listener, &error);
+  fake->port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
+  fake->thread = g_thread_new ("fake-redis", fake_server_main, fake);
+}
+
+static void
+fake_server_stop (FakeServer *fake)
+{
+  g_socket_shutdown (fake->listener, TRUE, TRUE, NULL);
+  g_socket_close (fake->listener, NULL);
+  g_thread_join (fake->thread);
+  g_clear_object (&fake->listener);
+}
+
+/* A bulk reply longer than any chunk, an array of a billion elements, a
+ * reply of the wrong type: each fails the command and closes the
+ * connection, without allocating what the server announced. */
+static void
+test_hostile_replies (Fixture       *f,
+                      gconstpointer  data)
+{
+  const char *get_replies[] = {
+    "$999999999999\r\n",
+    "*3\r\n:1\r\n:2\r\n:3\r\n",
+    "$12x\r\n",
+  };
+  const char *exists_replies[] = {
+    "*999999999\r\n",
+    "$999999999\r\n",
+  };
+
+  for (guint i = 0; i < G_N_ELEMENTS (get_replies); i++)
+    {
+      FakeServer fake = { 0 };
+      g_autofree char *address = NULL;
+      g_autoptr(KvRedisTier) tier = NULL;
+
+      fake.get_reply = get_replies[i];
+      fake.exists_reply = ":1\r\n";
+      fake_server_start (&fake);
+      address = g_strdup_printf ("127.0.0.1:%u", fake.port);
+      tier = redis_test_tier_new (f->buffer, address, NULL);
+      {
+        g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 1);
+
+        g_assert_false (kv_job_result_get_success (loaded));
+      }
+      g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 0);
+      g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS), ==, 1);
+      redis_test_tier_free (g_steal_pointer (&tier));
+      fake_server_stop (&fake);
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (exists_replies); i++)
+    {
+      FakeServer fake = { 0 };
+      g_autofree char *address = NULL;
+      g_autoptr(KvRedisTier) tier = NULL;
+
+      fake.get_reply = "$-1\r\n";
+      fake.exists_reply = exists_replies[i];
+      fake_server_start (&fake);
+      address = g_strdup_printf ("127.0.0.1:%u", fake.port);
+      tier = redis_test_tier_new (f->buffer, address, NULL);
+      g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+      g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS), ==, 1);
+      redis_test_tier_free (g_steal_pointer (&tier));
+      fake_server_stop (&fake);
+    }
+}
+
+/* ---- TLS ----------------------------------------------------------------- */
+
+static gboolean
+run_openssl (const char *dir,
+             const char *script)
+{
+  g_autoptr(GError) error = NULL;
+  const char *argv[] = { "/bin/sh", "-c", script, NULL };
+  int status = 0;
+
+  if (!g_spawn_sync (dir, (char **) argv, NULL, G_SPAWN_STDOUT_TO_DEV_NULL |
+                     G_SPAWN_STDERR_TO_DEV_NULL, NULL, NULL, NULL, NULL, &status, &error))
+    return FALSE;
+  return g_spawn_check_wait_status (status, NULL);
+}
+
+static void
+test_tls (Fixture       *f,
+          gconstpointer  data)
+{
+  g_autofree char *dir = g_build_filename (test_dir, "tls", NULL);
+  g_autofree char *help = NULL;
+  g_autofree char *ca = NULL;
+  g_autofree char *cert = NULL;
+  g_autofree char *key = NULL;
+  g_autofree char *address = NULL;
+  g_autoptr(KvRedisTier) tier = NULL;
+  g_autoptr(GError) error = NULL;
+  RedisServer server = { 0 };
+  const char *script =
+    "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=kvtier-test-ca "
+    "  -keyout ca.key -out ca.pem && "
+    "openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -keyout server.key -out server.csr && "
+    "printf 'subjectAltName=IP:127.0.0.1\\n' > san.ext && "
+    "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+    "  -extfile san.ext -out server.pem";
+
+  {
+    const char *argv[] = { "redis-server", "--help", NULL };
+    g_autofree char *out = NULL;
+    g_autofree char *err = NULL;
+
+    g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH, NULL, NULL, &out, &err, NULL, NULL);
+    help = g_strconcat (out ? out : "", err ? err : "", NULL);
+  }
+  if (g_find_program_in_path ("openssl") == NULL)
+    {
+      g_test_skip ("openssl is not installed");
+      return;
+    }
+  g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+  g_assert_true (run_openssl (dir, script));
+  ca = g_build_filename (dir, "ca.pem", NULL);
+  cert = g_build_filename (dir, "server.pem", NULL);
+  key = g_build_filename (dir, "server.key", NULL);
+  {
+    const char *extra[] = { "--tls-cert-file", cert, "--tls-key-file", key,
+                            "--tls-ca-cert-file", ca, "--tls-auth-clients", "no",
+                            "--tls-port", NULL };
+    const char *cli_tls[] = { "--tls", "--cacert", ca, NULL };
+
+    server.tls_args = g_strdupv ((char **) cli_tls);
+    redis_server_start (&server, dir, extra);
+  }
+  address = redis_server_address (&server);
+
+  /* the test's CA signs the server: connects, round trip */
+  tier = redis_test_tier_new (f->buffer, address, "tls", TRUE, "tls-ca-file", ca, NULL);
+  {
+    g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 3);
+    g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 3);
+
+    g_assert_true (kv_job_result_get_success (stored));
+    g_assert_true (kv_job_result_get_success (loaded));
+    for (guint i = 0; i < 3; i++)
+      g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
+    g_assert_cmpint (redis_test_lookup (tier, f->keys[1]), ==, KV_LOOKUP_RESULT_HIT);
+  }
+  redis_test_tier_free (g_steal_pointer (&tier));
+
+  /* without the CA, the certificate is not trusted */
+  tier = redis_test_tier_new_full (f->buffer, address, &error, "tls", TRUE, NULL);
+  g_assert_null (tier);
+  g_assert_nonnull (error);
+  g_assert_nonnull (strstr (error->message, address));
+  g_clear_error (&error);
+
+  /* plain TCP to a TLS port: no answer that passes */
+  tier = redis_test_tier_new_full (f->buffer, address, &error, "connect-timeout-ms", 500, NULL);
+  g_assert_null (tier);
+  g_assert_nonnull (error);
+  redis_server_clear (&server);
+}
+
+int
+main (int argc, char **argv)
+{
+  int status;
+
+  g_test_init (&argc, &argv, NULL);
+  if (!redis_test_init ())
+    return 0;
+  test_dir = redis_test_make_dir ();
+  {
+    g_autofree char *dir = g_build_filename (test_dir, "shared", NULL);
+
+    g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+    redis_server_start (&shared_server, dir, NULL);
+  }
+
+#define ADD(path, func) \
+  g_test_add ("/redis-tier/" path, Fixture, NULL, setup_tier, func, teardown)
+#define ADD_BARE(path, func) \
+  g_test_add ("/redis-tier/" path, Fixture, NULL, setup, func, teardown)
+  ADD ("round-trip", test_round_trip);
+  ADD ("many-keys", test_many_keys);
+  ADD ("set-nx-skip", test_set_nx_skip);
+  ADD ("missing-key", test_missing_key);
+  ADD_BARE ("ttl", test_ttl);
+  g_test_add ("/redis-tier/damaged/payload", Fixture, GUINT_TO_POINTER (DAMAGE_PAYLOAD),
+              setup_tier, test_damaged_value, teardown);
+  g_test_add ("/redis-tier/damaged/header", Fixture, GUINT_TO_POINTER (DAMAGE_HEADER),
+              setup_tier, test_damaged_value, teardown);
+  g_test_add ("/redis-tier/damaged/truncated", Fixture, GUINT_TO_POINTER (DAMAGE_TRUNCATED),
+              setup_tier, test_damaged_value, teardown);
+  g_test_add ("/redis-tier/damaged/longer", Fixture, GUINT_TO_POINTER (DAMAGE_LONGER),
+              setup_tier, test_damaged_value, teardown);
+  g_test_add ("/redis-tier/damaged/other-key", Fixture, GUINT_TO_POINTER (DAMAGE_OTHER_KEY),
+              setup_tier, test_damaged_value, teardown);
+  g_test_add ("/redis-tier/damaged/namespace", Fixture, GUINT_TO_POINTER (DAMAGE_NAMESPACE),
+              setup_tier, test_damaged_value, teardown);
+  ADD_BARE ("select-database", test_select_database);
+  ADD_BARE ("auth", test_auth);
+  ADD_BARE ("bad-settings", test_bad_settings);
+  ADD_BARE ("unreachable", test_unreachable);
+  ADD_BARE ("server-dies", test_server_dies);
+  ADD_BARE ("maxmemory-evicts", test_maxmemory_evicts);
+  ADD_BARE ("hostile-replies", test_hostile_replies);
+  ADD_BARE ("tls", test_tls);
+#undef ADD
+#undef ADD_BARE
+
+  status = g_test_run ();
+  redis_server_clear (&shared_server);
+  redis_test_rm_rf (test_dir);
+  g_free (test_dir);
+  return status;
+}

@@ -556,17 +556,26 @@ refresh_done (KvRedisOp *op,
   else
     map = kv_redis_slot_map_parse (op->reply, kop->node->host, &error);
 
-  if (map != NULL)
-    apply_map (self, map);
-  else
-    {
-      g_debug ("redis tier: no slot map from %s: %s", kop->node->address, error->message);
-      /* ask another node, soon */
-      schedule_refresh (self);
-    }
-  signal_started (self, map != NULL ? NULL : error);
   key_op_clear (kop);
   g_free (kop);
+  if (map != NULL)
+    {
+      apply_map (self, map);
+      signal_started (self, NULL);
+    }
+  else
+    {
+      g_debug ("redis tier: no slot map: %s", error->message);
+      /* At start, every seed is asked once before the tier gives up;
+       * later, another node soon. */
+      if (!self->started && self->next_seed < self->seeds->len)
+        start_refresh (self);
+      else
+        {
+          signal_started (self, error);
+          schedule_refresh (self);
+        }
+    }
   io_op_ended (self);
 }
 

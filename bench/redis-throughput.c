@@ -1,0 +1,612 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+
+#include <glib/gstdio.h>
+#include <kvtier.h>
+
+#include "kv-chunk-format.h"
+#include "kv-redis-tier.h"
+
+/*
+ * redis-throughput: how close the redis tier gets to the server.
+ *
+ * With no --server it starts its own redis-server on a free loopback port
+ * (with --cluster, three of them made a cluster of three masters by
+ * `redis-cli --cluster create`) and stops them by PID at the end. For each
+ * chunk size, against the same server(s), in one run:
+ *
+ *  - the ceiling: `redis-benchmark -t set,get -d <value bytes> -P <depth>
+ *    -c <clients>` (with --cluster in cluster mode), value bytes being the
+ *    chunk plus its 4096-byte header, as the tier sends;
+ *  - store: chunks cascade from a KvTieringManager's primary to the tier
+ *    (prepare_store, complete_store), until every SET was answered;
+ *  - load: a fresh manager on a fresh primary looks every chunk up (RETRY
+ *    until the EXISTS answers come) and promotes it (GET straight into the
+ *    slot), until every one landed.
+ *
+ *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
+ *
+ * GB/s counts payload bytes; the ceiling counts the value bytes
+ * redis-benchmark moved. CPU is this process's (user + system, all
+ * threads) per GB; the server's is not counted.
+ *
+ *   redis-throughput [--server HOST:PORT] [--cluster] [--total SIZE]
+ *                    [--chunk-sizes 256KiB,2MiB] [--depth N] [--clients N]
+ */
+
+static char *opt_server;
+static gboolean opt_cluster;
+static char *opt_total_str;
+static char *opt_chunks;
+static gint opt_depth = 16;
+static gint opt_clients = 4;
+
+static GOptionEntry entries[] = {
+  { "server", 0, 0, G_OPTION_ARG_STRING, &opt_server, "An existing server (host:port)", "ADDR" },
+  { "cluster", 0, 0, G_OPTION_ARG_NONE, &opt_cluster, "A Redis Cluster of 3 masters", NULL },
+  { "total", 0, 0, G_OPTION_ARG_STRING, &opt_total_str, "Bytes per pass (default 512MiB)", "SIZE" },
+  { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
+  { "depth", 0, 0, G_OPTION_ARG_INT, &opt_depth, "redis-benchmark pipeline depth (-P)", "N" },
+  { "clients", 0, 0, G_OPTION_ARG_INT, &opt_clients, "redis-benchmark connections (-c)", "N" },
+  { NULL }
+};
+
+#define N_CLUSTER_NODES 3
+
+static GPid server_pids[N_CLUSTER_NODES];
+static guint server_ports[N_CLUSTER_NODES];
+static char *work_dir;
+
+static double
+now_s (void)
+{
+  return g_get_monotonic_time () / 1e6;
+}
+
+static double
+cpu_s (void)
+{
+  struct rusage ru;
+
+  getrusage (RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+         ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+}
+
+static gboolean
+parse_size (const char *text,
+            guint64    *out)
+{
+  char *end = NULL;
+  guint64 value = g_ascii_strtoull (text, &end, 10);
+
+  if (end == text)
+    return FALSE;
+  if (g_ascii_strcasecmp (end, "KiB") == 0)
+    value <<= 10;
+  else if (g_ascii_strcasecmp (end, "MiB") == 0)
+    value <<= 20;
+  else if (g_ascii_strcasecmp (end, "GiB") == 0)
+    value <<= 30;
+  else if (*end != '\0')
+    return FALSE;
+  *out = value;
+  return value > 0;
+}
+
+static char *
+size_name (gsize bytes)
+{
+  if (bytes % (1 << 20) == 0)
+    return g_strdup_printf ("%" G_GSIZE_FORMAT "MiB", bytes >> 20);
+  return g_strdup_printf ("%" G_GSIZE_FORMAT "KiB", bytes >> 10);
+}
+
+/* ---- servers ------------------------------------------------------------ */
+
+static guint
+free_port (void)
+{
+  g_autoptr(GSocket) socket = g_socket_new (G_SOCKET_FAMILY_IPV4, G_SOCKET_TYPE_STREAM,
+                                            G_SOCKET_PROTOCOL_TCP, NULL);
+  g_autoptr(GInetAddress) loopback = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+  g_autoptr(GSocketAddress) any = g_inet_socket_address_new (loopback, 0);
+  g_autoptr(GSocketAddress) bound = NULL;
+  guint port;
+
+  g_socket_bind (socket, any, FALSE, NULL);
+  bound = g_socket_get_local_address (socket, NULL);
+  port = g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound));
+  g_socket_close (socket, NULL);
+  return port > 55000 ? free_port () : port;
+}
+
+static void
+die_with_parent (gpointer data)
+{
+  prctl (PR_SET_PDEATHSIG, SIGKILL);
+}
+
+static char *
+run_cli (guint        port,
+         const char  *a1,
+         const char  *a2)
+{
+  g_autofree char *port_str = g_strdup_printf ("%u", port);
+  const char *argv[] = { "redis-cli", "-h", "127.0.0.1", "-p", port_str, a1, a2, NULL };
+  char *out = NULL;
+
+  if (!g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_STDERR_TO_DEV_NULL,
+                     NULL, NULL, &out, NULL, NULL, NULL))
+    return g_strdup ("");
+  return g_strstrip (out);
+}
+
+static void
+stop_servers (void)
+{
+  for (guint i = 0; i < N_CLUSTER_NODES; i++)
+    if (server_pids[i] != 0)
+      {
+        kill (server_pids[i], SIGTERM);
+        waitpid (server_pids[i], NULL, 0);
+        server_pids[i] = 0;
+      }
+}
+
+static gboolean
+start_server (guint    i,
+              GError **error)
+{
+  g_autofree char *dir = g_strdup_printf ("%s/node%u", work_dir, i);
+  g_autofree char *port = NULL;
+  g_autofree char *conf = g_strdup_printf ("nodes-%u.conf", i);
+  const char *argv[] = { "redis-server", "--port", NULL, "--bind", "127.0.0.1", "--save", "",
+                         "--appendonly", "no", "--protected-mode", "no", "--dir", dir,
+                         "--cluster-enabled", opt_cluster ? "yes" : "no",
+                         "--cluster-config-file", conf, NULL };
+  gint64 end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+
+  server_ports[i] = free_port ();
+  port = g_strdup_printf ("%u", server_ports[i]);
+  argv[2] = port;
+  g_mkdir (dir, 0700);
+  if (!g_spawn_async (dir, (char **) argv, NULL,
+                      G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD | G_SPAWN_STDOUT_TO_DEV_NULL,
+                      die_with_parent, NULL, &server_pids[i], error))
+    return FALSE;
+  for (;;)
+    {
+      g_autofree char *pong = run_cli (server_ports[i], "PING", NULL);
+
+      if (g_strcmp0 (pong, "PONG") == 0)
+        return TRUE;
+      if (g_get_monotonic_time () > end)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                       "redis-server on port %s did not start", port);
+          return FALSE;
+        }
+      g_usleep (20000);
+    }
+}
+
+/* Starts the server(s); returns the tier's `servers`. */
+static char *
+start_servers (GError **error)
+{
+  guint n = opt_cluster ? N_CLUSTER_NODES : 1;
+
+  work_dir = g_dir_make_tmp ("kvtier-redis-bench-XXXXXX", error);
+  if (work_dir == NULL)
+    return NULL;
+  for (guint i = 0; i < n; i++)
+    if (!start_server (i, error))
+      return NULL;
+  if (opt_cluster)
+    {
+      g_autoptr(GPtrArray) argv = g_ptr_array_new_with_free_func (g_free);
+      int status = 0;
+
+      g_ptr_array_add (argv, g_strdup ("redis-cli"));
+      g_ptr_array_add (argv, g_strdup ("--cluster"));
+      g_ptr_array_add (argv, g_strdup ("create"));
+      for (guint i = 0; i < n; i++)
+        g_ptr_array_add (argv, g_strdup_printf ("127.0.0.1:%u", server_ports[i]));
+      g_ptr_array_add (argv, g_strdup ("--cluster-yes"));
+      g_ptr_array_add (argv, NULL);
+      if (!g_spawn_sync (NULL, (char **) argv->pdata, NULL,
+                         G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL, NULL, NULL,
+                         NULL, NULL, &status, error) ||
+          !g_spawn_check_wait_status (status, error))
+        return NULL;
+      for (guint i = 0; i < n; i++)
+        for (gint64 end = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;;)
+          {
+            g_autofree char *info = run_cli (server_ports[i], "CLUSTER", "INFO");
+
+            if (strstr (info, "cluster_state:ok") != NULL)
+              break;
+            if (g_get_monotonic_time () > end)
+              {
+                g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "the cluster is not ok");
+                return NULL;
+              }
+            g_usleep (100000);
+          }
+    }
+  return g_strdup_printf ("127.0.0.1:%u", server_ports[0]);
+}
+
+static void
+flush_all (const char *servers)
+{
+  if (opt_server != NULL)
+    {
+      g_autofree char *host = NULL;
+      const char *colon = strrchr (servers, ':');
+
+      if (colon != NULL)
+        {
+          g_autofree char *out = run_cli ((guint) g_ascii_strtoull (colon + 1, NULL, 10),
+                                          "FLUSHALL", NULL);
+        }
+      return;
+    }
+  for (guint i = 0; i < N_CLUSTER_NODES; i++)
+    if (server_pids[i] != 0)
+      {
+        g_autofree char *out = run_cli (server_ports[i], "FLUSHALL", NULL);
+      }
+}
+
+/* ---- the ceiling ---------------------------------------------------------- */
+
+/* redis-benchmark's SET and GET rates, in value GB/s. */
+static gboolean
+ceiling (const char *servers,
+         gsize       value_bytes,
+         guint64     total,
+         double     *set_gbs,
+         double     *get_gbs)
+{
+  g_autofree char *host = g_strndup (servers, strrchr (servers, ':') - servers);
+  g_autofree char *port = g_strdup (strrchr (servers, ':') + 1);
+  g_autofree char *d = g_strdup_printf ("%" G_GSIZE_FORMAT, value_bytes);
+  g_autofree char *n = g_strdup_printf ("%" G_GUINT64_FORMAT, MAX (total / value_bytes, 64));
+  g_autofree char *p = g_strdup_printf ("%d", opt_depth);
+  g_autofree char *c = g_strdup_printf ("%d", opt_clients);
+  g_autofree char *out = NULL;
+  g_autoptr(GError) error = NULL;
+  const char *argv[] = { "redis-benchmark", "-h", host, "-p", port, "-t", "set,get", "-d", d,
+                         "-n", n, "-P", p, "-c", c, "--csv", opt_cluster ? "--cluster" : NULL,
+                         NULL };
+  g_auto(GStrv) lines = NULL;
+  int status = 0;
+
+  *set_gbs = *get_gbs = 0;
+  if (!g_spawn_sync (NULL, (char **) argv, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_STDERR_TO_DEV_NULL,
+                     NULL, NULL, &out, NULL, &status, &error))
+    {
+      g_printerr ("redis-benchmark: %s\n", error->message);
+      return FALSE;
+    }
+  lines = g_strsplit (out, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++)
+    {
+      g_auto(GStrv) fields = g_strsplit (lines[i], ",", -1);
+      double rps;
+
+      if (g_strv_length (fields) < 2)
+        continue;
+      rps = g_ascii_strtod (g_strdelimit (fields[1], "\"", ' '), NULL);
+      if (g_str_has_prefix (fields[0], "\"SET\""))
+        *set_gbs = rps * value_bytes / 1e9;
+      else if (g_str_has_prefix (fields[0], "\"GET\""))
+        *get_gbs = rps * value_bytes / 1e9;
+    }
+  return *set_gbs > 0 && *get_gbs > 0;
+}
+
+/* ---- the tier through a manager ------------------------------------------ */
+
+typedef struct
+{
+  KvHostBuffer     *buffer;
+  KvPrimaryTier    *primary;
+  KvTieringManager *manager;
+  KvRedisTier      *tier;
+  int               wakeup_fd;
+} Stack;
+
+static gboolean
+stack_init (Stack       *s,
+            const char  *servers,
+            gsize        chunk,
+            guint        n_slots,
+            GError     **error)
+{
+  s->buffer = kv_host_buffer_new (n_slots, chunk, error);
+  if (s->buffer == NULL)
+    return FALSE;
+  memset (kv_host_buffer_get_data (s->buffer), 0x5a, kv_host_buffer_get_size (s->buffer));
+  s->primary = kv_primary_tier_new (s->buffer, NULL, FALSE);
+  s->manager = kv_tiering_manager_new (s->primary);
+  s->tier = g_initable_new (KV_TYPE_REDIS_TIER, NULL, error,
+                            "tier-type", "redis",
+                            "primary", s->buffer,
+                            "servers", servers,
+                            "cluster", opt_cluster,
+                            "deadline-ms", 60000,
+                            NULL);
+  if (s->tier == NULL)
+    return FALSE;
+  if (!kv_tiering_manager_add_tier (s->manager, KV_SECONDARY_TIER (s->tier), error))
+    return FALSE;
+  s->wakeup_fd = kv_tiering_manager_get_wakeup_fd (s->manager);
+  return TRUE;
+}
+
+static void
+stack_clear (Stack *s)
+{
+  if (s->manager != NULL)
+    kv_tiering_manager_shutdown (s->manager, NULL);
+  g_clear_object (&s->manager);
+  g_clear_object (&s->tier);
+  g_clear_object (&s->primary);
+  g_clear_object (&s->buffer);
+}
+
+static void
+step (Stack *s)
+{
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+
+  kv_tiering_manager_on_schedule_end (s->manager, end);
+}
+
+static void
+wait_wakeup (Stack *s)
+{
+  GPollFD pfd = { s->wakeup_fd, G_IO_IN, 0 };
+
+  g_poll (&pfd, 1, 5);
+}
+
+static KvKey *
+bench_key (guint64 i)
+{
+  guint8 hash[32] = { 0 };
+
+  for (guint b = 0; b < 8; b++)
+    hash[b] = (guint8) (i >> (8 * b));
+  hash[31] = 0xc3;
+  return kv_key_new (hash, sizeof hash, 0);
+}
+
+/* Cascades chunks 0..n_chunks-1; returns seconds until every SET was
+ * answered. */
+static double
+run_store (Stack   *s,
+           guint64  n_chunks,
+           guint    batch)
+{
+  g_autoptr(GError) error = NULL;
+  double start = now_s ();
+  guint64 next = 0;
+  guint n_req = 0;
+
+  while (next < n_chunks)
+    {
+      guint n = MIN (batch, n_chunks - next);
+      g_autofree char *id = g_strdup_printf ("s%u", n_req++);
+      g_autoptr(KvRequest) request = kv_request_new (id, NULL);
+      g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+      g_autoptr(KvPrepareStoreResult) prepared = NULL;
+      guint n_to_store = 0;
+      KvKey * const *to_store;
+
+      for (guint i = 0; i < n; i++)
+        g_ptr_array_add (keys, bench_key (next + i));
+      kv_tiering_manager_on_new_request (s->manager, request);
+      while ((prepared = kv_tiering_manager_prepare_store (s->manager, (KvKey * const *) keys->pdata,
+                                                           n, request, &error)) == NULL)
+        {
+          /* every slot is pinned by a cascade in flight: wait for one */
+          g_clear_error (&error);
+          step (s);
+          wait_wakeup (s);
+        }
+      to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+      if (n_to_store > 0)
+        kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
+      kv_tiering_manager_on_request_finished (s->manager, request);
+      step (s);
+      next += n;
+    }
+  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL);
+  step (s);
+  step (s);
+  return now_s () - start;
+}
+
+/* Looks up and promotes chunks 0..n_chunks-1; returns seconds until every
+ * one landed. */
+static double
+run_load (Stack   *s,
+          guint64  n_chunks,
+          guint    batch)
+{
+  double start = now_s ();
+  guint64 next = 0;
+  guint n_req = 0;
+  guint64 target = kv_redis_tier_get_counter (s->tier, KV_REDIS_COUNTER_LOADED_CHUNKS) + n_chunks;
+
+  while (next < n_chunks)
+    {
+      guint n = MIN (batch, n_chunks - next);
+      g_autofree char *id = g_strdup_printf ("l%u", n_req++);
+      g_autoptr(KvRequest) request = kv_request_new (id, NULL);
+      guint accepted = 0;
+
+      kv_tiering_manager_on_new_request (s->manager, request);
+      /* RETRY until the tier's EXISTS answers came (for this request) */
+      for (gboolean retry = TRUE; retry;)
+        {
+          retry = FALSE;
+          accepted = 0;
+          for (guint i = 0; i < n; i++)
+            {
+              g_autoptr(KvKey) key = bench_key (next + i);
+              KvLookupResult r = kv_tiering_manager_lookup (s->manager, key, request);
+
+              if (r == KV_LOOKUP_RESULT_RETRY)
+                retry = TRUE;
+              else if ((r == KV_LOOKUP_RESULT_HIT_PENDING || r == KV_LOOKUP_RESULT_HIT) &&
+                       accepted == i)
+                accepted++;
+            }
+          if (retry)
+            {
+              step (s);
+              wait_wakeup (s);
+            }
+        }
+      kv_tiering_manager_on_request_finished (s->manager, request);
+      step (s);
+      next += accepted;
+      if (accepted < n)
+        wait_wakeup (s);
+    }
+  while (kv_redis_tier_get_counter (s->tier, KV_REDIS_COUNTER_LOADED_CHUNKS) < target &&
+         kv_redis_tier_get_counter (s->tier, KV_REDIS_COUNTER_LOAD_FAILURES) == 0)
+    {
+      kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL);
+      step (s);
+    }
+  step (s);
+  return now_s () - start;
+}
+
+static void
+report (const char *what,
+        const char *size,
+        double      gbs,
+        double      ceiling_gbs,
+        double      cpu)
+{
+  g_print ("%s %s redis%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.3f s/GB\n",
+           what, size, opt_cluster ? "-cluster" : "", gbs, 100 * gbs / ceiling_gbs, ceiling_gbs, cpu);
+}
+
+static gboolean
+run_chunk_size (const char  *servers,
+                gsize        chunk,
+                guint64      total,
+                GError     **error)
+{
+  g_autofree char *name = size_name (chunk);
+  guint64 n_chunks = MAX (total / chunk, 16);
+  double gb = n_chunks * chunk / 1e9;
+  guint primary_slots = MIN (n_chunks, MAX ((256u << 20) / chunk, 16));
+  guint batch = MAX ((16u << 20) / chunk, 1);
+  double set_ceiling, get_ceiling, t, c;
+  Stack store = { 0 }, load = { 0 };
+
+  flush_all (servers);
+  if (!ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total, &set_ceiling, &get_ceiling))
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "redis-benchmark gave no rates");
+      return FALSE;
+    }
+  flush_all (servers);
+
+  if (!stack_init (&store, servers, chunk, primary_slots, error))
+    return FALSE;
+  c = cpu_s ();
+  t = run_store (&store, n_chunks, batch);
+  c = cpu_s () - c;
+  if (kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS) != n_chunks)
+    g_print ("# store: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored\n",
+             kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS), n_chunks);
+  report ("store", name, gb / t, set_ceiling, c / gb);
+  stack_clear (&store);
+
+  if (!stack_init (&load, servers, chunk, primary_slots, error))
+    return FALSE;
+  c = cpu_s ();
+  t = run_load (&load, n_chunks, batch);
+  c = cpu_s () - c;
+  if (kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS) != n_chunks)
+    g_print ("# load: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
+             kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS), n_chunks);
+  report ("load", name, gb / t, get_ceiling, c / gb);
+  stack_clear (&load);
+  flush_all (servers);
+  return TRUE;
+}
+
+int
+main (int argc, char **argv)
+{
+  g_autoptr(GOptionContext) context = g_option_context_new ("- redis tier throughput");
+  g_autoptr(GError) error = NULL;
+  g_auto(GStrv) sizes = NULL;
+  g_autofree char *servers = NULL;
+  guint64 total = 512ULL << 20;
+  int status = 0;
+
+  g_option_context_add_main_entries (context, entries, NULL);
+  if (!g_option_context_parse (context, &argc, &argv, &error))
+    {
+      g_printerr ("%s\n", error->message);
+      return 2;
+    }
+  if (opt_total_str != NULL && !parse_size (opt_total_str, &total))
+    {
+      g_printerr ("Invalid --total %s\n", opt_total_str);
+      return 2;
+    }
+  servers = opt_server != NULL ? g_strdup (opt_server) : start_servers (&error);
+  if (servers == NULL)
+    {
+      g_printerr ("Cannot start redis-server: %s\n", error->message);
+      stop_servers ();
+      return 1;
+    }
+  g_print ("# servers %s%s, %" G_GUINT64_FORMAT " MiB per pass, ceiling: redis-benchmark -P %d -c %d\n",
+           servers, opt_cluster ? " (cluster of 3 masters)" : "", total >> 20, opt_depth, opt_clients);
+  sizes = g_strsplit (opt_chunks != NULL ? opt_chunks : "256KiB,2MiB", ",", -1);
+  for (guint i = 0; sizes[i] != NULL && status == 0; i++)
+    {
+      guint64 chunk;
+
+      if (!parse_size (sizes[i], &chunk))
+        {
+          g_printerr ("Invalid chunk size %s\n", sizes[i]);
+          status = 2;
+        }
+      else if (!run_chunk_size (servers, chunk, total, &error))
+        {
+          g_printerr ("%s\n", error->message);
+          status = 1;
+        }
+    }
+  stop_servers ();
+  if (work_dir != NULL)
+    {
+      g_autofree char *cmd = g_strdup_printf ("rm -rf '%s'", work_dir);
+
+      (void) system (cmd);
+    }
+  g_free (work_dir);
+  return status;
+}

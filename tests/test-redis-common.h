@@ -173,6 +173,7 @@ redis_server_start_on (RedisServer        *server,
   gint64 end;
 
   server->port = port;
+  g_free (server->dir);
   server->dir = g_strdup (dir);
   log = g_strdup_printf ("%s/redis-%u.log", dir, server->port);
   g_ptr_array_add (argv, g_strdup ("redis-server"));

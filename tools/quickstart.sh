@@ -35,6 +35,8 @@ packages=(
   valgrind
   # the fuzz targets (tests/fuzz): clang's libFuzzer and sanitizer runtimes
   clang libclang-rt-14-dev libfuzzer-14-dev
+  # the redis tier (plugins/redis) and its tests: servers, TLS, a test CA
+  redis-server redis-tools libhiredis-dev glib-networking openssl
 )
 
 install_packages() {

@@ -1876,6 +1876,7 @@ kv_redis_tier_initable_init (GInitable     *initable,
   KvSecondaryTier *tier = KV_SECONDARY_TIER (initable);
   g_autoptr(GString) prefix = g_string_new ("kvtier:");
   gint64 end_time;
+  guint wait_ms;
 
   if (self->initialized)
     return TRUE;
@@ -1923,7 +1924,9 @@ kv_redis_tier_initable_init (GInitable     *initable,
   /* Connect once, so that a wrong address or password fails here with a
    * clear error rather than as failed jobs. */
   g_main_context_invoke (self->context, start_dispatch, self);
-  end_time = g_get_monotonic_time () + 2 * self->connect_timeout_ms * G_TIME_SPAN_MILLISECOND;
+  /* connected within connect-timeout-ms, answered within the deadline */
+  wait_ms = self->connect_timeout_ms + MAX (kv_secondary_tier_get_deadline_ms (tier), 2000u);
+  end_time = g_get_monotonic_time () + wait_ms * G_TIME_SPAN_MILLISECOND;
   g_mutex_lock (&self->lock);
   while (!self->started)
     if (!g_cond_wait_until (&self->cond, &self->lock, end_time))
@@ -1931,8 +1934,7 @@ kv_redis_tier_initable_init (GInitable     *initable,
   if (!self->started)
     self->start_error = g_error_new (G_IO_ERROR, G_IO_ERROR_TIMED_OUT,
                                      "No answer from redis server %s within %u ms",
-                                     (const char *) self->seeds->pdata[0],
-                                     2 * self->connect_timeout_ms);
+                                     (const char *) self->seeds->pdata[0], wait_ms);
   g_mutex_unlock (&self->lock);
   if (self->start_error != NULL)
     {

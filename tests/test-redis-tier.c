@@ -824,7 +824,10 @@ test_tls (Fixture       *f,
   address = redis_server_address (&server);
 
   /* the test's CA signs the server: connects, round trip */
-  tier = redis_test_tier_new (f->buffer, address, "tls", TRUE, "tls-ca-file", ca, NULL);
+  /* a TLS handshake under ASan with full malloc stack traces (the asan
+   * suite's fast_unwind_on_malloc=0) takes seconds */
+  tier = redis_test_tier_new (f->buffer, address, "tls", TRUE, "tls-ca-file", ca,
+                              "connect-timeout-ms", 60000, "deadline-ms", 60000, NULL);
   {
     g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 3);
     g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 3);

@@ -7,6 +7,8 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include <glib/gstdio.h>
 #include <kvtier.h>
@@ -22,9 +24,12 @@
  * `redis-cli --cluster create`) and stops them by PID at the end. For each
  * chunk size, against the same server(s), in one run:
  *
- *  - the ceiling: `redis-benchmark -t set,get -d <value bytes> -P <depth>
- *    -c <clients>` (with --cluster in cluster mode), value bytes being the
- *    chunk plus its 4096-byte header, as the tier sends;
+ *  - the ceiling, the better of two clients moving the tier's values (the
+ *    chunk plus its 4096-byte header): `redis-benchmark -t set,get -d
+ *    <value bytes> -P <depth> -c <clients>` (--cluster in cluster mode),
+ *    and a raw pipelined client in this program, with the tier's shape (one
+ *    connection per node, the tier's 256 MiB in flight per node, a writer
+ *    and a reader thread each, SET from one buffer, GET into one buffer);
  *  - store: chunks cascade from a KvTieringManager's primary to the tier
  *    (prepare_store, complete_store), until every SET was answered;
  *  - load: a fresh manager on a fresh primary looks every chunk up (RETRY
@@ -33,12 +38,15 @@
  *
  *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
  *
- * GB/s counts payload bytes; the ceiling counts the value bytes
- * redis-benchmark moved. CPU is this process's (user + system, all
+ * Each round measures the ceiling, then the store, then the load; with
+ * --rounds R (3) the median round by ratio is printed, each round as a `#`
+ * line. GB/s counts payload bytes; the ceiling counts the value bytes the
+ * clients moved. CPU is this process's (user + system, all
  * threads) per GB; the server's is not counted.
  *
  *   redis-throughput [--server HOST:PORT] [--cluster] [--total SIZE]
  *                    [--chunk-sizes 256KiB,2MiB] [--depth N] [--clients N]
+ *                    [--rounds R]
  */
 
 static char *opt_server;
@@ -47,14 +55,16 @@ static char *opt_total_str;
 static char *opt_chunks;
 static gint opt_depth = 16;
 static gint opt_clients = 4;
+static gint opt_rounds = 3;
 
 static GOptionEntry entries[] = {
   { "server", 0, 0, G_OPTION_ARG_STRING, &opt_server, "An existing server (host:port)", "ADDR" },
   { "cluster", 0, 0, G_OPTION_ARG_NONE, &opt_cluster, "A Redis Cluster of 3 masters", NULL },
-  { "total", 0, 0, G_OPTION_ARG_STRING, &opt_total_str, "Bytes per pass (default 512MiB)", "SIZE" },
+  { "total", 0, 0, G_OPTION_ARG_STRING, &opt_total_str, "Bytes per pass (default 256MiB)", "SIZE" },
   { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
   { "depth", 0, 0, G_OPTION_ARG_INT, &opt_depth, "redis-benchmark pipeline depth (-P)", "N" },
   { "clients", 0, 0, G_OPTION_ARG_INT, &opt_clients, "redis-benchmark connections (-c)", "N" },
+  { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds, "Rounds; the median by ratio is reported (default 3)", "R" },
   { NULL }
 };
 
@@ -315,6 +325,249 @@ ceiling (const char *servers,
   return *set_gbs > 0 && *get_gbs > 0;
 }
 
+/* ---- the raw pipelined client ------------------------------------------ */
+
+/* One connection per node, as the tier has, moving the same values with
+ * nothing but the socket calls: SET from one preallocated value, GET into
+ * one scratch buffer, at most @depth commands in flight, a writer and a
+ * reader thread per connection. */
+typedef struct
+{
+  GSocket  *socket;
+  char      tag[32];     /* a hash tag the node owns ({t<n>}), cluster */
+  guint     node;
+  gboolean  get;
+  guint64   n_commands;
+  gsize     value_bytes;
+  const guint8 *value;
+  guint     depth;
+  GMutex    lock;
+  GCond     cond;
+  guint64   sent;
+  guint64   answered;
+  gboolean  failed;
+} RawConnection;
+
+static gboolean
+raw_send_all (GSocket     *socket,
+              GOutputVector *vectors,
+              guint        n)
+{
+  while (n > 0)
+    {
+      gssize w = g_socket_send_message (socket, NULL, vectors, n, NULL, 0, 0, NULL, NULL);
+
+      if (w <= 0)
+        return FALSE;
+      while (n > 0 && (gsize) w >= vectors->size)
+        {
+          w -= vectors->size;
+          vectors++;
+          n--;
+        }
+      if (n > 0)
+        {
+          vectors->buffer = (const guint8 *) vectors->buffer + w;
+          vectors->size -= w;
+        }
+    }
+  return TRUE;
+}
+
+/* A one-line reply to a small command (the tag search). */
+static char *
+raw_command (GSocket    *socket,
+             const char *command)
+{
+  char buf[256];
+  gssize n;
+  GOutputVector v = { command, strlen (command) };
+
+  if (!raw_send_all (socket, &v, 1))
+    return NULL;
+  n = g_socket_receive (socket, buf, sizeof buf - 1, NULL, NULL);
+  if (n <= 0)
+    return NULL;
+  buf[n] = '\0';
+  return g_strdup (buf);
+}
+
+static char *
+raw_key (RawConnection *c,
+         guint64        i)
+{
+  return g_strdup_printf ("%sraw:%" G_GUINT64_FORMAT, c->tag, i);
+}
+
+static gpointer
+raw_writer (gpointer data)
+{
+  RawConnection *c = data;
+  g_autofree char *value_header = g_strdup_printf ("$%" G_GSIZE_FORMAT "\r\n", c->value_bytes);
+
+  for (guint64 i = 0; i < c->n_commands; i++)
+    {
+      g_autofree char *key = raw_key (c, i);
+      g_autofree char *head = NULL;
+      GOutputVector v[3];
+      guint n = 0;
+
+      g_mutex_lock (&c->lock);
+      while (c->sent - c->answered >= c->depth && !c->failed)
+        g_cond_wait (&c->cond, &c->lock);
+      c->sent++;
+      g_mutex_unlock (&c->lock);
+      if (c->get)
+        {
+          head = g_strdup_printf ("*2\r\n$3\r\nGET\r\n$%zu\r\n%s\r\n", strlen (key), key);
+          v[n++] = (GOutputVector) { head, strlen (head) };
+        }
+      else
+        {
+          head = g_strdup_printf ("*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n%s", strlen (key), key, value_header);
+          v[n++] = (GOutputVector) { head, strlen (head) };
+          v[n++] = (GOutputVector) { c->value, c->value_bytes };
+          v[n++] = (GOutputVector) { "\r\n", 2 };
+        }
+      if (!raw_send_all (c->socket, v, n))
+        {
+          c->failed = TRUE;
+          return NULL;
+        }
+    }
+  return NULL;
+}
+
+/* Counts replies by their bytes: "+OK\r\n" per SET, "$<len>\r\n<value>\r\n"
+ * per GET. */
+static gpointer
+raw_reader (gpointer data)
+{
+  RawConnection *c = data;
+  g_autofree char *get_head = g_strdup_printf ("$%" G_GSIZE_FORMAT "\r\n", c->value_bytes);
+  gsize reply_bytes = c->get ? strlen (get_head) + c->value_bytes + 2 : 5;
+  gsize buf_size = 1 << 20;
+  g_autofree guint8 *buf = g_malloc (buf_size);
+  guint64 received = 0;
+  guint64 expected = c->n_commands * reply_bytes;
+
+  while (received < expected)
+    {
+      gssize n = g_socket_receive (c->socket, (char *) buf, MIN (buf_size, expected - received),
+                                   NULL, NULL);
+      guint64 answered;
+
+      if (n <= 0)
+        {
+          g_mutex_lock (&c->lock);
+          c->failed = TRUE;
+          g_cond_broadcast (&c->cond);
+          g_mutex_unlock (&c->lock);
+          return NULL;
+        }
+      if (received == 0 && buf[0] != (c->get ? '$' : '+'))
+        {
+          g_printerr ("raw client: unexpected reply %.*s\n", (int) MIN (n, 60), buf);
+          c->failed = TRUE;
+        }
+      received += n;
+      answered = received / reply_bytes;
+      g_mutex_lock (&c->lock);
+      c->answered = answered;
+      g_cond_broadcast (&c->cond);
+      g_mutex_unlock (&c->lock);
+    }
+  return NULL;
+}
+
+/* The raw client's SET then GET rate over @n_nodes nodes, in value GB/s. */
+static gboolean
+raw_ceiling (guint    n_nodes,
+             const guint *ports,
+             gsize    value_bytes,
+             guint64  total,
+             double  *set_gbs,
+             double  *get_gbs)
+{
+  g_autofree guint8 *value = g_malloc (value_bytes);
+  RawConnection *conns = g_new0 (RawConnection, n_nodes);
+  guint64 per_node = MAX (total / value_bytes / n_nodes, 16);
+  gboolean ok = TRUE;
+
+  memset (value, 0xa5, value_bytes);
+  for (guint i = 0; i < n_nodes && ok; i++)
+    {
+      RawConnection *c = &conns[i];
+      g_autoptr(GSocketClient) client = g_socket_client_new ();
+      g_autoptr(GSocketConnection) connection =
+        g_socket_client_connect_to_host (client, "127.0.0.1", ports[i], NULL, NULL);
+
+      if (connection == NULL)
+        {
+          ok = FALSE;
+          break;
+        }
+      c->socket = g_object_ref (g_socket_connection_get_socket (connection));
+      g_socket_set_option (c->socket, IPPROTO_TCP, TCP_NODELAY, 1, NULL);
+      g_object_set_data_full (G_OBJECT (c->socket), "connection", g_object_ref (connection),
+                              g_object_unref);
+      c->node = i;
+      c->value = value;
+      c->value_bytes = value_bytes;
+      c->n_commands = per_node;
+      /* the tier's per-node budget (node-inflight-bytes, 256 MiB) */
+      c->depth = MAX ((256u << 20) / value_bytes, 1);
+      g_mutex_init (&c->lock);
+      g_cond_init (&c->cond);
+      if (opt_cluster)
+        for (guint t = 0; c->tag[0] == '\0'; t++)
+          {
+            g_autofree char *tag = g_strdup_printf ("{t%u}", t);
+            g_autofree char *cmd = g_strdup_printf ("*2\r\n$6\r\nEXISTS\r\n$%zu\r\n%s\r\n",
+                                                    strlen (tag), tag);
+            g_autofree char *reply = raw_command (c->socket, cmd);
+
+            if (reply == NULL)
+              {
+                ok = FALSE;
+                break;
+              }
+            if (reply[0] == ':')
+              g_strlcpy (c->tag, tag, sizeof c->tag);
+          }
+    }
+  for (guint pass = 0; pass < 2 && ok; pass++)
+    {
+      GThread *threads[2 * N_CLUSTER_NODES];
+      double t = now_s ();
+
+      for (guint i = 0; i < n_nodes; i++)
+        {
+          conns[i].get = pass == 1;
+          conns[i].sent = conns[i].answered = 0;
+          threads[2 * i] = g_thread_new ("raw-writer", raw_writer, &conns[i]);
+          threads[2 * i + 1] = g_thread_new ("raw-reader", raw_reader, &conns[i]);
+        }
+      for (guint i = 0; i < 2 * n_nodes; i++)
+        g_thread_join (threads[i]);
+      t = now_s () - t;
+      for (guint i = 0; i < n_nodes; i++)
+        ok = ok && !conns[i].failed;
+      *(pass == 0 ? set_gbs : get_gbs) = n_nodes * per_node * value_bytes / 1e9 / t;
+    }
+  for (guint i = 0; i < n_nodes; i++)
+    {
+      g_clear_object (&conns[i].socket);
+      if (conns[i].depth > 0)
+        {
+          g_mutex_clear (&conns[i].lock);
+          g_cond_clear (&conns[i].cond);
+        }
+    }
+  g_free (conns);
+  return ok;
+}
+
 /* ---- the tier through a manager ------------------------------------------ */
 
 typedef struct
@@ -496,15 +749,68 @@ run_load (Stack   *s,
   return now_s () - start;
 }
 
+typedef struct
+{
+  double gbs;
+  double ceiling;
+  double cpu;
+} Sample;
+
+static gint
+sample_compare (gconstpointer a,
+                gconstpointer b)
+{
+  const Sample *x = a, *y = b;
+  double rx = x->gbs / x->ceiling, ry = y->gbs / y->ceiling;
+
+  return (rx > ry) - (rx < ry);
+}
+
+/* The median round by ratio. */
 static void
 report (const char *what,
         const char *size,
-        double      gbs,
-        double      ceiling_gbs,
-        double      cpu)
+        GArray     *samples)
 {
+  const Sample *m;
+
+  g_array_sort (samples, sample_compare);
+  m = &g_array_index (samples, Sample, samples->len / 2);
   g_print ("%s %s redis%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.3f s/GB\n",
-           what, size, opt_cluster ? "-cluster" : "", gbs, 100 * gbs / ceiling_gbs, ceiling_gbs, cpu);
+           what, size, opt_cluster ? "-cluster" : "", m->gbs, 100 * m->gbs / m->ceiling,
+           m->ceiling, m->cpu);
+}
+
+/* The ceilings of one round: the better of redis-benchmark and the raw
+ * client, each direction. */
+static gboolean
+measure_ceiling (const char *servers,
+                 gsize       value_bytes,
+                 guint64     total,
+                 double     *set_gbs,
+                 double     *get_gbs)
+{
+  double bench_set = 0, bench_get = 0, raw_set = 0, raw_get = 0;
+  guint n_nodes = opt_cluster ? N_CLUSTER_NODES : 1;
+  guint ports[N_CLUSTER_NODES] = { 0 };
+  gboolean have_raw = FALSE;
+
+  flush_all (servers);
+  if (!ceiling (servers, value_bytes, total, &bench_set, &bench_get))
+    return FALSE;
+  flush_all (servers);
+  if (opt_server == NULL)
+    memcpy (ports, server_ports, sizeof ports);
+  else if (!opt_cluster)
+    ports[0] = (guint) g_ascii_strtoull (strrchr (servers, ':') + 1, NULL, 10);
+  if (ports[0] != 0)
+    have_raw = raw_ceiling (n_nodes, ports, value_bytes, total, &raw_set, &raw_get);
+  flush_all (servers);
+  g_print ("#   ceiling: redis-benchmark set %.2f get %.2f GB/s; raw client set %.2f get %.2f GB/s%s\n",
+           bench_set, bench_get, raw_set, raw_get, have_raw ? "" : " (not measured)");
+  *set_gbs = MAX (bench_set, raw_set);
+  *get_gbs = MAX (bench_get, raw_get);
+  return TRUE;
 }
 
 static gboolean
@@ -518,39 +824,51 @@ run_chunk_size (const char  *servers,
   double gb = n_chunks * chunk / 1e9;
   guint primary_slots = MIN (n_chunks, MAX ((256u << 20) / chunk, 16));
   guint batch = MAX ((16u << 20) / chunk, 1);
-  double set_ceiling, get_ceiling, t, c;
-  Stack store = { 0 }, load = { 0 };
+  g_autoptr(GArray) stores = g_array_new (FALSE, FALSE, sizeof (Sample));
+  g_autoptr(GArray) loads = g_array_new (FALSE, FALSE, sizeof (Sample));
 
-  flush_all (servers);
-  if (!ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total, &set_ceiling, &get_ceiling))
+  for (gint round = 0; round < opt_rounds; round++)
     {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "redis-benchmark gave no rates");
-      return FALSE;
+      double set_ceiling, get_ceiling, t, c;
+      Stack store = { 0 }, load = { 0 };
+      Sample sample;
+
+      if (!measure_ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total, &set_ceiling, &get_ceiling))
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "no ceiling measured");
+          return FALSE;
+        }
+      if (!stack_init (&store, servers, chunk, primary_slots, error))
+        return FALSE;
+      c = cpu_s ();
+      t = run_store (&store, n_chunks, batch);
+      c = cpu_s () - c;
+      if (kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS) != n_chunks)
+        g_print ("# store: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored\n",
+                 kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS), n_chunks);
+      sample = (Sample) { gb / t, set_ceiling, c / gb };
+      g_print ("#   round %d: store %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
+               100 * sample.gbs / sample.ceiling, sample.cpu);
+      g_array_append_val (stores, sample);
+      stack_clear (&store);
+
+      if (!stack_init (&load, servers, chunk, primary_slots, error))
+        return FALSE;
+      c = cpu_s ();
+      t = run_load (&load, n_chunks, batch);
+      c = cpu_s () - c;
+      if (kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS) != n_chunks)
+        g_print ("# load: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
+                 kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS), n_chunks);
+      sample = (Sample) { gb / t, get_ceiling, c / gb };
+      g_print ("#   round %d: load %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
+               100 * sample.gbs / sample.ceiling, sample.cpu);
+      g_array_append_val (loads, sample);
+      stack_clear (&load);
+      flush_all (servers);
     }
-  flush_all (servers);
-
-  if (!stack_init (&store, servers, chunk, primary_slots, error))
-    return FALSE;
-  c = cpu_s ();
-  t = run_store (&store, n_chunks, batch);
-  c = cpu_s () - c;
-  if (kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS) != n_chunks)
-    g_print ("# store: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored\n",
-             kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS), n_chunks);
-  report ("store", name, gb / t, set_ceiling, c / gb);
-  stack_clear (&store);
-
-  if (!stack_init (&load, servers, chunk, primary_slots, error))
-    return FALSE;
-  c = cpu_s ();
-  t = run_load (&load, n_chunks, batch);
-  c = cpu_s () - c;
-  if (kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS) != n_chunks)
-    g_print ("# load: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
-             kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS), n_chunks);
-  report ("load", name, gb / t, get_ceiling, c / gb);
-  stack_clear (&load);
-  flush_all (servers);
+  report ("store", name, stores);
+  report ("load", name, loads);
   return TRUE;
 }
 
@@ -561,7 +879,7 @@ main (int argc, char **argv)
   g_autoptr(GError) error = NULL;
   g_auto(GStrv) sizes = NULL;
   g_autofree char *servers = NULL;
-  guint64 total = 512ULL << 20;
+  guint64 total = 256ULL << 20;
   int status = 0;
 
   g_option_context_add_main_entries (context, entries, NULL);

@@ -350,6 +350,79 @@ test_missing_key (Fixture       *f,
   g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
 }
 
+/* A store whose deadline passes is not published: its command still
+ * waiting in the tier (behind the node's in-flight budget) is dropped;
+ * the one already written from the pinned slot lands. */
+static void
+test_store_past_deadline (Fixture       *f,
+                          gconstpointer  data)
+{
+  g_autoptr(KvClock) clock = kv_clock_new_manual (1000000);
+  g_autoptr(KvRedisTier) tier = redis_test_tier_new (f->buffer, f->address, "clock", clock,
+                                                     "deadline-ms", 1000,
+                                                     "node-inflight-bytes",
+                                                     (guint64) (KV_CHUNK_HEADER_SIZE + REDIS_TEST_SLOT),
+                                                     NULL);
+  KvSecondaryTier *st = KV_SECONDARY_TIER (tier);
+  g_autoptr(KvRequest) request = kv_request_new ("deadline", NULL);
+  g_autoptr(KvTransferJob) job = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *paused = redis_cli (&shared_server, "CLIENT", "PAUSE", "1500", "WRITE", NULL);
+  g_autofree char *k0 = kv_redis_tier_get_redis_key (tier, f->keys[0]);
+  g_autofree char *k1 = kv_redis_tier_get_redis_key (tier, f->keys[1]);
+  guint32 slots[2] = { 0, 1 };
+  KvJobResult **results;
+  gint64 end;
+
+  g_assert_cmpstr (paused, ==, "OK");
+  redis_test_fill (slot (f, 0), REDIS_TEST_SLOT, 0);
+  redis_test_fill (slot (f, 1), REDIS_TEST_SLOT, 1);
+  job = kv_transfer_job_new (77, &f->keys[0], slots, 2, FALSE, request);
+  g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
+  g_assert_no_error (error);
+  /* key 0 is written and held by the paused server; key 1 waits for the budget */
+  g_usleep (200 * 1000);
+  kv_clock_advance (clock, 1000 * 1000);
+  results = kv_secondary_tier_get_finished_jobs (st);
+  g_assert_nonnull (results[0]);
+  g_assert_null (results[1]);
+  g_assert_cmpuint (kv_job_result_get_job_id (results[0]), ==, 77);
+  g_assert_false (kv_job_result_get_success (results[0]));
+  kv_job_result_unref (results[0]);
+  g_free (results);
+  g_assert_cmpuint (kv_secondary_tier_get_n_expired_jobs (st), ==, 1);
+  /* the slots may hold other bytes now */
+  memset (slot (f, 0), 0xee, REDIS_TEST_SLOT);
+  memset (slot (f, 1), 0xee, REDIS_TEST_SLOT);
+
+  end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  while (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_STORED_CHUNKS) +
+         kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_STORE_FAILURES) < 2)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      g_usleep (20 * 1000);
+    }
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_STORED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_STORE_FAILURES), ==, 1);
+  {
+    g_autofree char *e0 = redis_cli (&shared_server, "EXISTS", k0, NULL);
+    g_autofree char *e1 = redis_cli (&shared_server, "EXISTS", k1, NULL);
+
+    g_assert_cmpstr (e0, ==, "1");
+    g_assert_cmpstr (e1, ==, "0");
+  }
+  /* what landed is what the slot held before the deadline */
+  {
+    g_autoptr(KvRedisTier) reader = redis_test_tier_new (f->buffer, f->address, NULL);
+    g_autoptr(KvJobResult) loaded = load_range_with (f, reader, 0, 1);
+
+    g_assert_true (kv_job_result_get_success (loaded));
+    g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+    redis_test_tier_free (g_steal_pointer (&reader));
+  }
+  redis_test_tier_free (g_steal_pointer (&tier));
+}
+
 /* ---- connection settings ------------------------------------------------- */
 
 static void
@@ -879,6 +952,7 @@ main (int argc, char **argv)
   ADD ("set-nx-skip", test_set_nx_skip);
   ADD ("missing-key", test_missing_key);
   ADD_BARE ("ttl", test_ttl);
+  ADD_BARE ("store-past-deadline", test_store_past_deadline);
   g_test_add ("/redis-tier/damaged/payload", Fixture, GUINT_TO_POINTER (DAMAGE_PAYLOAD),
               setup_tier, test_damaged_value, teardown);
   g_test_add ("/redis-tier/damaged/header", Fixture, GUINT_TO_POINTER (DAMAGE_HEADER),

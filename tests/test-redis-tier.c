@@ -423,6 +423,157 @@ test_store_past_deadline (Fixture       *f,
   redis_test_tier_free (g_steal_pointer (&tier));
 }
 
+/* ---- through a KvTieringManager -------------------------------------------- */
+
+typedef struct
+{
+  KvHostBuffer     *buffer;
+  KvPrimaryTier    *primary;
+  KvTieringManager *manager;
+  KvRedisTier      *tier;
+  guint             n_requests;
+} Stack;
+
+static void
+stack_init (Stack      *s,
+            const char *address)
+{
+  g_autoptr(GError) error = NULL;
+
+  s->buffer = kv_host_buffer_new (8, REDIS_TEST_SLOT, &error);
+  g_assert_no_error (error);
+  s->primary = kv_primary_tier_new (s->buffer, NULL, TRUE);
+  s->manager = kv_tiering_manager_new (s->primary);
+  s->tier = redis_test_tier_new (s->buffer, address, NULL);
+  g_assert_true (kv_tiering_manager_add_tier (s->manager, KV_SECONDARY_TIER (s->tier), &error));
+  g_assert_no_error (error);
+}
+
+static void
+stack_clear (Stack *s)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_assert_true (kv_tiering_manager_shutdown (s->manager, &error));
+  g_assert_no_error (error);
+  g_clear_object (&s->manager);
+  g_clear_object (&s->tier);
+  g_clear_object (&s->primary);
+  g_clear_object (&s->buffer);
+}
+
+static void
+stack_step (Stack *s)
+{
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+
+  kv_tiering_manager_on_schedule_end (s->manager, end);
+}
+
+/* GPU → primary → redis for keys[first..first+n). */
+static void
+stack_store (Stack   *s,
+             Fixture *f,
+             guint    first,
+             guint    n)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *id = g_strdup_printf ("store-%u", s->n_requests++);
+  g_autoptr(KvRequest) request = kv_request_new (id, NULL);
+  g_autoptr(KvPrepareStoreResult) prepared = NULL;
+  KvKey * const *to_store;
+  const guint32 *chunk_ids;
+  guint n_to_store = 0;
+
+  kv_tiering_manager_on_new_request (s->manager, request);
+  prepared = kv_tiering_manager_prepare_store (s->manager, &f->keys[first], n, request, &error);
+  g_assert_no_error (error);
+  to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+  chunk_ids = kv_prepare_store_result_get_chunk_ids (prepared, NULL);
+  for (guint i = 0; i < n_to_store; i++)
+    for (guint k = 0; k < n; k++)
+      if (kv_key_equal (to_store[i], f->keys[first + k]))
+        redis_test_fill (kv_host_buffer_peek_slot (s->buffer, chunk_ids[i]), REDIS_TEST_SLOT, first + k);
+  kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
+  kv_tiering_manager_on_request_finished (s->manager, request);
+  g_assert_true (kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL));
+  stack_step (s);
+  stack_step (s);
+}
+
+/* Looks key @i up through the manager (RETRY until redis answered),
+ * promotes it, and checks its bytes; returns the final lookup result. */
+static KvLookupResult
+stack_promote (Stack   *s,
+               Fixture *f,
+               guint    i)
+{
+  g_autoptr(GError) error = NULL;
+  g_autofree char *id = g_strdup_printf ("load-%u", s->n_requests++);
+  g_autoptr(KvRequest) request = kv_request_new (id, NULL);
+  gint64 end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  KvLookupResult r;
+
+  kv_tiering_manager_on_new_request (s->manager, request);
+  while ((r = kv_tiering_manager_lookup (s->manager, f->keys[i], request)) == KV_LOOKUP_RESULT_RETRY)
+    {
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      stack_step (s);
+      g_usleep (1000);
+    }
+  if (r == KV_LOOKUP_RESULT_HIT_PENDING)
+    {
+      stack_step (s);
+      g_assert_true (kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL));
+      stack_step (s);
+      stack_step (s);
+      r = kv_tiering_manager_lookup (s->manager, f->keys[i], request);
+    }
+  if (r == KV_LOOKUP_RESULT_HIT)
+    {
+      g_autofree guint32 *chunks = NULL;
+      guint n_chunks = 0;
+
+      chunks = kv_tiering_manager_prepare_load (s->manager, &f->keys[i], 1, request, &n_chunks, &error);
+      g_assert_no_error (error);
+      g_assert_cmpuint (n_chunks, ==, 1);
+      g_assert_true (redis_test_check (kv_host_buffer_peek_slot (s->buffer, chunks[0]),
+                                       REDIS_TEST_SLOT, i));
+      kv_tiering_manager_complete_load (s->manager, &f->keys[i], 1, request);
+    }
+  kv_tiering_manager_on_request_finished (s->manager, request);
+  stack_step (s);
+  return r;
+}
+
+/* Cascades from one manager's primary, promotions into it once evicted,
+ * and a second manager (another process's view) loading the same chunks. */
+static void
+test_through_managers (Fixture       *f,
+                       gconstpointer  data)
+{
+  Stack a = { 0 }, b = { 0 };
+
+  stack_init (&a, f->address);
+  stack_store (&a, f, 0, 4);
+  stack_store (&a, f, 4, 4);
+  stack_store (&a, f, 8, 4);
+  g_assert_cmpuint (kv_redis_tier_get_counter (a.tier, KV_REDIS_COUNTER_STORED_CHUNKS), ==, 12);
+  /* keys 0 and 1 left the 8-slot primary and come back from redis */
+  g_assert_cmpint (kv_primary_tier_lookup (a.primary, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (stack_promote (&a, f, 0), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (stack_promote (&a, f, 1), ==, KV_LOOKUP_RESULT_HIT);
+  stack_clear (&a);
+
+  stack_init (&b, f->address);
+  for (guint i = 0; i < 12; i += 3)
+    g_assert_cmpint (stack_promote (&b, f, i), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (stack_promote (&b, f, 20), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpuint (kv_redis_tier_get_counter (b.tier, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 4);
+  g_assert_cmpuint (kv_tiering_manager_get_n_active_jobs (b.manager), ==, 0);
+  stack_clear (&b);
+}
+
 /* ---- connection settings ------------------------------------------------- */
 
 static void
@@ -953,6 +1104,7 @@ main (int argc, char **argv)
   ADD ("missing-key", test_missing_key);
   ADD_BARE ("ttl", test_ttl);
   ADD_BARE ("store-past-deadline", test_store_past_deadline);
+  ADD_BARE ("through-managers", test_through_managers);
   g_test_add ("/redis-tier/damaged/payload", Fixture, GUINT_TO_POINTER (DAMAGE_PAYLOAD),
               setup_tier, test_damaged_value, teardown);
   g_test_add ("/redis-tier/damaged/header", Fixture, GUINT_TO_POINTER (DAMAGE_HEADER),

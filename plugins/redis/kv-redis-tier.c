@@ -320,7 +320,9 @@ node_get (KvRedisTier *self,
 
   if (node != NULL)
     return node;
-  if (!kv_redis_parse_address (address, &host, &port, NULL))
+  /* every address a server names (maps, redirects) becomes a node: bounded */
+  if (g_hash_table_size (self->nodes) >= KV_REDIS_MAX_NODES ||
+      !kv_redis_parse_address (address, &host, &port, NULL))
     return NULL;
   node = g_new0 (Node, 1);
   node->tier = self;

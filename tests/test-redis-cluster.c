@@ -98,6 +98,22 @@ cluster_start (void)
   if (!g_spawn_check_wait_status (status, NULL))
     g_error ("redis-cli --cluster create failed: %s %s", out, err);
   wait_cluster_ok (30);
+  /* and until the map names every replica (gossip brings them a moment
+   * after the slots) */
+  for (gint64 end = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;;)
+    {
+      g_autofree char *slots = redis_cli (&nodes[0], "CLUSTER", "SLOTS", NULL);
+      g_auto(GStrv) lines = g_strsplit (slots, "\n", -1);
+      guint n_nodes = 0;
+
+      for (guint i = 0; lines[i] != NULL; i++)
+        if (g_str_equal (g_strstrip (lines[i]), "127.0.0.1"))
+          n_nodes++;
+      if (n_nodes == N_NODES)
+        break;
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      g_usleep (100 * 1000);
+    }
   seed = redis_server_address (&nodes[0]);
 }
 

@@ -359,7 +359,7 @@ test_store_past_deadline (Fixture       *f,
 {
   g_autoptr(KvClock) clock = kv_clock_new_manual (1000000);
   g_autoptr(KvRedisTier) tier = redis_test_tier_new (f->buffer, f->address, "clock", clock,
-                                                     "deadline-ms", 1000,
+                                                     "deadline-ms", 2000,
                                                      "node-inflight-bytes",
                                                      (guint64) (KV_CHUNK_HEADER_SIZE + REDIS_TEST_SLOT),
                                                      NULL);
@@ -382,7 +382,7 @@ test_store_past_deadline (Fixture       *f,
   g_assert_no_error (error);
   /* key 0 is written and held by the paused server; key 1 waits for the budget */
   g_usleep (200 * 1000);
-  kv_clock_advance (clock, 1000 * 1000);
+  kv_clock_advance (clock, 2000 * 1000);
   results = kv_secondary_tier_get_finished_jobs (st);
   g_assert_nonnull (results[0]);
   g_assert_null (results[1]);
@@ -986,6 +986,30 @@ test_hostile_replies (Fixture       *f,
       redis_test_tier_free (g_steal_pointer (&tier));
       fake_server_stop (&fake);
     }
+  /* a nested value that announces a gigabyte and never comes: the lookup
+   * is a miss at the deadline, and the wedged connection is closed at
+   * twice the deadline */
+  {
+    FakeServer fake = { 0 };
+    g_autofree char *address = NULL;
+    g_autoptr(KvRedisTier) tier = NULL;
+    gint64 end;
+
+    fake.get_reply = "$-1\r\n";
+    fake.exists_reply = "*1\r\n$999999999\r\n";
+    fake_server_start (&fake);
+    address = g_strdup_printf ("127.0.0.1:%u", fake.port);
+    tier = redis_test_tier_new (f->buffer, address, "deadline-ms", 300, NULL);
+    g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+    end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+    while (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS) == 0)
+      {
+        g_assert_cmpint (g_get_monotonic_time (), <, end);
+        g_usleep (20 * 1000);
+      }
+    redis_test_tier_free (g_steal_pointer (&tier));
+    fake_server_stop (&fake);
+  }
 }
 
 /* ---- TLS ----------------------------------------------------------------- */

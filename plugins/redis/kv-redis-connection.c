@@ -58,6 +58,7 @@ struct _KvRedisConnection
   GOutputVector       vectors[MAX_VECTORS];
 
   gboolean            reading;
+  gint64              last_progress;  /* monotonic µs: last byte read, or the first sent op */
   KvRedisOp          *reading_into;  /* an op whose value a read is filling */
   guint8             *rbuf;
   gsize               rstart;
@@ -523,6 +524,7 @@ read_done (GObject      *source,
       g_object_unref (self);
       return;
     }
+  self->last_progress = g_get_monotonic_time ();
   if (into != NULL)
     into->body_pos += n;
   else
@@ -636,6 +638,8 @@ start_write (KvRedisConnection *self)
           self->vectors[n++] = (GOutputVector) { op->suffix, op->suffix_len };
         }
       op->where = WHERE_WRITING;
+      if (self->sent.length == 0)
+        self->last_progress = g_get_monotonic_time ();
       g_queue_push_tail_link (&self->sent, &op->link);
     }
   if (n == 0)
@@ -960,6 +964,17 @@ const GError *
 kv_redis_connection_get_error (KvRedisConnection *self)
 {
   return self->error;
+}
+
+/* How long the connection has waited for a reply without receiving a
+ * byte, in µs; 0 when no reply is due. */
+gint64
+kv_redis_connection_get_stalled_us (KvRedisConnection *self,
+                                    gint64             now)
+{
+  if (self->state != KV_REDIS_CONNECTION_READY || self->sent.length == 0)
+    return 0;
+  return MAX (now - self->last_progress, 0);
 }
 
 /* Ops queued or awaiting a reply. */

@@ -108,5 +108,7 @@ void                   kv_redis_connection_abort        (KvRedisConnection *self
 void                   kv_redis_connection_close        (KvRedisConnection *self,
                                                          const char        *why);
 guint                  kv_redis_connection_get_n_ops    (KvRedisConnection *self);
+gint64                 kv_redis_connection_get_stalled_us (KvRedisConnection *self,
+                                                           gint64             now);
 
 G_END_DECLS

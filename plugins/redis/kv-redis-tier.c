@@ -17,6 +17,7 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
 #define REFRESH_MIN_INTERVAL_US (100 * G_TIME_SPAN_MILLISECOND)
+#define MAP_REFRESH_INTERVAL_US (10 * G_TIME_SPAN_SECOND)
 /* How long a lookup batch waits for its EXISTS replies when the tier has
  * no deadline; past it, the unanswered keys are misses. */
 #define LOOKUP_WAIT_DEFAULT_MS 2000
@@ -161,6 +162,7 @@ struct _KvRedisTier
   Node            *standalone;
   KeyOp           *refresh;         /* a CLUSTER SLOTS in flight */
   GSource         *refresh_timer;
+  GSource         *stall_timer;
   gint64           last_refresh;
   guint            next_seed;
 
@@ -1701,6 +1703,40 @@ start_dispatch (gpointer user_data)
   return G_SOURCE_REMOVE;
 }
 
+/* A connection that waits for a reply and receives nothing for twice the
+ * deadline is wedged (a hung server, or a reply that announced more than
+ * it sends): closed, so that its commands fail and the node reconnects.
+ * Measured on the monotonic clock: a manual tier clock does not move it.
+ * A cluster's map is also read again every MAP_REFRESH_INTERVAL_US. */
+static gboolean
+stall_check (gpointer user_data)
+{
+  KvRedisTier *self = user_data;
+  guint deadline_ms = kv_secondary_tier_get_deadline_ms (KV_SECONDARY_TIER (self));
+  gint64 limit = 2 * (gint64) (deadline_ms > 0 ? deadline_ms : LOOKUP_WAIT_DEFAULT_MS) * 1000;
+  gint64 now = g_get_monotonic_time ();
+  g_autoptr(GPtrArray) wedged = g_ptr_array_new_with_free_func (g_object_unref);
+  GHashTableIter iter;
+  Node *node;
+
+  g_hash_table_iter_init (&iter, self->nodes);
+  while (g_hash_table_iter_next (&iter, NULL, (gpointer *) &node))
+    if (node->connection != NULL &&
+        kv_redis_connection_get_stalled_us (node->connection, now) > limit)
+      g_ptr_array_add (wedged, g_object_ref (node->connection));
+  /* closed outside the iteration: their callbacks may add nodes */
+  for (guint i = 0; i < wedged->len; i++)
+    {
+      g_autofree char *why = g_strdup_printf ("no reply for %" G_GINT64_FORMAT " ms", limit / 1000);
+
+      kv_redis_connection_close (wedged->pdata[i], why);
+    }
+  /* replicas and slots that moved without a redirect to say so */
+  if (self->cluster && now - self->last_refresh > MAP_REFRESH_INTERVAL_US)
+    schedule_refresh (self);
+  return G_SOURCE_CONTINUE;
+}
+
 static gboolean
 close_all (gpointer user_data)
 {
@@ -1712,6 +1748,11 @@ close_all (gpointer user_data)
     {
       g_source_destroy (self->refresh_timer);
       g_clear_pointer (&self->refresh_timer, g_source_unref);
+    }
+  if (self->stall_timer != NULL)
+    {
+      g_source_destroy (self->stall_timer);
+      g_clear_pointer (&self->stall_timer, g_source_unref);
     }
   g_hash_table_iter_init (&iter, self->nodes);
   while (g_hash_table_iter_next (&iter, NULL, (gpointer *) &node))
@@ -1925,6 +1966,9 @@ kv_redis_tier_initable_init (GInitable     *initable,
 
   /* Connect once, so that a wrong address or password fails here with a
    * clear error rather than as failed jobs. */
+  self->stall_timer = g_timeout_source_new (250);
+  g_source_set_callback (self->stall_timer, stall_check, self, NULL);
+  g_source_attach (self->stall_timer, self->context);
   g_main_context_invoke (self->context, start_dispatch, self);
   /* connected within connect-timeout-ms, answered within the deadline */
   wait_ms = self->connect_timeout_ms + MAX (kv_secondary_tier_get_deadline_ms (tier), 2000u);

@@ -518,9 +518,8 @@ read_done (GObject      *source,
                              "Redis server %s closed the connection", self->address);
       else
         g_prefix_error (&error, "Redis server %s: ", self->address);
+      /* the read is over (reading_into is clear): @into fails with the rest */
       close_with_error (self, g_steal_pointer (&error));
-      if (into != NULL)
-        fail_op (self, into, self->error);
       g_object_unref (self);
       return;
     }
@@ -944,6 +943,26 @@ kv_redis_connection_new (const char                    *host,
       queue_startup (self, 1, argv);
     }
   start_connect (self);
+  return self;
+}
+
+/* A connection over @stream, already open (tests and fuzzing: one end of a
+ * socket pair); no setup commands. Call it on @context's thread. */
+KvRedisConnection *
+kv_redis_connection_new_for_stream (GIOStream    *stream,
+                                    const char   *name,
+                                    GMainContext *context)
+{
+  KvRedisConnection *self = g_object_new (KV_TYPE_REDIS_CONNECTION, NULL);
+
+  self->host = g_strdup (name);
+  self->address = g_strdup (name);
+  self->context = g_main_context_ref (context);
+  self->stream = g_object_ref (stream);
+  self->input = g_io_stream_get_input_stream (stream);
+  self->output = g_io_stream_get_output_stream (stream);
+  self->state = KV_REDIS_CONNECTION_READY;
+  start_read (self);
   return self;
 }
 

@@ -98,6 +98,9 @@ KvRedisConnection     *kv_redis_connection_new          (const char             
                                                          guint16                        port,
                                                          const KvRedisConnectionConfig *config,
                                                          GMainContext                  *context);
+KvRedisConnection     *kv_redis_connection_new_for_stream (GIOStream    *stream,
+                                                           const char   *name,
+                                                           GMainContext *context);
 const char            *kv_redis_connection_get_address  (KvRedisConnection *self);
 KvRedisConnectionState kv_redis_connection_get_state    (KvRedisConnection *self);
 const GError          *kv_redis_connection_get_error    (KvRedisConnection *self);

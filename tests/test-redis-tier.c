@@ -1095,6 +1095,28 @@ test_tls (Fixture       *f,
   g_assert_nonnull (strstr (error->message, address));
   g_clear_error (&error);
 
+  /* a server that accepts but never answers the handshake: the connect
+   * timeout ends it */
+  {
+    FakeServer fake = { 0 };
+    g_autofree char *fake_address = NULL;
+    gint64 start = g_get_monotonic_time ();
+
+    fake.get_reply = "$-1\r\n";
+    fake.exists_reply = ":0\r\n";
+    fake_server_start (&fake);
+    fake_address = g_strdup_printf ("127.0.0.1:%u", fake.port);
+    tier = redis_test_tier_new_full (f->buffer, fake_address, &error, "tls", TRUE,
+                                     "tls-ca-file", ca, "connect-timeout-ms", 300, NULL);
+    g_assert_null (tier);
+    g_assert_nonnull (error);
+    g_assert_nonnull (strstr (error->message, fake_address));
+    g_test_message ("handshake never answered: %s after %" G_GINT64_FORMAT " ms", error->message,
+                    (g_get_monotonic_time () - start) / 1000);
+    g_clear_error (&error);
+    fake_server_stop (&fake);
+  }
+
   /* plain TCP to a TLS port: no answer that passes */
   tier = redis_test_tier_new_full (f->buffer, address, &error, "connect-timeout-ms", 500, NULL);
   g_assert_null (tier);

@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#pragma once
+
+#include "kv-peer-frame.h"
+
+G_BEGIN_DECLS
+
+/* The peer handshake's cryptography (doc/protocol.md, "Handshake"):
+ * nonces from the kernel's CSPRNG, HMAC-SHA256 proofs over both nonces and
+ * the session parameters, compared in constant time. */
+
+/* The minimum length of a shared secret, in bytes. */
+#define KV_PEER_MIN_SECRET_LEN 16
+#define KV_PEER_MAX_SECRET_LEN 4096
+
+typedef enum {
+  KV_PEER_ROLE_CLIENT,
+  KV_PEER_ROLE_SERVER,
+} KvPeerRole;
+
+gboolean kv_peer_random_nonce      (guint8          nonce[KV_PEER_NONCE_LEN],
+                                    GError        **error);
+void     kv_peer_handshake_mac     (GBytes         *secret,
+                                    KvPeerRole      role,
+                                    const guint8    client_nonce[KV_PEER_NONCE_LEN],
+                                    const guint8    server_nonce[KV_PEER_NONCE_LEN],
+                                    const guint8    params[KV_PEER_AUTH_PARAMS_SIZE],
+                                    guint8          mac[KV_PEER_MAC_LEN]);
+gboolean kv_peer_handshake_verify  (GBytes         *secret,
+                                    KvPeerRole      role,
+                                    const guint8    client_nonce[KV_PEER_NONCE_LEN],
+                                    const guint8    server_nonce[KV_PEER_NONCE_LEN],
+                                    const guint8    params[KV_PEER_AUTH_PARAMS_SIZE],
+                                    const guint8    mac[KV_PEER_MAC_LEN]);
+gboolean kv_peer_constant_time_equal (const guint8 *a,
+                                      const guint8 *b,
+                                      gsize         len);
+GBytes  *kv_peer_secret_load       (const char     *path,
+                                    GError        **error);
+
+G_END_DECLS

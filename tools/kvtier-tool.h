@@ -78,6 +78,8 @@ int      tool_bench       (int    argc,
                            char **argv);
 int      tool_inspect     (int    argc,
                            char **argv);
+int      tool_serve       (int    argc,
+                           char **argv);
 
 /* Small helpers shared by the subcommands. */
 gboolean tool_parse_size  (const char  *text,

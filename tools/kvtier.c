@@ -420,6 +420,9 @@ static const Command commands[] = {
   { "plugins", cmd_plugins, "list the tier and device types and their properties" },
   { "config", cmd_config, "config check FILE: validate a configuration, print the resolved objects" },
   { "inspect", tool_inspect, "inspect fs ROOT: namespaces, chunks, checksums, stale files" },
+#ifdef KVTIER_HAVE_SERVE
+  { "serve", tool_serve, "serve --config FILE: run a node, serve its tiers to peers, /metrics" },
+#endif
 };
 
 static char *

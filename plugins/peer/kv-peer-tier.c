@@ -66,6 +66,7 @@ struct _KvPeerTier
   guint8          digest[KV_CHUNK_NAMESPACE_DIGEST_LEN];
   KvPeerCounters  counters;
   guint64         reported[KV_PEER_N_COUNTERS];   /* owner thread */
+  gboolean        stats_taken;
 
   GPtrArray      *clients;          /* KvPeerClient, in `peers` order */
   KvPeerServer   *server;
@@ -81,6 +82,7 @@ struct _KvPeerTier
   guint           n_loads;          /* load jobs not reported yet */
 
   GHashTable     *serve_requests;   /* owner thread: connection id → KvRequest */
+  gboolean        draining;
 };
 
 enum {
@@ -103,6 +105,8 @@ enum {
   PROP_CONNECTIONS_PER_PEER,
   PROP_PEER_BREAKER_THRESHOLD,
   PROP_PEER_BREAKER_OPEN_MS,
+  PROP_BOUND_ADDRESS,
+  PROP_DRAINING,
   N_PROPS
 };
 
@@ -125,8 +129,8 @@ static const struct { const char *name; const char *doc; } counter_info[KV_PEER_
   { "kvtier:peer_fetch_failures", "peer tier: fetches that failed (connection, timeout, protocol)" },
   { "kvtier:peer_checksum_failures", "peer tier: fetched chunks that failed their check" },
   { "kvtier:peer_connect_failures", "peer tier: connections to a peer that failed (connect, TLS, handshake)" },
-  { "kvtier:peer_peer_errors", "peer tier: requests to a peer that failed (counted by its breaker)" },
-  { "kvtier:peer_peer_skipped", "peer tier: requests not sent because the peer's breaker was open" },
+  { "kvtier:peer_request_errors", "peer tier: requests to a peer that failed (counted by its breaker)" },
+  { "kvtier:peer_breaker_skips", "peer tier: requests not sent because the peer's breaker was open" },
   { "kvtier:peer_connections_accepted", "peer server: connections accepted" },
   { "kvtier:peer_connections_rejected", "peer server: connections refused at max-connections" },
   { "kvtier:peer_handshake_failures", "peer server: handshakes that failed (not the protocol, bad HELLO or AUTH, TLS)" },
@@ -857,7 +861,8 @@ kv_peer_tier_has_pending_work (KvSecondaryTier *tier)
   pending = self->n_loads > 0;
   g_mutex_unlock (&self->lock);
   return pending ||
-         (self->server != NULL && kv_peer_server_has_requests (self->server)) ||
+         (self->server != NULL && (kv_peer_server_has_requests (self->server) ||
+                                   kv_peer_server_get_n_busy (self->server) > 0)) ||
          (self->async_lookup != NULL && kv_async_lookup_get_n_pending (self->async_lookup) > 0);
 }
 
@@ -972,7 +977,8 @@ kv_peer_tier_get_stats (KvSecondaryTier *tier)
     {
       guint64 value = kv_peer_counters_get (&self->counters, c);
 
-      if (value != self->reported[c])
+      /* every series from the first call on, zeros included */
+      if (value != self->reported[c] || !self->stats_taken)
         {
           kv_stats_increase_counter (stats, counter_info[c].name, value - self->reported[c], labels);
           self->reported[c] = value;
@@ -981,6 +987,7 @@ kv_peer_tier_get_stats (KvSecondaryTier *tier)
   for (guint i = 0; self->clients != NULL && i < self->clients->len; i++)
     if (!kv_circuit_breaker_allows_requests (kv_peer_client_get_breaker (self->clients->pdata[i])))
       n_open++;
+  self->stats_taken = TRUE;
   kv_stats_set_gauge (stats, "kvtier:peer_connections_open",
                       self->server != NULL ? kv_peer_server_get_n_connections (self->server) : 0,
                       labels);
@@ -1209,6 +1216,8 @@ kv_peer_tier_get_property (GObject    *object,
     case PROP_CONNECTIONS_PER_PEER: g_value_set_uint (value, self->connections_per_peer); break;
     case PROP_PEER_BREAKER_THRESHOLD: g_value_set_uint (value, self->peer_breaker_threshold); break;
     case PROP_PEER_BREAKER_OPEN_MS: g_value_set_uint (value, self->peer_breaker_open_ms); break;
+    case PROP_BOUND_ADDRESS: g_value_take_string (value, kv_peer_tier_get_listen_address (self)); break;
+    case PROP_DRAINING: g_value_set_boolean (value, self->draining); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1257,6 +1266,12 @@ kv_peer_tier_set_property (GObject      *object,
     case PROP_CONNECTIONS_PER_PEER: self->connections_per_peer = g_value_get_uint (value); break;
     case PROP_PEER_BREAKER_THRESHOLD: self->peer_breaker_threshold = g_value_get_uint (value); break;
     case PROP_PEER_BREAKER_OPEN_MS: self->peer_breaker_open_ms = g_value_get_uint (value); break;
+    case PROP_DRAINING:
+      /* A drain accepts no new peer, and finishes what is asked already. */
+      if (g_value_get_boolean (value) && !self->draining && self->server != NULL)
+        kv_peer_server_stop_accepting (self->server);
+      self->draining = self->draining || g_value_get_boolean (value);
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1426,6 +1441,26 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    */
   properties[PROP_PEER_BREAKER_OPEN_MS] =
     g_param_spec_uint ("peer-breaker-open-ms", NULL, NULL, 0, G_MAXUINT, 1000, CONSTRUCT_FLAGS);
+
+  /**
+   * KvPeerTier:bound-address:
+   *
+   * "HOST:PORT" the tier serves on (with the port chosen for port 0), or
+   * %NULL when it does not serve.
+   */
+  properties[PROP_BOUND_ADDRESS] =
+    g_param_spec_string ("bound-address", NULL, NULL, NULL,
+                         G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  /**
+   * KvPeerTier:draining:
+   *
+   * Set to %TRUE to stop accepting peers before a shutdown; the requests
+   * of connected peers are still answered (and keep
+   * [vfunc@Kv.SecondaryTier.has_pending_work] true until they are).
+   */
+  properties[PROP_DRAINING] =
+    g_param_spec_boolean ("draining", NULL, NULL, FALSE,
+                          G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 

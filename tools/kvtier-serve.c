@@ -294,6 +294,8 @@ tool_serve (int    argc,
     { NULL }
   };
 
+  /* stdout carries the `ready` line: every log message goes to stderr */
+  g_log_writer_default_set_use_stderr (TRUE);
   context = g_option_context_new ("--config FILE - run a node and serve its tiers to peers");
   g_option_context_set_summary (context,
     "Builds the primary tier and the tiers of FILE, serves them to other nodes through\n"

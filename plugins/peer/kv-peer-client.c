@@ -616,6 +616,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
   link = take_link (self, &deadline, error);
   if (link == NULL)
     {
+      kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCH_FAILURES, 1);
       name_failure (self, &deadline, "a connection", error);
       record_outcome (self, FALSE, &deadline);
       deadline_end (&deadline);

@@ -1,0 +1,443 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <kvtier.h>
+#include <signal.h>
+#include <string.h>
+
+#include "peer-harness.h"
+
+/* The peer tier between real processes on 127.0.0.1: `kvtier serve` nodes
+ * serving synthetic chunks, and this process as the asking node. */
+
+#define SLOT_KIB 256
+
+static char *
+peers_setting (PeerNode *a,
+               PeerNode *b)
+{
+  return b == NULL ? g_strdup_printf ("peers = %s", a->peer_address)
+                   : g_strdup_printf ("peers = %s,%s", a->peer_address, b->peer_address);
+}
+
+static KvTieringManager *
+client_for (const char *settings)
+{
+  g_autoptr(GError) error = NULL;
+  KvTieringManager *manager = client_manager_new (settings, SLOT_KIB, &error);
+
+  g_assert_no_error (error);
+  g_assert_nonnull (manager);
+  return manager;
+}
+
+static void
+client_free (KvTieringManager *manager)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_assert_true (kv_tiering_manager_shutdown (manager, &error));
+  g_assert_no_error (error);
+  g_object_unref (manager);
+}
+
+/* Looks up chunks [first, first + n) and checks the verdict of each:
+ * HIT with the exact bytes for those in [hit_first, hit_end), MISS for the
+ * rest. */
+static void
+expect_chunks (KvTieringManager *manager,
+               KvRequest        *request,
+               guint64           first,
+               guint64           n,
+               guint64           hit_first,
+               guint64           hit_end)
+{
+  for (guint64 i = first; i < first + n; i++)
+    {
+      g_autoptr(KvKey) key = synthetic_key (i);
+      KvLookupResult result = client_lookup_settled (manager, request, key, 5000);
+
+      if (i >= hit_first && i < hit_end)
+        {
+          g_assert_cmpint (result, ==, KV_LOOKUP_RESULT_HIT);
+          g_assert_true (client_chunk_is (manager, request, key, i));
+        }
+      else
+        g_assert_cmpint (result, ==, KV_LOOKUP_RESULT_MISS);
+    }
+}
+
+static void
+test_two_nodes (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 0, 24);
+  g_autofree char *settings = peers_setting (b, NULL);
+  KvTieringManager *a = client_for (settings);
+  g_autoptr(KvRequest) request = kv_request_new ("two-nodes", NULL);
+  g_autofree char *metrics = NULL;
+
+  kv_tiering_manager_on_new_request (a, request);
+  /* 0..23 on B: fetched byte for byte; 24..29 nowhere */
+  expect_chunks (a, request, 0, 30, 0, 24);
+  kv_tiering_manager_on_request_finished (a, request);
+
+  metrics = scrape_metrics (b);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_served_chunks_total"), ==, 24);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_served_bytes_total"), ==, 24.0 * SLOT_KIB * 1024);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_auth_failures_total"), ==, 0);
+  client_free (a);
+  g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
+}
+
+static void
+test_three_nodes (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 0, 16);
+  g_autoptr(PeerNode) c = peer_node_start ("", SLOT_KIB, 16, 16);
+  g_autofree char *settings = peers_setting (b, c);
+  KvTieringManager *a = client_for (settings);
+  g_autoptr(KvRequest) request = kv_request_new ("three-nodes", NULL);
+  g_autoptr(KvRequest) only_c = NULL;
+  g_autoptr(KvKey) key_on_b = synthetic_key (40);
+
+  kv_tiering_manager_on_new_request (a, request);
+  /* a prefix split over two peers: each chunk from the one that has it */
+  expect_chunks (a, request, 0, 34, 0, 32);
+  kv_tiering_manager_on_request_finished (a, request);
+
+  /* A request that names its peer asks only that one. */
+  only_c = kv_request_new ("named-peer", g_variant_new_parsed ("{'kv_peer': <%s>}", c->peer_address));
+  kv_tiering_manager_on_new_request (a, only_c);
+  {
+    g_autoptr(KvKey) on_b = synthetic_key (3);
+    g_autoptr(KvKey) on_c = synthetic_key (20);
+
+    /* 3 was fetched into A's primary above: that is a primary hit; 40 is
+     * nowhere; 20 is C's */
+    g_assert_cmpint (client_lookup_settled (a, only_c, key_on_b, 5000), ==, KV_LOOKUP_RESULT_MISS);
+    g_assert_cmpint (client_lookup_settled (a, only_c, on_c, 5000), ==, KV_LOOKUP_RESULT_HIT);
+    g_assert_cmpint (client_lookup_settled (a, only_c, on_b, 5000), ==, KV_LOOKUP_RESULT_HIT);
+  }
+  kv_tiering_manager_on_request_finished (a, only_c);
+
+  client_free (a);
+  g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
+  g_assert_cmpint (peer_node_terminate (c, 5000), ==, 0);
+}
+
+/* ---- the tier on its own: jobs submitted directly -------------------------------- */
+
+typedef struct
+{
+  KvTierRegistry  *registry;
+  KvHostBuffer    *buffer;
+  KvSecondaryTier *tier;
+} LoneTier;
+
+static void
+lone_tier_init (LoneTier   *lone,
+                const char *peers,
+                const char *extra)
+{
+  g_autoptr(GError) error = NULL;
+  GVariantBuilder props;
+
+  lone->registry = kv_tier_registry_new ();
+  g_assert_true (kv_tier_registry_load_plugins (lone->registry, NULL));
+  lone->buffer = kv_host_buffer_new (64, SLOT_KIB * 1024, &error);
+  g_assert_no_error (error);
+  g_variant_builder_init (&props, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add (&props, "{sv}", "peers", g_variant_new_string (peers));
+  g_variant_builder_add (&props, "{sv}", "secret-file", g_variant_new_string (harness_secret_path ()));
+  g_variant_builder_add (&props, "{sv}", "namespace", g_variant_new_string ("test-model/fp16/tp1"));
+  if (extra != NULL)
+    {
+      g_auto(GStrv) pairs = g_strsplit (extra, ";", -1);
+
+      for (guint i = 0; pairs[i] != NULL; i++)
+        {
+          g_auto(GStrv) kv = g_strsplit (pairs[i], "=", 2);
+
+          g_variant_builder_add (&props, "{sv}", kv[0], g_variant_new_string (kv[1]));
+        }
+    }
+  lone->tier = kv_tier_registry_create_tier (lone->registry, "peer", lone->buffer, NULL,
+                                             g_variant_builder_end (&props), &error);
+  g_assert_no_error (error);
+}
+
+static void
+lone_tier_clear (LoneTier *lone)
+{
+  g_assert_true (kv_secondary_tier_shutdown (lone->tier, NULL));
+  g_clear_object (&lone->tier);
+  g_clear_object (&lone->buffer);
+  g_clear_object (&lone->registry);
+}
+
+/* Submits a load of chunks [first, first + n) into slots 0.. and waits
+ * for its one result. */
+static KvJobResult *
+lone_load (LoneTier  *lone,
+           guint64    job_id,
+           guint64    first,
+           guint      n,
+           gboolean (*between) (gpointer),
+           gpointer   data)
+{
+  g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  g_autofree guint32 *ids = g_new (guint32, n);
+  g_autoptr(KvRequest) request = kv_request_new ("lone", NULL);
+  g_autoptr(KvTransferJob) job = NULL;
+  g_autoptr(GError) error = NULL;
+  gint64 until = g_get_monotonic_time () + 20 * G_USEC_PER_SEC;
+
+  for (guint i = 0; i < n; i++)
+    {
+      g_ptr_array_add (keys, synthetic_key (first + i));
+      ids[i] = i;
+    }
+  job = kv_transfer_job_new (job_id, (KvKey * const *) keys->pdata, ids, n, TRUE, request);
+  g_assert_true (kv_secondary_tier_submit_load (lone->tier, job, &error));
+  g_assert_no_error (error);
+  if (between != NULL)
+    between (data);
+  while (g_get_monotonic_time () < until)
+    {
+      g_autofree KvJobResult **results = kv_secondary_tier_get_finished_jobs (lone->tier);
+
+      if (results != NULL && results[0] != NULL)
+        {
+          g_assert_null (results[1]);
+          g_assert_cmpuint (kv_job_result_get_job_id (results[0]), ==, job_id);
+          return results[0];
+        }
+      g_usleep (1000);
+    }
+  g_error ("load job %" G_GUINT64_FORMAT " was never reported", job_id);
+  return NULL;
+}
+
+static gboolean
+slot_is (LoneTier *lone,
+         guint     slot,
+         guint64   index)
+{
+  g_autofree guint8 *expected = g_malloc (SLOT_KIB * 1024);
+
+  synthetic_fill (expected, SLOT_KIB * 1024, index);
+  return memcmp (kv_host_buffer_peek_slot (lone->buffer, slot), expected, SLOT_KIB * 1024) == 0;
+}
+
+static void
+test_partial (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 100, 4);
+  LoneTier lone = { 0 };
+  KvJobResult *result;
+  KvKey * const *landed;
+  guint n_landed = 0;
+
+  lone_tier_init (&lone, b->peer_address, NULL);
+  /* 100..103 on B, 104..105 not: a partial load naming what landed */
+  result = lone_load (&lone, 1, 100, 6, NULL, NULL);
+  g_assert_false (kv_job_result_get_success (result));
+  g_assert_true (kv_job_result_has_successful_keys (result));
+  landed = kv_job_result_get_successful_keys (result, &n_landed);
+  g_assert_cmpuint (n_landed, ==, 4);
+  for (guint i = 0; i < 4; i++)
+    {
+      g_autoptr(KvKey) key = synthetic_key (100 + i);
+
+      g_assert_true (kv_key_equal (landed[i], key));
+      g_assert_true (slot_is (&lone, i, 100 + i));
+    }
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (result), ==, 4 * SLOT_KIB * 1024);
+  kv_job_result_unref (result);
+
+  /* all there: success */
+  result = lone_load (&lone, 2, 101, 3, NULL, NULL);
+  g_assert_true (kv_job_result_get_success (result));
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (slot_is (&lone, i, 101 + i));
+  kv_job_result_unref (result);
+
+  lone_tier_clear (&lone);
+}
+
+static gboolean
+kill_node (gpointer data)
+{
+  PeerNode *node = data;
+
+  /* the FETCH is on its way; the node dies before it answers it in full */
+  g_usleep (50 * 1000);
+  peer_node_signal (node, SIGKILL);
+  return TRUE;
+}
+
+static void
+test_killed_peer (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 0, 8);
+  g_autoptr(PeerNode) c = peer_node_start ("", SLOT_KIB, 0, 8);
+  g_autofree char *peers = g_strdup_printf ("%s,%s", b->peer_address, c->peer_address);
+  LoneTier lone = { 0 };
+  KvJobResult *result;
+  g_autoptr(KvStats) stats = NULL;
+
+  lone_tier_init (&lone, peers, "io-timeout-ms=2000;connections-per-peer=1");
+  /* a first load opens the connection to B */
+  result = lone_load (&lone, 1, 0, 2, NULL, NULL);
+  g_assert_true (kv_job_result_get_success (result));
+  kv_job_result_unref (result);
+  g_clear_object (&stats);
+  stats = kv_secondary_tier_get_stats (lone.tier);
+
+  /* B stopped: the FETCH waits in its socket; then B is killed by PID,
+   * the connection is reset in the middle of the transfer */
+  peer_node_signal (b, SIGSTOP);
+  result = lone_load (&lone, 3, 0, 8, kill_node, b);
+  g_assert_false (kv_job_result_get_success (result));
+  g_assert_false (kv_job_result_has_successful_keys (result));
+  kv_job_result_unref (result);
+
+  g_clear_object (&stats);
+  stats = kv_secondary_tier_get_stats (lone.tier);
+  {
+    const char *labels[] = { "peer", NULL };
+    gdouble failures = 0;
+
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_fetch_failures", labels, &failures));
+    g_assert_cmpfloat (failures, ==, 1);
+  }
+
+  /* C serves on: a load from it (the request names it) lands */
+  {
+    g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+    guint32 ids[4] = { 10, 11, 12, 13 };
+    g_autoptr(KvRequest) request = kv_request_new ("to-c", g_variant_new_parsed ("{'kv_peer': <%s>}",
+                                                                                c->peer_address));
+    g_autoptr(KvTransferJob) job = NULL;
+    gint64 until = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+    gboolean reported = FALSE;
+
+    for (guint i = 0; i < 4; i++)
+      g_ptr_array_add (keys, synthetic_key (i));
+    job = kv_transfer_job_new (2, (KvKey * const *) keys->pdata, ids, 4, TRUE, request);
+    g_assert_true (kv_secondary_tier_submit_load (lone.tier, job, NULL));
+    while (!reported && g_get_monotonic_time () < until)
+      {
+        g_autofree KvJobResult **results = kv_secondary_tier_get_finished_jobs (lone.tier);
+
+        if (results != NULL && results[0] != NULL)
+          {
+            g_assert_true (kv_job_result_get_success (results[0]));
+            kv_job_result_unref (results[0]);
+            reported = TRUE;
+          }
+        g_usleep (1000);
+      }
+    g_assert_true (reported);
+    for (guint i = 0; i < 4; i++)
+      g_assert_true (slot_is (&lone, 10 + i, i));
+  }
+  lone_tier_clear (&lone);
+  g_assert_cmpint (peer_node_terminate (c, 5000), ==, 0);
+}
+
+static void
+test_slow_peer (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 0, 8);
+  g_autofree char *settings = g_strdup_printf ("peers = %s\nio-timeout-ms = 300\n"
+                                               "peer-breaker-threshold = 2\npeer-breaker-open-ms = 400",
+                                               b->peer_address);
+  KvTieringManager *a = client_for (settings);
+  KvSecondaryTier *tier = kv_tiering_manager_get_tier (a, 0);
+  g_autoptr(KvRequest) request = kv_request_new ("slow", NULL);
+  const char *labels[] = { "peer", NULL };
+  gdouble breakers = -1, errors = 0, skips = 0;
+  gint64 start;
+
+  kv_tiering_manager_on_new_request (a, request);
+  peer_node_signal (b, SIGSTOP);
+  /* each lookup times out (300 ms); the second failure opens B's breaker */
+  for (guint i = 0; i < 2; i++)
+    {
+      g_autoptr(KvKey) key = synthetic_key (i);
+
+      start = g_get_monotonic_time ();
+      g_assert_cmpint (client_lookup_settled (a, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
+      g_assert_cmpint (g_get_monotonic_time () - start, <, 2 * G_USEC_PER_SEC);
+    }
+  {
+    g_autoptr(KvStats) stats = kv_secondary_tier_get_stats (tier);
+
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_breakers_open", labels, &breakers));
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_request_errors", labels, &errors));
+    g_assert_cmpfloat (breakers, ==, 1);
+    g_assert_cmpfloat (errors, ==, 2);
+  }
+  /* open: the peer is not asked at all, the answer comes at once */
+  {
+    g_autoptr(KvKey) key = synthetic_key (2);
+    g_autoptr(KvStats) stats = NULL;
+
+    start = g_get_monotonic_time ();
+    g_assert_cmpint (client_lookup_settled (a, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
+    g_assert_cmpint (g_get_monotonic_time () - start, <, 250 * 1000);
+    stats = kv_secondary_tier_get_stats (tier);
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_breaker_skips", labels, &skips));
+    g_assert_cmpfloat (skips, >=, 1);
+  }
+
+  /* recovery: B runs again; after the open interval the next request
+   * goes through and closes the breaker */
+  peer_node_signal (b, SIGCONT);
+  g_usleep (500 * 1000);
+  {
+    g_autoptr(KvKey) key = synthetic_key (5);
+    g_autoptr(KvStats) stats = NULL;
+
+    g_assert_cmpint (client_lookup_settled (a, request, key, 5000), ==, KV_LOOKUP_RESULT_HIT);
+    g_assert_true (client_chunk_is (a, request, key, 5));
+    stats = kv_secondary_tier_get_stats (tier);
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_breakers_open", labels, &breakers));
+    g_assert_cmpfloat (breakers, ==, 0);
+  }
+  kv_tiering_manager_on_request_finished (a, request);
+  client_free (a);
+  g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
+}
+
+static void
+test_sigterm (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 0, 2);
+  g_autofree char *metrics = scrape_metrics (b);
+
+  /* the peer tier's series are there from the first scrape on */
+  g_assert_nonnull (strstr (metrics, "\nkvtier:peer_handshake_timeouts_total{tier=\"peer\"} 0\n"));
+  g_assert_nonnull (strstr (metrics, "# TYPE vllm:kv_offload_tiering_"));
+  g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
+}
+
+int
+main (int   argc,
+      char *argv[])
+{
+  int status;
+
+  g_test_init (&argc, &argv, NULL);
+  harness_init ();
+  g_test_add_func ("/peer/two-nodes", test_two_nodes);
+  g_test_add_func ("/peer/three-nodes", test_three_nodes);
+  g_test_add_func ("/peer/partial", test_partial);
+  g_test_add_func ("/peer/killed-peer", test_killed_peer);
+  g_test_add_func ("/peer/slow-peer", test_slow_peer);
+  g_test_add_func ("/peer/sigterm", test_sigterm);
+  status = g_test_run ();
+  harness_cleanup ();
+  return status;
+}

@@ -805,6 +805,18 @@ tls_handshaken (GObject      *source,
   conn_unref (conn);
 }
 
+/* glib-networking verifies a client certificate against the database but
+ * leaves the verdict to this signal on the server side: only a chain the
+ * database fully verified is accepted. */
+static gboolean
+accept_verified_client (GTlsConnection       *connection,
+                        GTlsCertificate      *certificate,
+                        GTlsCertificateFlags  errors,
+                        gpointer              data)
+{
+  return errors == 0;
+}
+
 static gboolean
 incoming (GSocketService    *service,
           GSocketConnection *connection,
@@ -852,6 +864,7 @@ incoming (GSocketService    *service,
         {
           g_tls_connection_set_database (G_TLS_CONNECTION (tls), self->settings.tls_client_database);
           g_object_set (tls, "authentication-mode", G_TLS_AUTHENTICATION_REQUIRED, NULL);
+          g_signal_connect (tls, "accept-certificate", G_CALLBACK (accept_verified_client), NULL);
         }
       conn->stream = tls;
       g_tls_connection_handshake_async (G_TLS_CONNECTION (tls), G_PRIORITY_DEFAULT,

@@ -1,0 +1,666 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include <kvtier.h>
+#include <glib/gstdio.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include "kv-chunk-format.h"
+#include "kv-peer-frame.h"
+#include "kv-peer-handshake.h"
+#include "peer-harness.h"
+
+/* A `kvtier serve` node against hostile clients written with the protocol
+ * library itself: each one is refused or closed and counted, and the node
+ * still answers a good client within its deadline. Then TLS. */
+
+#define SLOT_KIB 128
+#define NAMESPACE "test-model/fp16/tp1"
+
+#define HOSTILE_LIMITS \
+  "handshake-timeout-ms = 1000\n" \
+  "idle-timeout-ms = 1500\n" \
+  "io-timeout-ms = 1000\n" \
+  "max-keys-per-request = 64\n" \
+  "max-connections = 4096\n"
+
+static const char *hostile_settings = HOSTILE_LIMITS "max-inflight-bytes = 4MiB";
+
+static GBytes *
+read_secret (const char *path)
+{
+  g_autoptr(GError) error = NULL;
+  GBytes *secret = kv_peer_secret_load (path, &error);
+
+  g_assert_no_error (error);
+  return secret;
+}
+
+static GSocketConnection *
+raw_connect (PeerNode *node)
+{
+  g_autoptr(GSocketClient) client = g_socket_client_new ();
+  g_autoptr(GError) error = NULL;
+  GSocketConnection *conn;
+
+  conn = g_socket_client_connect_to_host (client, node->peer_address, 0, NULL, &error);
+  g_assert_no_error (error);
+  g_socket_set_timeout (g_socket_connection_get_socket (conn), 5);
+  return conn;
+}
+
+static void
+raw_send (GSocketConnection *conn,
+          const void        *data,
+          gsize              len)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_output_stream_write_all (g_io_stream_get_output_stream (G_IO_STREAM (conn)), data, len,
+                             NULL, NULL, &error);
+  g_assert_no_error (error);
+}
+
+/* Reads one frame; FALSE at the end of the stream (or a reset). */
+static gboolean
+raw_read_frame (GSocketConnection *conn,
+                KvPeerMessage     *message)
+{
+  GInputStream *in = g_io_stream_get_input_stream (G_IO_STREAM (conn));
+  guint8 header[KV_PEER_FRAME_HEADER_SIZE];
+  g_autofree guint8 *body = NULL;
+  KvPeerFrameHeader parsed;
+  g_autoptr(GError) error = NULL;
+  gsize n = 0;
+
+  if (!g_input_stream_read_all (in, header, sizeof header, &n, NULL, &error) || n < sizeof header)
+    {
+      /* a reset is the end too; a timeout is a test failure */
+      g_assert_false (g_error_matches (error, G_IO_ERROR, G_IO_ERROR_TIMED_OUT));
+      return FALSE;
+    }
+  g_assert_true (kv_peer_frame_header_parse (header, 64 << 20, &parsed, NULL));
+  body = g_malloc (MAX (parsed.body_len, 1));
+  g_assert_true (g_input_stream_read_all (in, body, parsed.body_len, &n, NULL, NULL));
+  g_assert_cmpuint (n, ==, parsed.body_len);
+  if (parsed.type == KV_PEER_FRAME_DATA)
+    return kv_peer_message_parse (parsed.type, body, KV_PEER_DATA_PREFIX_SIZE, 0, message, NULL);
+  g_assert_true (kv_peer_message_parse (parsed.type, body, parsed.body_len, 8192, message, NULL));
+  return TRUE;
+}
+
+/* The server closes: the next read ends the stream. */
+static void
+assert_closed (GSocketConnection *conn)
+{
+  g_auto(KvPeerMessage) message = { 0 };
+
+  while (raw_read_frame (conn, &message))
+    kv_peer_message_clear (&message);
+}
+
+/* Sends HELLO and AUTH with @secret, @namespace_ and @block_size; returns
+ * the server's answer to AUTH (AUTH or ERROR), or FALSE if it closed. */
+static gboolean
+raw_handshake (GSocketConnection *conn,
+               GBytes            *secret,
+               const char        *namespace_,
+               gsize              block_size,
+               KvPeerMessage     *answer)
+{
+  g_autoptr(GByteArray) out = g_byte_array_new ();
+  g_auto(KvPeerMessage) hello = { 0 };
+  guint8 nonce[KV_PEER_NONCE_LEN], digest[32], params[KV_PEER_AUTH_PARAMS_SIZE], mac[KV_PEER_MAC_LEN];
+
+  g_assert_true (kv_peer_random_nonce (nonce, NULL));
+  kv_peer_frame_append_hello (out, nonce);
+  raw_send (conn, out->data, out->len);
+  if (!raw_read_frame (conn, &hello))
+    return FALSE;
+  g_assert_cmpint (hello.type, ==, KV_PEER_FRAME_HELLO);
+  kv_chunk_namespace_digest (namespace_, block_size, digest);
+  kv_peer_frame_auth_params (params, block_size, digest, 0, 0);
+  kv_peer_handshake_mac (secret, KV_PEER_ROLE_CLIENT, nonce, hello.nonce, params, mac);
+  g_byte_array_set_size (out, 0);
+  kv_peer_frame_append_auth (out, params, mac);
+  raw_send (conn, out->data, out->len);
+  return raw_read_frame (conn, answer);
+}
+
+static GSocketConnection *
+good_connection (PeerNode *node)
+{
+  g_autoptr(GBytes) secret = read_secret (harness_secret_path ());
+  g_auto(KvPeerMessage) answer = { 0 };
+  GSocketConnection *conn = raw_connect (node);
+
+  g_assert_true (raw_handshake (conn, secret, NAMESPACE, SLOT_KIB * 1024, &answer));
+  g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_AUTH);
+  return conn;
+}
+
+/* A good client: authenticated, its LOOKUP answered HIT within 1 s. */
+static void
+assert_good_client_served (PeerNode *node)
+{
+  gint64 start = g_get_monotonic_time ();
+  g_autoptr(GSocketConnection) conn = good_connection (node);
+  g_autoptr(GByteArray) out = g_byte_array_new ();
+  g_autoptr(KvKey) key = synthetic_key (0);
+  g_auto(KvPeerMessage) answer = { 0 };
+
+  g_assert_true (kv_peer_frame_append_keys (out, KV_PEER_FRAME_LOOKUP, 7, &key, 1, NULL));
+  raw_send (conn, out->data, out->len);
+  g_assert_true (raw_read_frame (conn, &answer));
+  g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_LOOKUP_RESP);
+  g_assert_cmpuint (answer.request_id, ==, 7);
+  g_assert_cmpuint (answer.n_answers, ==, 1);
+  g_assert_cmpuint (answer.answers[0], ==, KV_PEER_LOOKUP_HIT);
+  g_assert_cmpint (g_get_monotonic_time () - start, <, G_USEC_PER_SEC);
+}
+
+/* Polls /metrics until @name reaches @at_least (counters of a closed
+ * connection are counted on the server's thread, a moment later). */
+static gdouble
+wait_metric (PeerNode   *node,
+             const char *name,
+             gdouble     at_least)
+{
+  gint64 until = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  gdouble value = 0;
+
+  for (;;)
+    {
+      g_autofree char *text = scrape_metrics (node);
+
+      value = metric_sum (text, name);
+      if (value >= at_least || g_get_monotonic_time () > until)
+        return value;
+      g_usleep (20 * 1000);
+    }
+}
+
+static void
+test_unauthenticated (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start (hostile_settings, SLOT_KIB, 0, 4);
+  g_autoptr(GByteArray) out = g_byte_array_new ();
+  g_autoptr(KvKey) key = synthetic_key (0);
+
+  /* a LOOKUP before any handshake: closed without an answer */
+  {
+    g_autoptr(GSocketConnection) conn = raw_connect (node);
+
+    g_assert_true (kv_peer_frame_append_keys (out, KV_PEER_FRAME_LOOKUP, 1, &key, 1, NULL));
+    raw_send (conn, out->data, out->len);
+    assert_closed (conn);
+  }
+  /* a HELLO of another protocol version */
+  {
+    g_autoptr(GSocketConnection) conn = raw_connect (node);
+    g_auto(KvPeerMessage) answer = { 0 };
+    guint8 nonce[KV_PEER_NONCE_LEN] = { 0 };
+
+    g_byte_array_set_size (out, 0);
+    kv_peer_frame_append_hello (out, nonce);
+    out->data[KV_PEER_FRAME_HEADER_SIZE + KV_PEER_MAGIC_LEN] = 99;
+    raw_send (conn, out->data, out->len);
+    g_assert_true (raw_read_frame (conn, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_VERSION);
+    assert_closed (conn);
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_handshake_failures_total", 2), ==, 2);
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
+static void
+test_wrong_secret_and_namespace (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start (hostile_settings, SLOT_KIB, 0, 4);
+  g_autoptr(GBytes) secret = read_secret (harness_secret_path ());
+  g_autoptr(GBytes) wrong = g_bytes_new_static ("not the secret of these nodes", 29);
+
+  {
+    g_autoptr(GSocketConnection) conn = raw_connect (node);
+    g_auto(KvPeerMessage) answer = { 0 };
+
+    g_assert_true (raw_handshake (conn, wrong, NAMESPACE, SLOT_KIB * 1024, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_AUTH_FAILED);
+    assert_closed (conn);
+  }
+  {
+    g_autoptr(GSocketConnection) conn = raw_connect (node);
+    g_auto(KvPeerMessage) answer = { 0 };
+
+    g_assert_true (raw_handshake (conn, secret, "other-model/bf16/tp2", SLOT_KIB * 1024, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_NAMESPACE);
+    assert_closed (conn);
+  }
+  {
+    g_autoptr(GSocketConnection) conn = raw_connect (node);
+    g_auto(KvPeerMessage) answer = { 0 };
+
+    g_assert_true (raw_handshake (conn, secret, NAMESPACE, 2 * SLOT_KIB * 1024, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_CHUNK_SIZE);
+    assert_closed (conn);
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_auth_failures_total", 1), ==, 1);
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_namespace_mismatches_total", 2), ==, 2);
+
+  /* the peer tier of a node with the wrong secret: its lookups miss */
+  {
+    g_autofree char *wrong_path = harness_write_file ("wrong-secret", "0123456789abcdef-wrong", 0600);
+    g_autofree char *settings = g_strdup_printf ("peers = %s\nsecret-file = %s", node->peer_address,
+                                                 wrong_path);
+    g_autoptr(GError) error = NULL;
+    KvTieringManager *manager = client_manager_new (settings, SLOT_KIB, &error);
+    g_autoptr(KvRequest) request = kv_request_new ("wrong-secret", NULL);
+    g_autoptr(KvKey) key = synthetic_key (1);
+
+    g_assert_no_error (error);
+    kv_tiering_manager_on_new_request (manager, request);
+    g_assert_cmpint (client_lookup_settled (manager, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
+    kv_tiering_manager_on_request_finished (manager, request);
+    g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
+    g_object_unref (manager);
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_auth_failures_total", 2), >=, 2);
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
+static void
+test_bad_frames (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start (hostile_settings, SLOT_KIB, 0, 80);
+  guint8 header[KV_PEER_FRAME_HEADER_SIZE];
+
+  /* oversized: a LOOKUP of 64 MiB is refused from its header */
+  {
+    g_autoptr(GSocketConnection) conn = good_connection (node);
+    g_auto(KvPeerMessage) answer = { 0 };
+
+    kv_peer_frame_header_encode (header, KV_PEER_FRAME_LOOKUP, 64 << 20);
+    raw_send (conn, header, sizeof header);
+    g_assert_true (raw_read_frame (conn, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_LIMIT);
+    assert_closed (conn);
+  }
+  /* a FETCH of more bytes than max-inflight-bytes (64 × 128 KiB > 4 MiB) */
+  {
+    g_autoptr(GSocketConnection) conn = good_connection (node);
+    g_autoptr(GByteArray) out = g_byte_array_new ();
+    g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+    g_auto(KvPeerMessage) answer = { 0 };
+
+    for (guint i = 0; i < 64; i++)
+      g_ptr_array_add (keys, synthetic_key (i));
+    g_assert_true (kv_peer_frame_append_keys (out, KV_PEER_FRAME_FETCH, 1,
+                                              (KvKey * const *) keys->pdata, 64, NULL));
+    raw_send (conn, out->data, out->len);
+    g_assert_true (raw_read_frame (conn, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_LIMIT);
+    assert_closed (conn);
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_limit_violations_total", 2), ==, 2);
+
+  /* truncated: a header promising 100 bytes, 10 sent, then the end */
+  {
+    g_autoptr(GSocketConnection) conn = good_connection (node);
+    guint8 ten[10] = { 0 };
+
+    kv_peer_frame_header_encode (header, KV_PEER_FRAME_LOOKUP, 100);
+    raw_send (conn, header, sizeof header);
+    raw_send (conn, ten, sizeof ten);
+    g_socket_shutdown (g_socket_connection_get_socket (conn), FALSE, TRUE, NULL);
+    assert_closed (conn);
+  }
+  /* garbage after the handshake */
+  {
+    g_autoptr(GSocketConnection) conn = good_connection (node);
+    g_auto(KvPeerMessage) answer = { 0 };
+    guint8 garbage[64];
+
+    for (guint i = 0; i < sizeof garbage; i++)
+      garbage[i] = 0xA0 + i;
+    raw_send (conn, garbage, sizeof garbage);
+    g_assert_true (raw_read_frame (conn, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_BAD_FRAME);
+    assert_closed (conn);
+  }
+  /* a well-formed frame the server never takes (a DONE) */
+  {
+    g_autoptr(GSocketConnection) conn = good_connection (node);
+    g_autoptr(GByteArray) out = g_byte_array_new ();
+    g_auto(KvPeerMessage) answer = { 0 };
+
+    kv_peer_frame_append_done (out, 1, 1);
+    raw_send (conn, out->data, out->len);
+    g_assert_true (raw_read_frame (conn, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    assert_closed (conn);
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_bad_frames_total", 3), ==, 3);
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
+static void
+test_slow_reader (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start (HOSTILE_LIMITS "max-inflight-bytes = 8MiB", SLOT_KIB, 0, 64);
+  g_autoptr(GSocketConnection) conn = good_connection (node);
+  g_autoptr(GByteArray) out = g_byte_array_new ();
+  g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  int small = 4096;
+
+  /* 8 MiB asked for (more than both socket buffers hold), nothing read:
+   * the server's writes stall */
+  setsockopt (g_socket_get_fd (g_socket_connection_get_socket (conn)), SOL_SOCKET, SO_RCVBUF,
+              &small, sizeof small);
+  for (guint i = 0; i < 64; i++)
+    g_ptr_array_add (keys, synthetic_key (i));
+  g_assert_true (kv_peer_frame_append_keys (out, KV_PEER_FRAME_FETCH, 1,
+                                            (KvKey * const *) keys->pdata, 64, NULL));
+  raw_send (conn, out->data, out->len);
+
+  /* closed after the I/O timeout; the pinned chunks are released (their
+   * jobs reported failed), and the node serves on */
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_slow_readers_total", 1), ==, 1);
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_serve_failures_total", 1), ==, 1);
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
+static void
+test_idle_connections (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start (hostile_settings, SLOT_KIB, 0, 4);
+  g_autoptr(GPtrArray) idle = g_ptr_array_new_with_free_func (g_object_unref);
+  struct rlimit limit;
+
+  /* 1,000 sockets here, 1,000 there: raise the soft limit if needed */
+  g_assert_cmpint (getrlimit (RLIMIT_NOFILE, &limit), ==, 0);
+  if (limit.rlim_cur < 2200)
+    {
+      if (limit.rlim_max < 2200)
+        {
+          g_test_skip ("RLIMIT_NOFILE is below 2200 file descriptors");
+          return;
+        }
+      limit.rlim_cur = limit.rlim_max;
+      g_assert_cmpint (setrlimit (RLIMIT_NOFILE, &limit), ==, 0);
+    }
+
+  for (guint i = 0; i < 1000; i++)
+    g_ptr_array_add (idle, raw_connect (node));
+  /* while they idle, a good client is served at once */
+  assert_good_client_served (node);
+  /* and an authenticated connection that idles is closed too */
+  {
+    g_autoptr(GSocketConnection) quiet = good_connection (node);
+
+    g_assert_cmpfloat (wait_metric (node, "kvtier:peer_handshake_timeouts_total", 1000), ==, 1000);
+    for (guint i = 0; i < idle->len; i++)
+      assert_closed (idle->pdata[i]);
+    assert_closed (quiet);
+    g_assert_cmpfloat (wait_metric (node, "kvtier:peer_idle_timeouts_total", 1), ==, 1);
+  }
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
+/* ---- TLS -------------------------------------------------------------------------- */
+
+static void
+openssl (const char *args)
+{
+  g_autofree char *command = g_strdup_printf ("openssl %s", args);
+  g_auto(GStrv) argv = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *err = NULL;
+  int status = 0;
+
+  g_assert_true (g_shell_parse_argv (command, NULL, &argv, NULL));
+  g_spawn_sync (harness_dir (), argv, NULL, G_SPAWN_SEARCH_PATH | G_SPAWN_STDOUT_TO_DEV_NULL,
+                NULL, NULL, NULL, &err, &status, &error);
+  g_assert_no_error (error);
+  if (!g_spawn_check_wait_status (status, NULL))
+    g_error ("%s failed: %s", command, err);
+}
+
+static void
+make_ca (const char *ca)
+{
+  g_autofree char *cmd = g_strdup_printf ("req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                                          "-nodes -keyout %s-key.pem -out %s.pem -days 2 -subj /CN=%s",
+                                          ca, ca, ca);
+
+  openssl (cmd);
+}
+
+/* A key and a certificate @ca signs for @name, valid for IP 127.0.0.1. */
+static void
+make_certificate (const char *ca,
+                  const char *name)
+{
+  g_autofree char *ext = g_strdup_printf ("%s.ext", name);
+  g_autofree char *ext_path = harness_write_file (ext, "subjectAltName=IP:127.0.0.1\n", 0600);
+  g_autofree char *request = g_strdup_printf ("req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 "
+                                              "-nodes -keyout %s-key.pem -out %s.csr -subj /CN=127.0.0.1",
+                                              name, name);
+  g_autofree char *sign = g_strdup_printf ("x509 -req -in %s.csr -CA %s.pem -CAkey %s-key.pem "
+                                           "-CAcreateserial -out %s.pem -days 2 -extfile %s",
+                                           name, ca, ca, name, ext_path);
+
+  openssl (request);
+  openssl (sign);
+}
+
+static char *
+in_dir (const char *name)
+{
+  return g_build_filename (harness_dir (), name, NULL);
+}
+
+static void
+remove_in_dir (const char *name)
+{
+  g_autofree char *path = in_dir (name);
+
+  g_remove (path);
+}
+
+static KvSecondaryTier *
+tls_client_tier (KvTierRegistry *registry,
+                 KvHostBuffer   *buffer,
+                 PeerNode       *node,
+                 const char     *ca,
+                 const char     *cert,
+                 gboolean        tls)
+{
+  GVariantBuilder props;
+  g_autoptr(GError) error = NULL;
+  KvSecondaryTier *tier;
+
+  g_variant_builder_init (&props, G_VARIANT_TYPE_VARDICT);
+  g_variant_builder_add (&props, "{sv}", "peers", g_variant_new_string (node->peer_address));
+  g_variant_builder_add (&props, "{sv}", "secret-file", g_variant_new_string (harness_secret_path ()));
+  g_variant_builder_add (&props, "{sv}", "namespace", g_variant_new_string (NAMESPACE));
+  g_variant_builder_add (&props, "{sv}", "io-timeout-ms", g_variant_new_string ("2000"));
+  g_variant_builder_add (&props, "{sv}", "tls", g_variant_new_boolean (tls));
+  if (ca != NULL)
+    g_variant_builder_add (&props, "{sv}", "tls-ca-file", g_variant_new_take_string (in_dir (ca)));
+  if (cert != NULL)
+    {
+      g_autofree char *cert_name = g_strdup_printf ("%s.pem", cert);
+      g_autofree char *key_name = g_strdup_printf ("%s-key.pem", cert);
+
+      g_variant_builder_add (&props, "{sv}", "tls-cert-file", g_variant_new_take_string (in_dir (cert_name)));
+      g_variant_builder_add (&props, "{sv}", "tls-key-file", g_variant_new_take_string (in_dir (key_name)));
+    }
+  tier = kv_tier_registry_create_tier (registry, "peer", buffer, NULL, g_variant_builder_end (&props),
+                                       &error);
+  g_assert_no_error (error);
+  return tier;
+}
+
+/* Loads chunks 0..3 into slots 0..3; TRUE if all landed byte for byte. */
+static gboolean
+tls_load (KvSecondaryTier *tier,
+          KvHostBuffer    *buffer)
+{
+  g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  guint32 ids[4] = { 0, 1, 2, 3 };
+  g_autoptr(KvRequest) request = kv_request_new ("tls", NULL);
+  g_autoptr(KvTransferJob) job = NULL;
+  gint64 until = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  g_autofree guint8 *expected = g_malloc (SLOT_KIB * 1024);
+  static guint64 job_id;
+
+  for (guint i = 0; i < 4; i++)
+    g_ptr_array_add (keys, synthetic_key (i));
+  memset (kv_host_buffer_get_data (buffer), 0, 4 * SLOT_KIB * 1024);
+  job = kv_transfer_job_new (++job_id, (KvKey * const *) keys->pdata, ids, 4, TRUE, request);
+  g_assert_true (kv_secondary_tier_submit_load (tier, job, NULL));
+  while (g_get_monotonic_time () < until)
+    {
+      g_autofree KvJobResult **results = kv_secondary_tier_get_finished_jobs (tier);
+
+      if (results != NULL && results[0] != NULL)
+        {
+          gboolean ok = kv_job_result_get_success (results[0]);
+
+          kv_job_result_unref (results[0]);
+          for (guint i = 0; ok && i < 4; i++)
+            {
+              synthetic_fill (expected, SLOT_KIB * 1024, i);
+              ok = memcmp (kv_host_buffer_peek_slot (buffer, i), expected, SLOT_KIB * 1024) == 0;
+            }
+          return ok;
+        }
+      g_usleep (1000);
+    }
+  g_error ("the TLS load was never reported");
+  return FALSE;
+}
+
+static void
+test_tls (void)
+{
+  g_autoptr(KvTierRegistry) registry = kv_tier_registry_new ();
+  g_autoptr(KvHostBuffer) buffer = NULL;
+  g_autoptr(PeerNode) node = NULL;
+  g_autoptr(PeerNode) mutual = NULL;
+  g_autofree char *settings = NULL;
+  g_autofree char *mutual_settings = NULL;
+  g_autofree char *dir_ca = in_dir ("ca.pem");
+  g_autofree char *dir_cert = in_dir ("server.pem");
+  g_autofree char *dir_key = in_dir ("server-key.pem");
+
+  g_assert_true (kv_tier_registry_load_plugins (registry, NULL));
+  buffer = kv_host_buffer_new (8, SLOT_KIB * 1024, NULL);
+  /* the nodes' CA signs the server's and a client's certificate (mutual
+   * TLS); another CA signs a stranger's */
+  make_ca ("ca");
+  make_ca ("other-ca");
+  make_certificate ("ca", "server");
+  make_certificate ("ca", "client");
+  make_certificate ("other-ca", "client-other");
+
+  settings = g_strdup_printf ("tls = true\ntls-cert-file = %s\ntls-key-file = %s\nio-timeout-ms = 2000",
+                              dir_cert, dir_key);
+  node = peer_node_start (settings, SLOT_KIB, 0, 4);
+
+  /* a client that trusts the CA: the chunks arrive, byte for byte */
+  {
+    g_autoptr(KvSecondaryTier) tier = tls_client_tier (registry, buffer, node, "ca.pem", NULL, TRUE);
+
+    g_assert_true (tls_load (tier, buffer));
+    g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  }
+  /* one that trusts another CA refuses the server's certificate */
+  {
+    g_autoptr(KvSecondaryTier) tier = tls_client_tier (registry, buffer, node, "other-ca.pem", NULL, TRUE);
+    g_autoptr(KvStats) stats = NULL;
+    const char *labels[] = { "peer", NULL };
+    gdouble failures = 0;
+
+    g_assert_false (tls_load (tier, buffer));
+    stats = kv_secondary_tier_get_stats (tier);
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_connect_failures", labels, &failures));
+    g_assert_cmpfloat (failures, ==, 1);
+    g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  }
+  /* and a client without TLS gets nothing */
+  {
+    g_autoptr(KvSecondaryTier) tier = tls_client_tier (registry, buffer, node, NULL, NULL, FALSE);
+
+    g_assert_false (tls_load (tier, buffer));
+    g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_handshake_failures_total", 2), ==, 2);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+
+  /* mutual TLS: only a client with a certificate of the CA is served */
+  mutual_settings = g_strdup_printf ("%s\ntls-ca-file = %s\ntls-require-client-cert = true",
+                                     settings, dir_ca);
+  mutual = peer_node_start (mutual_settings, SLOT_KIB, 0, 4);
+  {
+    g_autoptr(KvSecondaryTier) tier = tls_client_tier (registry, buffer, mutual, "ca.pem", "client", TRUE);
+
+    g_assert_true (tls_load (tier, buffer));
+    g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  }
+  {
+    g_autoptr(KvSecondaryTier) tier = tls_client_tier (registry, buffer, mutual, "ca.pem", NULL, TRUE);
+
+    g_assert_false (tls_load (tier, buffer));
+    g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  }
+  {
+    g_autoptr(KvSecondaryTier) tier = tls_client_tier (registry, buffer, mutual, "ca.pem", "client-other",
+                                                       TRUE);
+
+    g_assert_false (tls_load (tier, buffer));
+    g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
+  }
+  g_assert_cmpint (peer_node_terminate (mutual, 5000), ==, 0);
+
+  for (const char * const *f = (const char *[]) { "ca.pem", "ca-key.pem", "ca.srl", "server.pem",
+                                                  "server-key.pem", "server.csr", "other-ca.pem",
+                                                  "other-ca-key.pem", "other-ca.srl", "client-other.pem",
+                                                  "client-other-key.pem", "client-other.csr", "client.pem",
+                                                  "client-key.pem", "client.csr", NULL }; *f; f++)
+    remove_in_dir (*f);
+}
+
+int
+main (int   argc,
+      char *argv[])
+{
+  int status;
+
+  g_test_init (&argc, &argv, NULL);
+  harness_init ();
+  g_test_add_func ("/peer-hostile/unauthenticated", test_unauthenticated);
+  g_test_add_func ("/peer-hostile/wrong-secret-and-namespace", test_wrong_secret_and_namespace);
+  g_test_add_func ("/peer-hostile/bad-frames", test_bad_frames);
+  g_test_add_func ("/peer-hostile/slow-reader", test_slow_reader);
+  g_test_add_func ("/peer-hostile/idle-connections", test_idle_connections);
+  g_test_add_func ("/peer-hostile/tls", test_tls);
+  status = g_test_run ();
+  harness_cleanup ();
+  return status;
+}

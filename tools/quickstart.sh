@@ -37,6 +37,9 @@ packages=(
   clang libclang-rt-14-dev libfuzzer-14-dev
   # the redis tier (plugins/redis) and its tests: servers, TLS, a test CA
   redis-server redis-tools libhiredis-dev glib-networking openssl
+  # the peer tier and kvtier serve: libsoup 3 (TLS through glib-networking,
+  # above); its tests use openssl (certificates) and curl (/metrics)
+  libsoup-3.0-dev curl
 )
 
 install_packages() {

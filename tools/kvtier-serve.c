@@ -39,7 +39,7 @@ typedef struct
   KvMetricRegistry *registry;
   KvStats          *totals;
   GMainLoop        *loop;
-  GPtrArray        *peer_tiers;    /* tiers with a "draining" property */
+  GPtrArray        *peer_tiers;    /* tiers with a "drain" action */
   gint              step_queued;   /* atomic */
   gboolean          draining;
   gint64            drain_until_us;
@@ -183,7 +183,7 @@ on_signal (gpointer data)
   serve->draining = TRUE;
   serve->drain_until_us = g_get_monotonic_time () + serve->drain_timeout_ms * G_TIME_SPAN_MILLISECOND;
   for (guint i = 0; i < serve->peer_tiers->len; i++)
-    g_object_set (serve->peer_tiers->pdata[i], "draining", TRUE, NULL);
+    g_signal_emit_by_name (serve->peer_tiers->pdata[i], "drain");
   g_printerr ("kvtier serve: draining\n");
   return G_SOURCE_CONTINUE;
 }
@@ -351,7 +351,7 @@ tool_serve (int    argc,
       KvSecondaryTier *tier = kv_tiering_manager_get_tier (serve.manager, i);
       g_autofree char *bound = NULL;
 
-      if (g_object_class_find_property (G_OBJECT_GET_CLASS (tier), "draining") != NULL)
+      if (g_signal_lookup ("drain", G_OBJECT_TYPE (tier)) != 0)
         g_ptr_array_add (serve.peer_tiers, tier);
       if (g_signal_lookup ("requests-queued", G_OBJECT_TYPE (tier)) != 0)
         g_signal_connect (tier, "requests-queued", G_CALLBACK (requests_queued), &serve);

@@ -106,7 +106,6 @@ enum {
   PROP_PEER_BREAKER_THRESHOLD,
   PROP_PEER_BREAKER_OPEN_MS,
   PROP_BOUND_ADDRESS,
-  PROP_DRAINING,
   N_PROPS
 };
 
@@ -114,6 +113,7 @@ static GParamSpec *properties[N_PROPS];
 
 enum {
   SIGNAL_REQUESTS_QUEUED,
+  SIGNAL_DRAIN,
   N_SIGNALS
 };
 
@@ -1136,6 +1136,14 @@ kv_peer_tier_get_listen_address (KvPeerTier *self)
   return self->server != NULL ? kv_peer_server_get_address (self->server) : NULL;
 }
 
+static void
+kv_peer_tier_drain (KvPeerTier *self)
+{
+  if (!self->draining && self->server != NULL)
+    kv_peer_server_stop_accepting (self->server);
+  self->draining = TRUE;
+}
+
 /* ---- GObject -------------------------------------------------------------------- */
 
 /* Gives the tier its detector that refuses cascades, unless the
@@ -1217,7 +1225,6 @@ kv_peer_tier_get_property (GObject    *object,
     case PROP_PEER_BREAKER_THRESHOLD: g_value_set_uint (value, self->peer_breaker_threshold); break;
     case PROP_PEER_BREAKER_OPEN_MS: g_value_set_uint (value, self->peer_breaker_open_ms); break;
     case PROP_BOUND_ADDRESS: g_value_take_string (value, kv_peer_tier_get_listen_address (self)); break;
-    case PROP_DRAINING: g_value_set_boolean (value, self->draining); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1266,12 +1273,6 @@ kv_peer_tier_set_property (GObject      *object,
     case PROP_CONNECTIONS_PER_PEER: self->connections_per_peer = g_value_get_uint (value); break;
     case PROP_PEER_BREAKER_THRESHOLD: self->peer_breaker_threshold = g_value_get_uint (value); break;
     case PROP_PEER_BREAKER_OPEN_MS: self->peer_breaker_open_ms = g_value_get_uint (value); break;
-    case PROP_DRAINING:
-      /* A drain accepts no new peer, and finishes what is asked already. */
-      if (g_value_get_boolean (value) && !self->draining && self->server != NULL)
-        kv_peer_server_stop_accepting (self->server);
-      self->draining = self->draining || g_value_get_boolean (value);
-      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1451,17 +1452,6 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
   properties[PROP_BOUND_ADDRESS] =
     g_param_spec_string ("bound-address", NULL, NULL, NULL,
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
-  /**
-   * KvPeerTier:draining:
-   *
-   * Set to %TRUE to stop accepting peers before a shutdown; the requests
-   * of connected peers are still answered (and keep
-   * [vfunc@Kv.SecondaryTier.has_pending_work] true until they are).
-   */
-  properties[PROP_DRAINING] =
-    g_param_spec_boolean ("draining", NULL, NULL, FALSE,
-                          G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
-
   g_object_class_install_properties (object_class, N_PROPS, properties);
 
   /**
@@ -1475,6 +1465,19 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
   signals[SIGNAL_REQUESTS_QUEUED] =
     g_signal_new ("requests-queued", G_TYPE_FROM_CLASS (klass), G_SIGNAL_RUN_LAST,
                   0, NULL, NULL, NULL, G_TYPE_NONE, 0);
+
+  /**
+   * KvPeerTier::drain:
+   *
+   * An action: stop accepting peers before a shutdown. The requests of the
+   * peers already connected are still answered, and keep
+   * [vfunc@Kv.SecondaryTier.has_pending_work] true until they are. Owner
+   * thread.
+   */
+  signals[SIGNAL_DRAIN] =
+    g_signal_new_class_handler ("drain", G_TYPE_FROM_CLASS (klass),
+                                G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+                                G_CALLBACK (kv_peer_tier_drain), NULL, NULL, NULL, G_TYPE_NONE, 0);
 }
 
 static void

@@ -64,7 +64,7 @@ harness_write_file (const char *name,
   g_autoptr(GError) error = NULL;
   char *path = g_build_filename (dir, name, NULL);
 
-  g_file_set_contents_full (path, contents, -1, G_FILE_SET_CONTENTS_NONE, mode, &error);
+  g_file_set_contents_full (path, contents, -1, G_FILE_SET_CONTENTS_CONSISTENT, mode, &error);
   g_assert_no_error (error);
   g_assert_cmpint (g_chmod (path, mode), ==, 0);
   g_ptr_array_add (files, g_strdup (path));

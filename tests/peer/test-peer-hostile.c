@@ -142,7 +142,9 @@ good_connection (PeerNode *node)
   return conn;
 }
 
-/* A good client: authenticated, its LOOKUP answered HIT within 1 s. */
+/* A good client: authenticated, its LOOKUP answered HIT within 3 s (a
+ * client's load deadline is 5 s; the machine running the suite is shared,
+ * the server may have a thousand accepts to go through first). */
 static void
 assert_good_client_served (PeerNode *node)
 {
@@ -159,7 +161,7 @@ assert_good_client_served (PeerNode *node)
   g_assert_cmpuint (answer.request_id, ==, 7);
   g_assert_cmpuint (answer.n_answers, ==, 1);
   g_assert_cmpuint (answer.answers[0], ==, KV_PEER_LOOKUP_HIT);
-  g_assert_cmpint (g_get_monotonic_time () - start, <, G_USEC_PER_SEC);
+  g_assert_cmpint (g_get_monotonic_time () - start, <, 3 * G_USEC_PER_SEC);
 }
 
 /* Polls /metrics until @name reaches @at_least (counters of a closed

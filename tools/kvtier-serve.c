@@ -231,17 +231,39 @@ handle_health (SoupServer        *server,
                                     body, strlen (body));
 }
 
+/* libsoup's own listener leaks the GSocket of every connection it accepts
+ * (libsoup 3.2): connections are accepted here and handed to the server. */
+static gboolean
+http_incoming (GSocketService    *service,
+               GSocketConnection *connection,
+               GObject           *source_object,
+               gpointer           data)
+{
+  SoupServer *server = data;
+  g_autoptr(GSocketAddress) local = g_socket_connection_get_local_address (connection, NULL);
+  g_autoptr(GSocketAddress) remote = g_socket_connection_get_remote_address (connection, NULL);
+  g_autoptr(GError) error = NULL;
+
+  if (local == NULL || remote == NULL ||
+      !soup_server_accept_iostream (server, G_IO_STREAM (connection), local, remote, &error))
+    g_debug ("kvtier serve: HTTP connection dropped: %s", error != NULL ? error->message : "no address");
+  return TRUE;
+}
+
 static SoupServer *
-start_http (Serve       *serve,
-            const char  *address,
-            char       **out_bound,
-            GError     **error)
+start_http (Serve            *serve,
+            const char       *address,
+            GSocketService  **out_service,
+            char            **out_bound,
+            GError          **error)
 {
   g_autoptr(SoupServer) server = soup_server_new ("server-header", "kvtier", NULL);
+  g_autoptr(GSocketService) service = g_socket_service_new ();
   g_autoptr(GSocketConnectable) connectable = NULL;
   g_autoptr(GSocketAddressEnumerator) enumerator = NULL;
   g_autoptr(GSocketAddress) socket_address = NULL;
-  GSList *uris;
+  g_autoptr(GSocketAddress) effective = NULL;
+  g_autofree char *host = NULL;
 
   connectable = g_network_address_parse (address, 0, error);
   if (connectable == NULL)
@@ -252,12 +274,16 @@ start_http (Serve       *serve,
     return NULL;
   soup_server_add_handler (server, "/metrics", handle_metrics, serve, NULL);
   soup_server_add_handler (server, "/health", handle_health, serve, NULL);
-  if (!soup_server_listen (server, socket_address, 0, error))
+  if (!g_socket_listener_add_address (G_SOCKET_LISTENER (service), socket_address,
+                                      G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, NULL,
+                                      &effective, error))
     return NULL;
-  uris = soup_server_get_uris (server);
-  if (uris != NULL)
-    *out_bound = g_strdup_printf ("%s:%d", g_uri_get_host (uris->data), g_uri_get_port (uris->data));
-  g_slist_free_full (uris, (GDestroyNotify) g_uri_unref);
+  g_signal_connect (service, "incoming", G_CALLBACK (http_incoming), server);
+  g_socket_service_start (service);
+  host = g_inet_address_to_string (g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (effective)));
+  *out_bound = g_strdup_printf ("%s:%u", host,
+                                g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (effective)));
+  *out_service = g_steal_pointer (&service);
   return g_steal_pointer (&server);
 }
 
@@ -272,9 +298,11 @@ tool_serve (int    argc,
   g_autoptr(KvTierRegistry) registry = NULL;
   g_autoptr(KvConfig) config = NULL;
   g_autoptr(SoupServer) http = NULL;
+  g_autoptr(GSocketService) http_service = NULL;
   g_autoptr(GSource) wakeup = NULL;
   g_autofree char *config_path = NULL;
-  g_autofree char *http_address = g_strdup ("127.0.0.1:9464");
+  g_autofree char *http_option = NULL;
+  const char *http_address;
   g_autofree char *http_bound = NULL;
   gint64 synthetic_chunks = 0, synthetic_first = 0;
   gint drain_timeout_ms = 10000;
@@ -283,7 +311,7 @@ tool_serve (int    argc,
   guint tick_id, term_id, int_id;
   GOptionEntry entries[] = {
     { "config", 'c', 0, G_OPTION_ARG_FILENAME, &config_path, "The node's configuration", "FILE" },
-    { "http", 0, 0, G_OPTION_ARG_STRING, &http_address,
+    { "http", 0, 0, G_OPTION_ARG_STRING, &http_option,
       "Serve /metrics and /health on HOST:PORT (default 127.0.0.1:9464; port 0: any)", "HOST:PORT" },
     { "drain-timeout-ms", 0, 0, G_OPTION_ARG_INT, &drain_timeout_ms,
       "After SIGTERM, how long to let connected peers finish (default 10000)", "MS" },
@@ -309,6 +337,7 @@ tool_serve (int    argc,
     return tool_usage_error (context, "unexpected argument '%s'", argv[1]);
   if (config_path == NULL)
     return tool_usage_error (context, "--config FILE is required");
+  http_address = http_option != NULL ? http_option : "127.0.0.1:9464";
   if (synthetic_chunks < 0 || synthetic_first < 0 || drain_timeout_ms < 0)
     return tool_usage_error (context, "counts and times must not be negative");
 
@@ -363,7 +392,7 @@ tool_serve (int    argc,
 
   if (http_address[0] != '\0')
     {
-      http = start_http (&serve, http_address, &http_bound, &error);
+      http = start_http (&serve, http_address, &http_service, &http_bound, &error);
       if (http == NULL)
         {
           printf ("\n");
@@ -390,8 +419,20 @@ tool_serve (int    argc,
   g_source_destroy (wakeup);
   for (guint i = 0; i < kv_tiering_manager_get_n_tiers (serve.manager); i++)
     g_signal_handlers_disconnect_by_data (kv_tiering_manager_get_tier (serve.manager, i), &serve);
+  if (http_service != NULL)
+    {
+      g_socket_service_stop (http_service);
+      g_socket_listener_close (G_SOCKET_LISTENER (http_service));
+      g_signal_handlers_disconnect_by_data (http_service, http);
+    }
   if (http != NULL)
-    soup_server_disconnect (http);
+    {
+      soup_server_disconnect (http);
+      /* the connections it closed are freed from idles of this context */
+      while (g_main_context_iteration (NULL, FALSE))
+        ;
+      g_clear_object (&http);
+    }
   if (!kv_tiering_manager_shutdown (serve.manager, &error))
     {
       g_printerr ("kvtier serve: shutdown: %s\n", error->message);

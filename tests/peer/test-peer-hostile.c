@@ -423,6 +423,61 @@ test_idle_connections (void)
   g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
 }
 
+static void
+test_max_connections (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start ("max-connections = 4\nhandshake-timeout-ms = 1500",
+                                              SLOT_KIB, 0, 4);
+  g_autoptr(GPtrArray) held = g_ptr_array_new_with_free_func (g_object_unref);
+  g_autoptr(GSocketConnection) extra = NULL;
+
+  for (guint i = 0; i < 4; i++)
+    g_ptr_array_add (held, raw_connect (node));
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_connections_accepted_total", 4), ==, 4);
+  /* the fifth is closed at once, and counted */
+  extra = raw_connect (node);
+  assert_closed (extra);
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_connections_rejected_total", 1), ==, 1);
+  /* once the four time out, a good client gets in */
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_handshake_timeouts_total", 4), ==, 4);
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
+static void
+test_config_check (void)
+{
+  g_autoptr(KvTierRegistry) registry = kv_tier_registry_new ();
+  g_autofree char *open_secret = harness_write_file ("readable-secret", "0123456789abcdef0123", 0644);
+  g_autofree char *short_secret = harness_write_file ("short-secret", "too short", 0600);
+  /* each section is followed by its secret-file line */
+  struct { const char *settings; const char *message; } cases[] = {
+    { "peers = 127.0.0.1:1", "chmod 600" },
+    { "peers = 127.0.0.1:1", "16 to 4096 bytes" },
+    { "", "neither peers to ask nor a listen address" },
+    { "peers = not an address:x", "not HOST:PORT" },
+    { "listen = 127.0.0.1:0\ntls = true", "tls-cert-file and tls-key-file" },
+  };
+
+  g_assert_true (kv_tier_registry_load_plugins (registry, NULL));
+  for (guint i = 0; i < G_N_ELEMENTS (cases); i++)
+    {
+      const char *secret = i == 0 ? open_secret : i == 1 ? short_secret : harness_secret_path ();
+      g_autofree char *section = g_strdup_printf ("%s\nsecret-file = %s", cases[i].settings, secret);
+      g_autofree char *data = g_strdup_printf ("[primary]\nsize = 1MiB\nslot-size = 64KiB\n\n"
+                                               "[tier peer]\ntype = peer\n%s\n", section);
+      g_autoptr(KvConfig) config = kv_config_new_from_data (registry, data, -1, "check", NULL);
+      g_autoptr(GError) error = NULL;
+
+      g_assert_nonnull (config);
+      /* kvtier config check: refused without touching the network */
+      g_assert_false (kv_config_check (config, &error));
+      g_assert_nonnull (error);
+      if (strstr (error->message, cases[i].message) == NULL)
+        g_error ("case %u: '%s' does not say '%s'", i, error->message, cases[i].message);
+    }
+}
+
 /* ---- TLS -------------------------------------------------------------------------- */
 
 static void
@@ -665,6 +720,8 @@ main (int   argc,
   g_test_add_func ("/peer-hostile/bad-frames", test_bad_frames);
   g_test_add_func ("/peer-hostile/slow-reader", test_slow_reader);
   g_test_add_func ("/peer-hostile/idle-connections", test_idle_connections);
+  g_test_add_func ("/peer-hostile/max-connections", test_max_connections);
+  g_test_add_func ("/peer-hostile/config-check", test_config_check);
   g_test_add_func ("/peer-hostile/tls", test_tls);
   status = g_test_run ();
   harness_cleanup ();

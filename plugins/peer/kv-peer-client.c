@@ -446,8 +446,7 @@ kv_peer_client_allows_requests (KvPeerClient *self)
 
 static void
 record_outcome (KvPeerClient *self,
-                gboolean      success,
-                Deadline     *deadline)
+                gboolean      success)
 {
   /* A job cancelled at its deadline is the peer's failure too. */
   if (success)
@@ -457,6 +456,19 @@ record_outcome (KvPeerClient *self,
       kv_circuit_breaker_record_failure (self->breaker);
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_PEER_ERRORS, 1);
     }
+}
+
+/* No connection for a request: the peer's failure, unless every connection
+ * was busy here or the client is closing. */
+static void
+record_link_failure (KvPeerClient  *self,
+                     GError       **error)
+{
+  if (error != NULL && *error != NULL &&
+      (g_error_matches (*error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY) ||
+       g_error_matches (*error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED)))
+    return;
+  record_outcome (self, FALSE);
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -479,7 +491,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
   if (link == NULL)
     {
       name_failure (self, &deadline, "a connection", error);
-      record_outcome (self, FALSE, &deadline);
+      record_link_failure (self, error);
       deadline_end (&deadline);
       return FALSE;
     }
@@ -509,7 +521,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
 
   if (!ok)
     name_failure (self, &deadline, "a LOOKUP", error);
-  record_outcome (self, ok, &deadline);
+  record_outcome (self, ok);
   give_link (self, link, ok);
   deadline_end (&deadline);
   return ok;
@@ -618,7 +630,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
     {
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCH_FAILURES, 1);
       name_failure (self, &deadline, "a connection", error);
-      record_outcome (self, FALSE, &deadline);
+      record_link_failure (self, error);
       deadline_end (&deadline);
       return FALSE;
     }
@@ -659,7 +671,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
       name_failure (self, &deadline, "a FETCH", error);
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCH_FAILURES, 1);
     }
-  record_outcome (self, ok, &deadline);
+  record_outcome (self, ok);
   give_link (self, link, ok);
   deadline_end (&deadline);
   return ok;

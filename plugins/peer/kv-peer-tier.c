@@ -74,7 +74,7 @@ struct _KvPeerTier
   GMainLoop      *timer_loop;
   GThread        *timer_thread;
   KvAsyncLookup  *async_lookup;
-  GThreadPool    *fetch_pool;
+  GPtrArray      *fetch_pools;      /* GThreadPool per peer, connections-per-peer threads */
 
   GMutex          lock;
   GCond           idle_cond;
@@ -592,7 +592,7 @@ kv_peer_tier_submit_load (KvSecondaryTier  *tier,
   LoadTask *task;
   guint n_groups = 0;
 
-  if (self->fetch_pool == NULL || self->clients->len == 0)
+  if (self->fetch_pools == NULL || self->clients->len == 0)
     {
       g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
                            "The peer tier has no peers to fetch from");
@@ -649,7 +649,7 @@ kv_peer_tier_submit_load (KvSecondaryTier  *tier,
         group->task = task;
         group->peer = p;
         group->indices = by_peer[p];
-        g_thread_pool_push (self->fetch_pool, group, NULL);
+        g_thread_pool_push (self->fetch_pools->pdata[p], group, NULL);
       }
   return TRUE;
 }
@@ -921,8 +921,13 @@ stop_everything (KvPeerTier *self)
     kv_peer_server_stop (self->server);
   if (self->async_lookup != NULL)
     kv_async_lookup_shutdown (self->async_lookup);
-  if (self->fetch_pool != NULL)
-    g_thread_pool_free (g_steal_pointer (&self->fetch_pool), FALSE, TRUE);
+  if (self->fetch_pools != NULL)
+    {
+      g_autoptr(GPtrArray) pools = g_steal_pointer (&self->fetch_pools);
+
+      for (guint i = 0; i < pools->len; i++)
+        g_thread_pool_free (pools->pdata[i], FALSE, TRUE);
+    }
   wait_loads (self);
   for (guint i = 0; self->clients != NULL && i < self->clients->len; i++)
     kv_peer_client_close (self->clients->pdata[i]);
@@ -1060,7 +1065,8 @@ kv_peer_tier_initable_init (GInitable     *initable,
         .secret = secret,
         .block_size = self->block_size,
         .io_timeout_ms = self->io_timeout_ms,
-        .max_connections = self->connections_per_peer,
+        /* the fetches, and the lookup workers beside them */
+        .max_connections = self->connections_per_peer + 2,
         .breaker_threshold = self->peer_breaker_threshold,
         .breaker_open_ms = self->peer_breaker_open_ms,
         .clock = kv_secondary_tier_get_clock (tier),
@@ -1081,11 +1087,17 @@ kv_peer_tier_initable_init (GInitable     *initable,
     {
       self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                                 lookup_batch, self, NULL, 2, 8, 16384);
-      self->fetch_pool = g_thread_pool_new (fetch_group, self,
-                                            (gint) (self->clients->len * self->connections_per_peer),
-                                            FALSE, error);
-      if (self->fetch_pool == NULL)
-        return FALSE;
+      /* a pool per peer: one slow peer holds its own threads only */
+      self->fetch_pools = g_ptr_array_new ();
+      for (guint i = 0; i < self->clients->len; i++)
+        {
+          GThreadPool *pool = g_thread_pool_new (fetch_group, self, (gint) self->connections_per_peer,
+                                                 FALSE, error);
+
+          if (pool == NULL)
+            return FALSE;
+          g_ptr_array_add (self->fetch_pools, pool);
+        }
     }
 
   if (self->listen != NULL && self->listen[0] != '\0')
@@ -1422,7 +1434,8 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
   /**
    * KvPeerTier:connections-per-peer:
    *
-   * Connections the client opens to each peer, and fetches run at once.
+   * Fetches run at once per peer, each on its own connection (lookups use
+   * up to two more connections).
    */
   properties[PROP_CONNECTIONS_PER_PEER] =
     g_param_spec_uint ("connections-per-peer", NULL, NULL, 1, 64, 4, CONSTRUCT_FLAGS);

@@ -509,6 +509,12 @@ auth_frame (Conn                    *conn,
 }
 
 static void
+read_auth (Conn *conn)
+{
+  read_frame (conn, KV_PEER_AUTH_BODY_SIZE, 0, KV_PEER_COUNTER_HANDSHAKE_TIMEOUTS, auth_frame);
+}
+
+static void
 hello_frame (Conn                    *conn,
              const KvPeerFrameHeader *header)
 {
@@ -539,9 +545,10 @@ hello_frame (Conn                    *conn,
   g_byte_array_set_size (conn->out, 0);
   kv_peer_frame_append_hello (conn->out, conn->server_nonce);
   conn->state = CONN_AUTH;
-  /* the handshake timer keeps running: it bounds the whole handshake */
-  write_out (conn, NULL);
-  read_frame (conn, KV_PEER_AUTH_BODY_SIZE, 0, KV_PEER_COUNTER_HANDSHAKE_TIMEOUTS, auth_frame);
+  /* One operation at a time on each stream: the AUTH is read once the
+   * HELLO is out (the buffer it is written from stays as it is). The
+   * handshake timer keeps running: it bounds the whole handshake. */
+  write_out (conn, read_auth);
 }
 
 /* ---- requests ------------------------------------------------------------ */

@@ -254,7 +254,27 @@ test_wrong_secret_and_namespace (void)
     g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_CHUNK_SIZE);
     assert_closed (conn);
   }
-  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_auth_failures_total", 1), ==, 1);
+  /* HELLO and a made-up AUTH in one write, without waiting for the
+   * server's nonce: HELLO, then ERROR, in that order */
+  {
+    g_autoptr(GSocketConnection) conn = raw_connect (node);
+    g_autoptr(GByteArray) out = g_byte_array_new ();
+    g_auto(KvPeerMessage) hello = { 0 };
+    g_auto(KvPeerMessage) answer = { 0 };
+    guint8 nonce[KV_PEER_NONCE_LEN] = { 7 }, params[KV_PEER_AUTH_PARAMS_SIZE] = { 0 };
+    guint8 mac[KV_PEER_MAC_LEN] = { 0 };
+
+    kv_peer_frame_append_hello (out, nonce);
+    kv_peer_frame_append_auth (out, params, mac);
+    raw_send (conn, out->data, out->len);
+    g_assert_true (raw_read_frame (conn, &hello));
+    g_assert_cmpint (hello.type, ==, KV_PEER_FRAME_HELLO);
+    g_assert_true (raw_read_frame (conn, &answer));
+    g_assert_cmpint (answer.type, ==, KV_PEER_FRAME_ERROR);
+    g_assert_cmpuint (answer.error_code, ==, KV_PEER_ERROR_AUTH_FAILED);
+    assert_closed (conn);
+  }
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_auth_failures_total", 2), ==, 2);
   g_assert_cmpfloat (wait_metric (node, "kvtier:peer_namespace_mismatches_total", 2), ==, 2);
 
   /* the peer tier of a node with the wrong secret: its lookups miss */
@@ -274,7 +294,7 @@ test_wrong_secret_and_namespace (void)
     g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
     g_object_unref (manager);
   }
-  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_auth_failures_total", 2), >=, 2);
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_auth_failures_total", 3), >=, 3);
   assert_good_client_served (node);
   g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
 }

@@ -577,8 +577,8 @@ tls_client_tier (KvTierRegistry *registry,
   g_variant_builder_add (&props, "{sv}", "namespace", g_variant_new_string (NAMESPACE));
   /* TLS handshakes are slow under ASan with full malloc stacks (the CI
    * sanitizer build): generous bounds, this test is about trust */
-  g_variant_builder_add (&props, "{sv}", "io-timeout-ms", g_variant_new_string ("15000"));
-  g_variant_builder_add (&props, "{sv}", "deadline-ms", g_variant_new_string ("30000"));
+  g_variant_builder_add (&props, "{sv}", "io-timeout-ms", g_variant_new_string ("60000"));
+  g_variant_builder_add (&props, "{sv}", "deadline-ms", g_variant_new_string ("120000"));
   g_variant_builder_add (&props, "{sv}", "tls", g_variant_new_boolean (tls));
   if (ca != NULL)
     g_variant_builder_add (&props, "{sv}", "tls-ca-file", g_variant_new_take_string (in_dir (ca)));
@@ -605,7 +605,7 @@ tls_load (KvSecondaryTier *tier,
   guint32 ids[4] = { 0, 1, 2, 3 };
   g_autoptr(KvRequest) request = kv_request_new ("tls", NULL);
   g_autoptr(KvTransferJob) job = NULL;
-  gint64 until = g_get_monotonic_time () + 40 * G_USEC_PER_SEC;
+  gint64 until = g_get_monotonic_time () + 150 * G_USEC_PER_SEC;
   g_autofree guint8 *expected = g_malloc (SLOT_KIB * 1024);
   static guint64 job_id;
 
@@ -659,8 +659,8 @@ test_tls (void)
   make_certificate ("ca", "client");
   make_certificate ("other-ca", "client-other");
 
-  settings = g_strdup_printf ("tls = true\ntls-cert-file = %s\ntls-key-file = %s\nio-timeout-ms = 15000\n"
-                              "handshake-timeout-ms = 15000",
+  settings = g_strdup_printf ("tls = true\ntls-cert-file = %s\ntls-key-file = %s\nio-timeout-ms = 60000\n"
+                              "handshake-timeout-ms = 60000",
                               dir_cert, dir_key);
   node = peer_node_start (settings, SLOT_KIB, 0, 4);
 

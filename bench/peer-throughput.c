@@ -14,10 +14,11 @@
  *
  * For each chunk size (256 KiB, 2 MiB) it prints
  *   fetch 2MiB peer: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
- * where the ceiling is the better of the two raw runs and cpu counts both
- * processes (user + system) per GB fetched.
+ * where the ceiling is the better of the two raw runs made right before
+ * (each round pairs them; the line is the median round, every round is a
+ * `#` line) and cpu counts both processes (user + system) per GB fetched.
  *
- * Usage: peer-throughput [--seconds S] [--connections N]
+ * Usage: peer-throughput [--seconds S] [--rounds R] [--connections N]
  */
 
 #include <kvtier.h>
@@ -38,6 +39,7 @@
 
 static gdouble opt_seconds = 2.0;
 static gint opt_connections = 4;
+static gint opt_rounds = 3;
 
 static gdouble
 now_s (void)
@@ -95,11 +97,14 @@ receive_main (gpointer data)
   return NULL;
 }
 
+static gdouble self_cpu_s (void);
+
 /* GB/s of @n_conns loopback connections each sending @message-sized
- * messages for opt_seconds. */
+ * messages for opt_seconds; the CPU both ends took per GB in @cpu_s_per_gb. */
 static gdouble
-tcp_ceiling (gsize message,
-             guint n_conns)
+tcp_ceiling (gsize    message,
+             guint    n_conns,
+             gdouble *cpu_s_per_gb)
 {
   struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
   socklen_t len = sizeof addr;
@@ -108,7 +113,7 @@ tcp_ceiling (gsize message,
   g_autofree Flow *receivers = g_new0 (Flow, n_conns);
   g_autofree GThread **threads = g_new (GThread *, 2 * n_conns);
   guint64 total = 0;
-  gdouble start, elapsed;
+  gdouble start, elapsed, cpu;
   int one = 1;
 
   g_assert_cmpint (bind (listener, (struct sockaddr *) &addr, sizeof addr), ==, 0);
@@ -123,6 +128,7 @@ tcp_ceiling (gsize message,
       g_assert_cmpint (receivers[i].fd, >=, 0);
     }
   start = now_s ();
+  cpu = self_cpu_s ();
   for (guint i = 0; i < n_conns; i++)
     {
       senders[i].message = receivers[i].message = message;
@@ -133,6 +139,7 @@ tcp_ceiling (gsize message,
   for (guint i = 0; i < 2 * n_conns; i++)
     g_thread_join (threads[i]);
   elapsed = now_s () - start;
+  cpu = self_cpu_s () - cpu;
   for (guint i = 0; i < n_conns; i++)
     {
       total += receivers[i].bytes;
@@ -140,6 +147,7 @@ tcp_ceiling (gsize message,
       close (receivers[i].fd);
     }
   close (listener);
+  *cpu_s_per_gb = cpu / (total / GB);
   return total / elapsed / GB;
 }
 
@@ -362,6 +370,7 @@ main (int   argc,
   g_autoptr(GError) error = NULL;
   GOptionEntry entries[] = {
     { "seconds", 0, 0, G_OPTION_ARG_DOUBLE, &opt_seconds, "Seconds per measurement (default 2)", "S" },
+    { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds, "Rounds per line, the median printed (default 3)", "R" },
     { "connections", 0, 0, G_OPTION_ARG_INT, &opt_connections,
       "Connections (the tier's connections-per-peer; default 4)", "N" },
     { NULL }
@@ -374,6 +383,11 @@ main (int   argc,
       g_printerr ("%s\n", error->message);
       return 2;
     }
+  if (opt_rounds < 1 || opt_connections < 1 || !(opt_seconds > 0))
+    {
+      g_printerr ("--rounds, --connections and --seconds must be positive\n");
+      return 2;
+    }
   if (g_getenv ("KVTIER_PLUGIN_PATH") == NULL)
     g_setenv ("KVTIER_PLUGIN_PATH", PEER_PLUGIN_DIR, TRUE);
   dir = g_dir_make_tmp ("kvtier-peer-bench-XXXXXX", &error);
@@ -382,27 +396,52 @@ main (int   argc,
 
   printf ("peer-throughput: %.1f s per run, %d connections, %u CPUs\n",
           opt_seconds, opt_connections, g_get_num_processors ());
+  /* Each peer run is paired with a ceiling run right before it (the
+   * machine's load drifts); the line is the median round. */
   for (guint s = 0; s < G_N_ELEMENTS (sizes); s++)
-    {
-      gsize chunk = sizes[s];
-      gsize message = 20 + 4096 + chunk;
-      const char *name = chunk == (2 << 20) ? "2MiB" : "256KiB";
-      gdouble one = tcp_ceiling (message, 1);
-      gdouble many = tcp_ceiling (message, opt_connections);
-      gdouble ceiling = MAX (one, many);
+    for (int tls = 0; tls <= 1; tls++)
+      {
+        gsize chunk = sizes[s];
+        gsize message = 20 + 4096 + chunk;
+        const char *name = chunk == (2 << 20) ? "2MiB" : "256KiB";
+        g_autofree gdouble *ratios = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *peer_rates = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *ceilings = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *cpus = g_new (gdouble, opt_rounds);
+        g_autofree guint *order = g_new (guint, opt_rounds);
+        guint median;
 
-      printf ("ceiling %s loopback tcp: %.2f GB/s over 1 connection, %.2f GB/s over %d\n",
-              name, one, many, opt_connections);
-      for (int tls = 0; tls <= 1; tls++)
-        {
-          PeerResult r = peer_fetch (chunk, tls);
+        for (gint r = 0; r < opt_rounds; r++)
+          {
+            gdouble cpu_one, cpu_many;
+            gdouble one = tcp_ceiling (message, 1, &cpu_one);
+            gdouble many = tcp_ceiling (message, opt_connections, &cpu_many);
+            PeerResult result = peer_fetch (chunk, tls);
 
-          printf ("fetch %s peer%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.2f s/GB\n",
-                  name, tls ? " tls" : "", r.gb_per_s, 100 * r.gb_per_s / ceiling, ceiling,
-                  r.cpu_s_per_gb);
-          fflush (stdout);
-        }
-    }
+            ceilings[r] = MAX (one, many);
+            peer_rates[r] = result.gb_per_s;
+            cpus[r] = result.cpu_s_per_gb;
+            ratios[r] = peer_rates[r] / ceilings[r];
+            order[r] = r;
+            printf ("# round %d: tcp %.2f GB/s (cpu %.2f s/GB) over 1, %.2f GB/s (cpu %.2f s/GB) over %d;"
+                    " peer%s %.2f GB/s, cpu %.2f s/GB\n", r + 1, one, cpu_one, many, cpu_many,
+                    opt_connections, tls ? " tls" : "", peer_rates[r], cpus[r]);
+            fflush (stdout);
+          }
+        for (gint i = 1; i < opt_rounds; i++)
+          for (gint j = i; j > 0 && ratios[order[j]] < ratios[order[j - 1]]; j--)
+            {
+              guint t = order[j];
+
+              order[j] = order[j - 1];
+              order[j - 1] = t;
+            }
+        median = order[opt_rounds / 2];
+        printf ("fetch %s peer%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.2f s/GB\n",
+                name, tls ? " tls" : "", peer_rates[median], 100 * ratios[median], ceilings[median],
+                cpus[median]);
+        fflush (stdout);
+      }
 
   {
     g_autoptr(GDir) d = g_dir_open (dir, 0, NULL);

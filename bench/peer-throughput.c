@@ -240,6 +240,8 @@ typedef struct
 {
   gdouble gb_per_s;
   gdouble cpu_s_per_gb;
+  gdouble client_cpu_s_per_gb;
+  gdouble server_cpu_s_per_gb;
 } PeerResult;
 
 static PeerResult
@@ -359,6 +361,8 @@ peer_fetch (gsize    chunk,
 
   result.gb_per_s = bytes / elapsed / GB;
   result.cpu_s_per_gb = (cpu_self + cpu_server) / (bytes / GB);
+  result.client_cpu_s_per_gb = cpu_self / (bytes / GB);
+  result.server_cpu_s_per_gb = cpu_server / (bytes / GB);
   return result;
 }
 
@@ -424,8 +428,9 @@ main (int   argc,
             ratios[r] = peer_rates[r] / ceilings[r];
             order[r] = r;
             printf ("# round %d: tcp %.2f GB/s (cpu %.2f s/GB) over 1, %.2f GB/s (cpu %.2f s/GB) over %d;"
-                    " peer%s %.2f GB/s, cpu %.2f s/GB\n", r + 1, one, cpu_one, many, cpu_many,
-                    opt_connections, tls ? " tls" : "", peer_rates[r], cpus[r]);
+                    " peer%s %.2f GB/s, cpu %.2f s/GB (client %.2f, server %.2f)\n", r + 1, one, cpu_one,
+                    many, cpu_many, opt_connections, tls ? " tls" : "", peer_rates[r], cpus[r],
+                    result.client_cpu_s_per_gb, result.server_cpu_s_per_gb);
             fflush (stdout);
           }
         for (gint i = 1; i < opt_rounds; i++)

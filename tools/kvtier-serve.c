@@ -78,6 +78,8 @@ synthetic_fill (guint8  *slot,
     slot[b] = (guint8) (index + b);
 }
 
+static void step (Serve *serve);
+
 static gboolean
 store_synthetic (Serve    *serve,
                  guint64   first,
@@ -88,11 +90,15 @@ store_synthetic (Serve    *serve,
   KvHostBuffer *buffer = kv_primary_tier_get_buffer (primary);
   gsize slot_size = kv_host_buffer_get_slot_size (buffer);
   g_autoptr(KvRequest) request = kv_request_new ("kvtier-serve-synthetic", NULL);
-  const guint batch = 64;
+  /* a quarter of the primary at a time, its cascades to the other tiers
+   * finished before the next: a primary smaller than the chunks keeps the
+   * newest, the tiers behind it all of them */
+  const guint batch = MAX (1, MIN (64, kv_host_buffer_get_n_slots (buffer) / 4));
 
   kv_tiering_manager_on_new_request (serve->manager, request);
   for (guint64 start = first; start < first + count; start += batch)
     {
+      gint64 until = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;
       guint n = (guint) MIN (batch, first + count - start);
       g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
       g_autoptr(KvPrepareStoreResult) result = NULL;
@@ -113,6 +119,13 @@ store_synthetic (Serve    *serve,
           if (kv_key_equal (to_store[j], keys->pdata[i]))
             synthetic_fill (kv_host_buffer_peek_slot (buffer, chunk_ids[j]), slot_size, start + i);
       kv_tiering_manager_complete_store (serve->manager, to_store, n_to_store, request, TRUE);
+      do
+        {
+          step (serve);
+          if (kv_tiering_manager_has_pending_work (serve->manager))
+            g_usleep (500);
+        }
+      while (kv_tiering_manager_has_pending_work (serve->manager) && g_get_monotonic_time () < until);
     }
   kv_tiering_manager_on_request_finished (serve->manager, request);
   return TRUE;

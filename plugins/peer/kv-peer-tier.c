@@ -420,14 +420,17 @@ lookup_batch (KvKey * const *keys,
           continue;
         }
 
-      for (guint attempt = 0; attempt < 4 && pending->len > 0; attempt++)
+      /* keys the peer is promoting from its own tiers: asked again for up
+       * to 200 ms, then a miss */
+      for (gint64 until = g_get_monotonic_time () + 200 * G_TIME_SPAN_MILLISECOND, attempt = 0;
+           pending->len > 0 && (attempt == 0 || g_get_monotonic_time () < until); attempt++)
         {
           g_autofree guint8 *answers = g_malloc (pending->len);
           g_autoptr(GError) error = NULL;
           guint kept = 0;
 
           if (attempt > 0)
-            g_usleep (2000 * attempt);
+            g_usleep (MIN (attempt, 10) * 1000);
           kv_peer_counters_add (&self->counters, KV_PEER_COUNTER_LOOKUP_KEYS, pending->len);
           if (!kv_peer_client_lookup (client, (KvKey * const *) pending->pdata, pending->len,
                                       answers, &error))

@@ -44,6 +44,30 @@ harness_cleanup (void)
   g_clear_pointer (&secret_path, g_free);
 }
 
+/* Removes @path and everything below it (a directory a tier filled). */
+void
+harness_remove_tree (const char *path)
+{
+  g_autoptr(GFile) file = g_file_new_for_path (path);
+  g_autoptr(GFileEnumerator) children = NULL;
+  GFileInfo *info;
+
+  children = g_file_enumerate_children (file, G_FILE_ATTRIBUTE_STANDARD_NAME "," G_FILE_ATTRIBUTE_STANDARD_TYPE,
+                                        G_FILE_QUERY_INFO_NOFOLLOW_SYMLINKS, NULL, NULL);
+  while (children != NULL && (info = g_file_enumerator_next_file (children, NULL, NULL)) != NULL)
+    {
+      g_autoptr(GFile) child = g_file_get_child (file, g_file_info_get_name (info));
+      g_autofree char *child_path = g_file_get_path (child);
+
+      if (g_file_info_get_file_type (info) == G_FILE_TYPE_DIRECTORY)
+        harness_remove_tree (child_path);
+      else
+        g_remove (child_path);
+      g_object_unref (info);
+    }
+  g_rmdir (path);
+}
+
 const char *
 harness_dir (void)
 {
@@ -97,6 +121,20 @@ peer_node_start (const char *tier_settings,
                  guint64     first_chunk,
                  guint64     n_chunks)
 {
+  return peer_node_start_with (tier_settings, NULL, slot_kib, MAX (n_chunks, 48) + 16,
+                               first_chunk, n_chunks);
+}
+
+/* A node whose primary tier has @n_slots slots, with @more_sections (other
+ * tiers, after the peer tier) in its configuration. */
+PeerNode *
+peer_node_start_with (const char *tier_settings,
+                      const char *more_sections,
+                      guint       slot_kib,
+                      guint       n_slots,
+                      guint64     first_chunk,
+                      guint64     n_chunks)
+{
   static guint serial;
   g_autoptr(GSubprocessLauncher) launcher = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE);
   g_autoptr(GDataInputStream) out = NULL;
@@ -113,8 +151,9 @@ peer_node_start (const char *tier_settings,
 
   g_assert_nonnull (exe);
   config = g_strdup_printf ("[primary]\nsize = %" G_GUINT64_FORMAT "KiB\nslot-size = %uKiB\n\n"
-                            "[tier peer]\ntype = peer\nlisten = 127.0.0.1:0\n%s",
-                            (MAX (n_chunks, 48) + 16) * slot_kib, slot_kib, section);
+                            "[tier peer]\ntype = peer\nlisten = 127.0.0.1:0\n%s\n%s",
+                            (guint64) n_slots * slot_kib, slot_kib, section,
+                            more_sections != NULL ? more_sections : "");
   node->config_path = harness_write_file (name, config, 0600);
   g_subprocess_launcher_set_child_setup (launcher, child_setup, NULL, NULL);
   node->process = g_subprocess_launcher_spawn (launcher, &error, exe, "serve",

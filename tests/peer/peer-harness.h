@@ -22,6 +22,7 @@ typedef struct
 void              harness_init            (void);
 void              harness_cleanup         (void);
 const char       *harness_dir             (void);
+void              harness_remove_tree     (const char *path);
 const char       *harness_secret_path     (void);
 char             *harness_write_file      (const char *name,
                                            const char *contents,
@@ -29,6 +30,12 @@ char             *harness_write_file      (const char *name,
 
 PeerNode         *peer_node_start         (const char *tier_settings,
                                            guint       slot_kib,
+                                           guint64     first_chunk,
+                                           guint64     n_chunks);
+PeerNode         *peer_node_start_with    (const char *tier_settings,
+                                           const char *more_sections,
+                                           guint       slot_kib,
+                                           guint       n_slots,
                                            guint64     first_chunk,
                                            guint64     n_chunks);
 void              peer_node_signal        (PeerNode   *node,

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
+#include <glib/gstdio.h>
 #include <kvtier.h>
 #include <signal.h>
 #include <string.h>
@@ -123,6 +124,52 @@ test_three_nodes (void)
   client_free (a);
   g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
   g_assert_cmpint (peer_node_terminate (c, 5000), ==, 0);
+}
+
+/* B's primary holds the newest 8 of 32 chunks, its fs tier all 32: a
+ * lookup of an older chunk answers "pending" while B promotes it from its
+ * fs tier (never from its peer tier: reference §5.9), and A fetches it once
+ * it is in B's primary. */
+static void
+test_from_secondary (void)
+{
+  g_autofree char *root = g_build_filename (harness_dir (), "fs-root", NULL);
+  g_autofree char *fs = g_strdup_printf ("\n[tier fs]\ntype = fs\nroot = %s\n", root);
+  g_autoptr(PeerNode) b = NULL;
+  g_autofree char *settings = NULL;
+  g_autofree char *metrics = NULL;
+  KvTieringManager *a;
+  g_autoptr(KvRequest) request = kv_request_new ("from-secondary", NULL);
+  g_autoptr(KvTierRegistry) registry = kv_tier_registry_new ();
+
+  kv_tier_registry_load_plugins (registry, NULL);
+  if (kv_tier_registry_lookup_tier_type (registry, "fs", NULL) == G_TYPE_INVALID)
+    {
+      g_test_skip ("the fs tier is not built (-Dfs=disabled)");
+      return;
+    }
+  g_assert_cmpint (g_mkdir (root, 0700), ==, 0);
+  b = peer_node_start_with ("", fs, SLOT_KIB, 8, 0, 32);
+  settings = peers_setting (b, NULL);
+  a = client_for (settings);
+  kv_tiering_manager_on_new_request (a, request);
+  expect_chunks (a, request, 0, 4, 0, 4);
+  expect_chunks (a, request, 28, 4, 28, 32);
+  kv_tiering_manager_on_request_finished (a, request);
+  {
+    g_autoptr(KvStats) stats = kv_secondary_tier_get_stats (kv_tiering_manager_get_tier (a, 0));
+    const char *labels[] = { "peer", NULL };
+    gdouble asked = 0;
+
+    /* chunks 0..3 were asked again while B promoted them */
+    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_lookup_keys", labels, &asked));
+    g_assert_cmpfloat (asked, >, 8);
+  }
+  metrics = scrape_metrics (b);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_served_chunks_total"), ==, 8);
+  client_free (a);
+  g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
+  harness_remove_tree (root);
 }
 
 /* ---- the tier on its own: jobs submitted directly -------------------------------- */
@@ -433,6 +480,7 @@ main (int   argc,
   harness_init ();
   g_test_add_func ("/peer/two-nodes", test_two_nodes);
   g_test_add_func ("/peer/three-nodes", test_three_nodes);
+  g_test_add_func ("/peer/from-secondary", test_from_secondary);
   g_test_add_func ("/peer/partial", test_partial);
   g_test_add_func ("/peer/killed-peer", test_killed_peer);
   g_test_add_func ("/peer/slow-peer", test_slow_peer);

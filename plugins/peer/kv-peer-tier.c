@@ -1162,7 +1162,8 @@ kv_peer_tier_drain (KvPeerTier *self)
 /* ---- GObject -------------------------------------------------------------------- */
 
 /* Gives the tier its detector that refuses cascades, unless the
- * constructor was given another. */
+ * constructor was given another, and its locality: across a network,
+ * unless said otherwise (a request's load tier filter matches it). */
 static GObject *
 kv_peer_tier_constructor (GType                  type,
                           guint                  n_params,
@@ -1172,6 +1173,9 @@ kv_peer_tier_constructor (GType                  type,
     if (g_str_equal (params[i].pspec->name, "backpressure-detector") &&
         g_value_get_object (params[i].value) == NULL)
       g_value_take_object (params[i].value, g_object_new (KV_TYPE_PEER_NO_STORES, NULL));
+    else if (g_str_equal (params[i].pspec->name, "locality") &&
+             g_value_get_enum (params[i].value) == KV_LOCALITY_UNSPECIFIED)
+      g_value_set_enum (params[i].value, KV_LOCALITY_REMOTE);
 
   return G_OBJECT_CLASS (kv_peer_tier_parent_class)->constructor (type, n_params, params);
 }

@@ -77,6 +77,9 @@ test_two_nodes (void)
   g_autoptr(KvRequest) request = kv_request_new ("two-nodes", NULL);
   g_autofree char *metrics = NULL;
 
+  /* a tier across the network */
+  g_assert_cmpint (kv_secondary_tier_get_locality (kv_tiering_manager_get_tier (a, 0)), ==,
+                   KV_LOCALITY_REMOTE);
   kv_tiering_manager_on_new_request (a, request);
   /* 0..23 on B: fetched byte for byte; 24..29 nowhere */
   expect_chunks (a, request, 0, 30, 0, 24);

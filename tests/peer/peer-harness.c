@@ -96,8 +96,8 @@ harness_write_file (const char *name,
 }
 
 /* The child dies with the test process, whatever ends it. */
-static void
-child_setup (gpointer data)
+void
+harness_child_setup (gpointer data)
 {
   prctl (PR_SET_PDEATHSIG, SIGKILL);
 }
@@ -155,7 +155,7 @@ peer_node_start_with (const char *tier_settings,
                             (guint64) n_slots * slot_kib, slot_kib, section,
                             more_sections != NULL ? more_sections : "");
   node->config_path = harness_write_file (name, config, 0600);
-  g_subprocess_launcher_set_child_setup (launcher, child_setup, NULL, NULL);
+  g_subprocess_launcher_set_child_setup (launcher, harness_child_setup, NULL, NULL);
   node->process = g_subprocess_launcher_spawn (launcher, &error, exe, "serve",
                                                "--config", node->config_path,
                                                "--http", "127.0.0.1:0",

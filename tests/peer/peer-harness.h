@@ -23,6 +23,7 @@ void              harness_init            (void);
 void              harness_cleanup         (void);
 const char       *harness_dir             (void);
 void              harness_remove_tree     (const char *path);
+void              harness_child_setup     (gpointer    data);
 const char       *harness_secret_path     (void);
 char             *harness_write_file      (const char *name,
                                            const char *contents,

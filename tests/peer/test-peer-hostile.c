@@ -4,6 +4,7 @@
 #include <kvtier.h>
 #include <glib/gstdio.h>
 #include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -443,6 +444,74 @@ test_idle_connections (void)
   g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
 }
 
+/* The client process of /peer-hostile/killed-client: authenticates with the
+ * secret in SECRET_FILE, asks ADDRESS for 32 chunks, reads one frame and
+ * waits to be killed. */
+static int
+killed_client_main (const char *address,
+                    const char *secret_file)
+{
+  g_autoptr(GBytes) secret = read_secret (secret_file);
+  g_autoptr(GSocketClient) client = g_socket_client_new ();
+  g_autoptr(GSocketConnection) conn = NULL;
+  g_autoptr(GByteArray) out = g_byte_array_new ();
+  g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  g_auto(KvPeerMessage) answer = { 0 };
+  g_auto(KvPeerMessage) first = { 0 };
+  int small = 4096;
+
+  conn = g_socket_client_connect_to_host (client, address, 0, NULL, NULL);
+  if (conn == NULL)
+    return 1;
+  setsockopt (g_socket_get_fd (g_socket_connection_get_socket (conn)), SOL_SOCKET, SO_RCVBUF,
+              &small, sizeof small);
+  if (!raw_handshake (conn, secret, NAMESPACE, SLOT_KIB * 1024, &answer) ||
+      answer.type != KV_PEER_FRAME_AUTH)
+    return 1;
+  for (guint i = 0; i < 32; i++)
+    g_ptr_array_add (keys, synthetic_key (i));
+  kv_peer_frame_append_keys (out, KV_PEER_FRAME_FETCH, 1, (KvKey * const *) keys->pdata, 32, NULL);
+  raw_send (conn, out->data, out->len);
+  if (!raw_read_frame (conn, &first) || first.type != KV_PEER_FRAME_DATA)
+    return 1;
+  printf ("reading\n");
+  fflush (stdout);
+  for (;;)
+    g_usleep (G_USEC_PER_SEC);
+}
+
+/* A client process killed (by PID) in the middle of a FETCH answer: the
+ * answer's jobs fail and are counted, and the node serves on. */
+static void
+test_killed_client (void)
+{
+  g_autoptr(PeerNode) node = peer_node_start (hostile_settings, SLOT_KIB, 0, 32);
+  g_autoptr(GSubprocessLauncher) launcher = g_subprocess_launcher_new (G_SUBPROCESS_FLAGS_STDOUT_PIPE);
+  g_autoptr(GSubprocess) client = NULL;
+  g_autoptr(GDataInputStream) out = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *line = NULL;
+
+  g_subprocess_launcher_set_child_setup (launcher, harness_child_setup, NULL, NULL);
+  client = g_subprocess_launcher_spawn (launcher, &error, g_test_get_filename (G_TEST_BUILT, "peer",
+                                                                               "test-peer-hostile", NULL),
+                                        "--killed-client", node->peer_address, harness_secret_path (),
+                                        NULL);
+  g_assert_no_error (error);
+  out = g_data_input_stream_new (g_subprocess_get_stdout_pipe (client));
+  line = g_data_input_stream_read_line_utf8 (out, NULL, NULL, &error);
+  g_assert_no_error (error);
+  g_assert_cmpstr (line, ==, "reading");
+  /* by PID */
+  g_subprocess_force_exit (client);
+  g_assert_false (g_subprocess_wait_check (client, NULL, NULL));
+
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_serve_failures_total", 1), ==, 1);
+  g_assert_cmpfloat (wait_metric (node, "kvtier:peer_served_chunks_total", 0), ==, 0);
+  assert_good_client_served (node);
+  g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
+}
+
 static void
 test_max_connections (void)
 {
@@ -733,6 +802,9 @@ main (int   argc,
 {
   int status;
 
+  if (argc == 4 && g_str_equal (argv[1], "--killed-client"))
+    return killed_client_main (argv[2], argv[3]);
+
   g_test_init (&argc, &argv, NULL);
   harness_init ();
   g_test_add_func ("/peer-hostile/unauthenticated", test_unauthenticated);
@@ -740,6 +812,7 @@ main (int   argc,
   g_test_add_func ("/peer-hostile/bad-frames", test_bad_frames);
   g_test_add_func ("/peer-hostile/slow-reader", test_slow_reader);
   g_test_add_func ("/peer-hostile/idle-connections", test_idle_connections);
+  g_test_add_func ("/peer-hostile/killed-client", test_killed_client);
   g_test_add_func ("/peer-hostile/max-connections", test_max_connections);
   g_test_add_func ("/peer-hostile/config-check", test_config_check);
   g_test_add_func ("/peer-hostile/tls", test_tls);

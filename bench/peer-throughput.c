@@ -55,6 +55,8 @@ typedef struct
   gsize    message;
   gdouble  until;
   guint64  bytes;
+  guint8  *slots;     /* NULL: one reused buffer; else n_slots messages in turn */
+  guint    n_slots;
 } Flow;
 
 static gpointer
@@ -86,9 +88,11 @@ receive_main (gpointer data)
   Flow *flow = data;
   g_autofree guint8 *buffer = g_malloc (flow->message);
 
-  for (;;)
+  for (guint i = 0; ; i++)
     {
-      ssize_t n = recv (flow->fd, buffer, flow->message, MSG_WAITALL);
+      guint8 *target = flow->slots != NULL ? flow->slots + (gsize) (i % flow->n_slots) * flow->message
+                                           : buffer;
+      ssize_t n = recv (flow->fd, target, flow->message, MSG_WAITALL);
 
       if (n <= 0)
         break;
@@ -100,12 +104,17 @@ receive_main (gpointer data)
 static gdouble self_cpu_s (void);
 
 /* GB/s of @n_conns loopback connections each sending @message-sized
- * messages for opt_seconds; the CPU both ends took per GB in @cpu_s_per_gb. */
+ * messages for opt_seconds; the CPU both ends took per GB in @cpu_s_per_gb.
+ * With @slots_bytes, the receivers write in turn over that much memory (as
+ * the peer tier writes primary slots) instead of one buffer that stays in
+ * the CPU's caches. */
 static gdouble
 tcp_ceiling (gsize    message,
              guint    n_conns,
+             gsize    slots_bytes,
              gdouble *cpu_s_per_gb)
 {
+  g_autofree guint8 *slots = slots_bytes > 0 ? g_malloc (slots_bytes) : NULL;
   struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
   socklen_t len = sizeof addr;
   int listener = socket (AF_INET, SOCK_STREAM, 0);
@@ -127,11 +136,18 @@ tcp_ceiling (gsize    message,
       receivers[i].fd = accept (listener, NULL, NULL);
       g_assert_cmpint (receivers[i].fd, >=, 0);
     }
+  if (slots != NULL)
+    memset (slots, 0, slots_bytes);   /* faulted in, as warm primary slots are */
   start = now_s ();
   cpu = self_cpu_s ();
   for (guint i = 0; i < n_conns; i++)
     {
       senders[i].message = receivers[i].message = message;
+      if (slots != NULL)
+        {
+          receivers[i].n_slots = MAX (1, slots_bytes / n_conns / message);
+          receivers[i].slots = slots + (gsize) i * receivers[i].n_slots * message;
+        }
       senders[i].until = start + opt_seconds;
       threads[2 * i] = g_thread_new ("tcp-send", send_main, &senders[i]);
       threads[2 * i + 1] = g_thread_new ("tcp-recv", receive_main, &receivers[i]);
@@ -244,11 +260,24 @@ typedef struct
   gdouble server_cpu_s_per_gb;
 } PeerResult;
 
+/* The chunks the peer run fetches, and their bytes. */
+static guint
+peer_n_chunks (gsize chunk)
+{
+  return (guint) MIN (256, (256u << 20) / chunk);
+}
+
+static gsize
+peer_slots_bytes (gsize chunk)
+{
+  return peer_n_chunks (chunk) * (20 + 4096 + chunk);
+}
+
 static PeerResult
 peer_fetch (gsize    chunk,
             gboolean tls)
 {
-  guint n_chunks = (guint) MIN (256, (256u << 20) / chunk);
+  guint n_chunks = peer_n_chunks (chunk);
   guint per_job = (guint) MAX (1, MIN (16, (8u << 20) / chunk));
   g_autofree char *secret = write_file ("secret", "bench-secret-0123456789abcdef");
   g_autofree char *tls_conf = tls ? g_strdup_printf ("tls = true\ntls-cert-file = %s/server.pem\n"
@@ -417,9 +446,10 @@ main (int   argc,
 
         for (gint r = 0; r < opt_rounds; r++)
           {
-            gdouble cpu_one, cpu_many;
-            gdouble one = tcp_ceiling (message, 1, &cpu_one);
-            gdouble many = tcp_ceiling (message, opt_connections, &cpu_many);
+            gdouble cpu_one, cpu_many, cpu_slots;
+            gdouble one = tcp_ceiling (message, 1, 0, &cpu_one);
+            gdouble many = tcp_ceiling (message, opt_connections, 0, &cpu_many);
+            gdouble into_slots = tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), &cpu_slots);
             PeerResult result = peer_fetch (chunk, tls);
 
             ceilings[r] = MAX (one, many);
@@ -427,9 +457,10 @@ main (int   argc,
             cpus[r] = result.cpu_s_per_gb;
             ratios[r] = peer_rates[r] / ceilings[r];
             order[r] = r;
-            printf ("# round %d: tcp %.2f GB/s (cpu %.2f s/GB) over 1, %.2f GB/s (cpu %.2f s/GB) over %d;"
-                    " peer%s %.2f GB/s, cpu %.2f s/GB (client %.2f, server %.2f)\n", r + 1, one, cpu_one,
-                    many, cpu_many, opt_connections, tls ? " tls" : "", peer_rates[r], cpus[r],
+            printf ("# round %d: tcp %.2f GB/s (cpu %.2f s/GB) over 1, %.2f GB/s (cpu %.2f s/GB) over %d,"
+                    " %.2f GB/s (cpu %.2f s/GB) into slots; peer%s %.2f GB/s, cpu %.2f s/GB"
+                    " (client %.2f, server %.2f)\n", r + 1, one, cpu_one, many, cpu_many, opt_connections,
+                    into_slots, cpu_slots, tls ? " tls" : "", peer_rates[r], cpus[r],
                     result.client_cpu_s_per_gb, result.server_cpu_s_per_gb);
             fflush (stdout);
           }

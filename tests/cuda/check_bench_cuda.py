@@ -4,7 +4,8 @@
 (KVTIER_PLUGIN_PATH starts with the fake `kvtier-cuda` module): a device
 small enough that chunks come back from the primary tier and the fs tier,
 each computed by the device's fill-blocks and every loaded one checked by
-its check-blocks. Usage: check_bench_cuda.py KVTIER TRACE"""
+its check-blocks. --sync makes every step wait for its transfers, so the
+loaded chunks do not depend on how busy the machine is. Usage: check_bench_cuda.py KVTIER TRACE"""
 
 import re
 import subprocess
@@ -13,7 +14,7 @@ import sys
 kvtier, trace = sys.argv[1], sys.argv[2]
 args = [kvtier, 'bench', '--device', 'cuda', '--trace', trace, '--requests', '120',
         '--gpu-size', '8MiB', '--primary-size', '16MiB', '--prefill-rate', '1e9',
-        '--no-progress']
+        '--no-progress', '--sync']
 run = subprocess.run(args, capture_output=True, text=True, timeout=240)
 sys.stdout.write(run.stdout)
 sys.stderr.write(run.stderr)

@@ -17,6 +17,7 @@
 #include "kv-fs-config.h"
 #include "kv-chunk-format.h"
 #include "kv-fs-tier.h"
+#include "fs-memory-ceiling.h"
 #if KV_FS_HAVE_URING
 # include <liburing.h>
 #endif
@@ -58,6 +59,10 @@
  * tier) and every line reports the median round by ratio; the rounds are
  * printed as `#` lines. CPU time is the whole process's (user + system,
  * all threads, io_uring workers included) per GB moved.
+ *
+ * On a memory-backed root (tmpfs, ramfs) the ceiling is a plain memcpy
+ * of the same chunks by 1 to n-CPUs threads instead, swept and paired the
+ * same way (see fs-memory-ceiling.c).
  *
  * The baseline lines (one file per chunk without kvtier or a checksum:
  * created by 16 threads; taken over by 16 threads; taken over by linked
@@ -385,6 +390,9 @@ typedef struct
   double               read_cpu;
   const char          *write_how;   /* the configuration that reached it */
   const char          *read_how;
+  /* a memory-backed root: the memcpy ceiling instead of the sweep */
+  gboolean             memory;
+  MemoryCeiling        mem;
 #if KV_FS_HAVE_URING
   /* kept for ceiling_pair() until ceiling_clear() */
   const CeilingConfig *write_config;
@@ -404,6 +412,9 @@ typedef struct
 static void
 ceiling_clear (Ceiling *c)
 {
+  if (c->memory)
+    memory_ceiling_clear (&c->mem);
+  c->memory = FALSE;
 #if KV_FS_HAVE_URING
   ceiling_files_close (&c->per_io);
   ceiling_files_close (&c->big);
@@ -552,7 +563,13 @@ ceiling_pair (Ceiling  *c,
 {
 #if KV_FS_HAVE_URING
   const CeilingConfig *config = write ? c->write_config : c->read_config;
+#endif
   double cpu;
+
+  if (c->memory)
+    return memory_ceiling_pass (&c->mem, write, write ? c->mem.write_threads : c->mem.read_threads,
+                                &cpu);
+#if KV_FS_HAVE_URING
 
   if (config == NULL)
     return 0;
@@ -1372,6 +1389,7 @@ main (int argc, char **argv)
   g_auto(GStrv) engines = NULL;
   g_auto(GStrv) layouts = NULL;
   g_auto(GStrv) chunks = NULL;
+  const char *memory_fs = NULL;
   GOptionEntry entries[] = {
     { "dir", 0, 0, G_OPTION_ARG_FILENAME, &opt_dir, "Directory to test (default: a new one in /tmp)", "DIR" },
     { "total", 0, 0, G_OPTION_ARG_STRING, &total_text, "Bytes moved each way per measurement (default 1GiB)", "SIZE" },
@@ -1448,6 +1466,11 @@ main (int argc, char **argv)
 
   g_print ("# fs-throughput on %s, %" G_GUINT64_FORMAT " MiB each way per measurement\n",
            opt_dir, opt_total >> 20);
+  if (memory_backed_dir (opt_dir, &memory_fs))
+    g_print ("# %s: the ceiling is memcpy. A store into an empty tier also has the kernel "
+             "allocate the files' pages, which the ceiling does not (as the disk ceiling "
+             "allocates no blocks); in a VM whose balloon reports free pages to the host, "
+             "a page freed before and touched again costs a host fault\n", memory_fs);
   for (guint c = 0; chunks[c] != NULL; c++)
     {
       guint64 chunk = 0;
@@ -1460,7 +1483,24 @@ main (int argc, char **argv)
           return 2;
         }
       name = size_name (chunk);
-      if (ceiling_init (&ceiling, opt_dir, chunk, opt_total, opt_ceiling_details))
+      if (memory_fs != NULL)
+        {
+          ceiling.memory = memory_ceiling_init (&ceiling.mem, chunk, opt_total, opt_primary,
+                                                opt_ceiling_details);
+          if (ceiling.memory)
+            {
+              ceiling.write_gbs = ceiling.mem.write_gbs;
+              ceiling.read_gbs = ceiling.mem.read_gbs;
+              g_print ("ceiling %s: write %.2f GB/s (cpu %.3f s/GB), read %.2f GB/s (cpu %.3f s/GB) "
+                       "(%s root: memcpy of the same chunks between primary-sized and "
+                       "total-sized memory, best of 1 to %u threads: write %u, read %u; each "
+                       "tier pass is compared with one more pass of it right before)\n",
+                       name, ceiling.write_gbs, ceiling.mem.write_cpu, ceiling.read_gbs,
+                       ceiling.mem.read_cpu, memory_fs, MAX (g_get_num_processors (), 1),
+                       ceiling.mem.write_threads, ceiling.mem.read_threads);
+            }
+        }
+      else if (ceiling_init (&ceiling, opt_dir, chunk, opt_total, opt_ceiling_details))
         g_print ("ceiling %s: write %.2f GB/s (cpu %.3f s/GB), read %.2f GB/s (cpu %.3f s/GB) "
                  "(raw O_DIRECT io_uring, registered buffers, best of several configurations: "
                  "write %s, read %s; each tier pass is compared with one more pass of it "

@@ -3,6 +3,7 @@
 #include "config.h"
 
 #include "kv-host-buffer.h"
+#include "kv-host-buffer-private.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,6 +46,14 @@
  * be called from any thread. Slot contents are not synchronised: whoever owns
  * a slot at a given time (the primary tier's reference counts decide) may read
  * or write it from any thread.
+ *
+ * Each slot can carry the checksum of its bytes (XXH3-64, seed 0, of all
+ * `slot-size` bytes), computed once by whoever wrote them while the bytes
+ * were at hand — [class@Kv.HostDevice] as it copies a chunk in, a tier
+ * that verified a chunk it loaded — so that every tier that stores the
+ * chunk reuses it instead of reading the whole slot again; see
+ * [method@Kv.HostBuffer.get_slot_checksum]. Like the bytes, the checksum
+ * belongs to the slot's owner.
  */
 struct _KvHostBuffer
 {
@@ -63,6 +72,10 @@ struct _KvHostBuffer
 
   guint8 *data;
   gboolean creator;
+
+  /* per slot: the XXH3-64 of its bytes, valid where checksum_known[slot] */
+  guint64 *checksums;
+  guint8 *checksum_known;
 };
 
 enum {
@@ -303,7 +316,12 @@ kv_host_buffer_initable_init (GInitable     *initable,
       g_assert_not_reached ();
     }
 
-  if (!ok)
+  if (ok)
+    {
+      self->checksums = g_new (guint64, self->n_slots);
+      self->checksum_known = g_new0 (guint8, self->n_slots);
+    }
+  else
     {
       /* Leave nothing behind: a file this buffer created is removed again. */
       if (self->creator)
@@ -338,6 +356,8 @@ kv_host_buffer_finalize (GObject *object)
   if (self->creator)
     (void) unlink (self->path);
   g_free (self->path);
+  g_free (self->checksums);
+  g_free (self->checksum_known);
 
   G_OBJECT_CLASS (kv_host_buffer_parent_class)->finalize (object);
 }
@@ -817,7 +837,9 @@ kv_host_buffer_read_slot (KvHostBuffer  *self,
  * @error: return location for an error
  *
  * Copies @data to the start of @slot; the rest of the slot is left as it
- * is. May be called from any thread by the owner of the slot.
+ * is, and the slot's checksum is forgotten (see
+ * [method@Kv.HostBuffer.get_slot_checksum]). May be called from any thread
+ * by the owner of the slot.
  *
  * Returns: %TRUE on success, %FALSE with @error set when @slot is out of
  *   range or @data is longer than a slot
@@ -848,7 +870,105 @@ kv_host_buffer_write_slot (KvHostBuffer  *self,
       return FALSE;
     }
 
+  self->checksum_known[slot] = FALSE;
   if (len > 0)
     memcpy (self->data + (gsize) slot * self->slot_size, src, len);
   return TRUE;
+}
+
+/**
+ * kv_host_buffer_get_slot_checksum:
+ * @self: a buffer
+ * @slot: a slot index, below `n-slots`
+ * @out_checksum: (out) (optional): the XXH3-64 (seed 0) of the slot's
+ *   `slot-size` bytes
+ *
+ * Gets the checksum carried with the slot's current bytes, when whoever
+ * wrote them computed it (see [method@Kv.HostBuffer.set_slot_checksum]).
+ * A tier that stores the slot writes it into its own record instead of
+ * reading the whole slot to compute it; without it, the tier computes it.
+ *
+ * The checksum is known from the moment the slot's writer sets it until the
+ * primary tier hands the slot to a new writer or frees it, or
+ * [method@Kv.HostBuffer.write_slot] or
+ * [method@Kv.HostBuffer.clear_slot_checksum] changes the slot. Call it
+ * while the slot is pinned (a store job's slots are), from any thread that
+ * may read the slot.
+ *
+ * Returns: %TRUE when the checksum is known, %FALSE (leaving
+ *   @out_checksum alone) when it must be computed from the bytes
+ */
+gboolean
+kv_host_buffer_get_slot_checksum (KvHostBuffer *self,
+                                  guint32       slot,
+                                  guint64      *out_checksum)
+{
+  g_return_val_if_fail (KV_IS_HOST_BUFFER (self), FALSE);
+  g_return_val_if_fail (self->checksum_known != NULL, FALSE);
+  g_return_val_if_fail (slot < self->n_slots, FALSE);
+
+  if (!self->checksum_known[slot])
+    return FALSE;
+  if (out_checksum != NULL)
+    *out_checksum = self->checksums[slot];
+  return TRUE;
+}
+
+/**
+ * kv_host_buffer_set_slot_checksum:
+ * @self: a buffer
+ * @slot: a slot index, below `n-slots`
+ * @checksum: the XXH3-64 (seed 0) of the slot's `slot-size` bytes, as they
+ *   are now and will stay
+ *
+ * Records the checksum of the slot's bytes, for the slot's writer that
+ * computed it while it wrote them: [class@Kv.HostDevice] as it copies a
+ * chunk from the device, a secondary tier after it loaded a chunk and
+ * verified it against the checksum the chunk was stored with. Set it
+ * before the write is reported (the store completed, the load job
+ * finished), and only for bytes that will not change until then: a wrong
+ * checksum makes every tier store a chunk that fails its check when
+ * loaded. Any thread, by the slot's owner.
+ */
+void
+kv_host_buffer_set_slot_checksum (KvHostBuffer *self,
+                                  guint32       slot,
+                                  guint64       checksum)
+{
+  g_return_if_fail (KV_IS_HOST_BUFFER (self));
+  g_return_if_fail (self->checksum_known != NULL);
+  g_return_if_fail (slot < self->n_slots);
+
+  self->checksums[slot] = checksum;
+  self->checksum_known[slot] = TRUE;
+}
+
+/**
+ * kv_host_buffer_clear_slot_checksum:
+ * @self: a buffer
+ * @slot: a slot index, below `n-slots`
+ *
+ * Forgets the checksum of the slot's bytes: for a writer that changes
+ * them in place (through [method@Kv.HostBuffer.peek_slot]) after a
+ * checksum was set. The primary tier clears it itself whenever it hands
+ * the slot to a new writer and when it frees the slot. Any thread, by the
+ * slot's owner.
+ */
+void
+kv_host_buffer_clear_slot_checksum (KvHostBuffer *self,
+                                    guint32       slot)
+{
+  g_return_if_fail (KV_IS_HOST_BUFFER (self));
+  g_return_if_fail (self->checksum_known != NULL);
+  g_return_if_fail (slot < self->n_slots);
+
+  self->checksum_known[slot] = FALSE;
+}
+
+/* For the primary tier's slot allocator: no checks on its hot path. */
+void
+_kv_host_buffer_forget_slot_checksum (KvHostBuffer *self,
+                                      guint32       slot)
+{
+  self->checksum_known[slot] = FALSE;
 }

@@ -74,5 +74,16 @@ gboolean             kv_host_buffer_write_slot   (KvHostBuffer  *self,
                                                   guint32        slot,
                                                   GBytes        *data,
                                                   GError       **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean             kv_host_buffer_get_slot_checksum   (KvHostBuffer *self,
+                                                         guint32       slot,
+                                                         guint64      *out_checksum);
+KVTIER_AVAILABLE_IN_ALL
+void                 kv_host_buffer_set_slot_checksum   (KvHostBuffer *self,
+                                                         guint32       slot,
+                                                         guint64       checksum);
+KVTIER_AVAILABLE_IN_ALL
+void                 kv_host_buffer_clear_slot_checksum (KvHostBuffer *self,
+                                                         guint32       slot);
 
 G_END_DECLS

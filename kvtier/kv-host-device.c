@@ -10,6 +10,22 @@
 
 #include "kv-configurable.h"
 
+#define XXH_STATIC_LINKING_ONLY   /* XXH3_state_t on the stack */
+#include <xxhash.h>
+#if defined(__x86_64__)
+# include <xxh_x86dispatch.h>
+# define host_xxh3_update XXH3_64bits_update_dispatch
+#else
+# define host_xxh3_update XXH3_64bits_update
+#endif
+
+/* A chunk copied into the primary is hashed in pieces of this size right
+ * after each is copied, while the piece is still in the core's cache: one
+ * pass over memory instead of the copy now and a tier's read of the whole
+ * slot later. Small enough for L2 with room to spare, large enough that
+ * the per-update cost does not show. */
+#define HASH_PIECE ((gsize) 64 * 1024)
+
 #ifndef MADV_POPULATE_WRITE
 # define MADV_POPULATE_WRITE 23
 #endif
@@ -48,6 +64,12 @@ typedef struct
  * direction is a strict FIFO, and the last worker to finish a job reports
  * it with [method@Kv.Device.complete_job].
  *
+ * Copying into the primary, a worker takes whole chunks and computes each
+ * chunk's checksum as it copies it (in cache-sized pieces, each hashed
+ * right after it is copied), then carries it with the slot
+ * ([method@Kv.HostBuffer.set_slot_checksum]) for the tiers that store the
+ * chunk. A job of fewer chunks than workers copies on fewer workers.
+ *
  * C code reads and writes device memory with
  * [method@Kv.HostDevice.peek_block]; bindings use
  * [method@Kv.HostDevice.read_block] and [method@Kv.HostDevice.write_block].
@@ -63,6 +85,8 @@ struct _KvHostDevice
   guint8       *memory;
   gsize         memory_size;
   guint8       *primary_data;
+  KvHostBuffer *primary;
+  gsize         slot_size;
   gsize         block_bytes;
   guint         n_blocks;
   guint         n_layers;
@@ -138,6 +162,72 @@ finish_job (KvHostDevice *self,
   return next;
 }
 
+static inline guint8 *
+device_piece (KvHostDevice       *self,
+              const KvDeviceCopy *copy)
+{
+  return self->memory + ((gsize) copy->layer * self->n_blocks + copy->block) * self->block_bytes;
+}
+
+static inline guint32
+slot_of (KvHostDevice       *self,
+         const KvDeviceCopy *copy)
+{
+  return (guint32) (copy->primary_offset / self->slot_size);
+}
+
+/* Copies pieces [first, end) of @job, which all go to one slot and are
+ * all of that slot's pieces in the job, hashing the slot as they go: the
+ * bytes between and around the pieces (a partial chunk's leading block of
+ * each layer, a slot larger than a chunk) are the slot's own, which nobody
+ * changes while it is being stored. Pieces out of order or overlapping
+ * (never from kv_device_submit_store()) are copied without a checksum. */
+static void
+copy_chunk_hashed (KvHostDevice *self,
+                   HostJob      *job,
+                   guint         first,
+                   guint         end)
+{
+  guint32 slot = slot_of (self, &job->copies[first]);
+  guint8 *slot_data = self->primary_data + (gsize) slot * self->slot_size;
+  gsize slot_base = (gsize) slot * self->slot_size;
+  gsize pos = 0;
+  XXH3_state_t state;
+  gboolean ordered = TRUE;
+
+  for (guint i = first + 1; i < end && ordered; i++)
+    ordered = job->copies[i].primary_offset >= job->copies[i - 1].primary_offset + self->block_bytes;
+  if (!ordered)
+    {
+      for (guint i = first; i < end; i++)
+        memcpy (self->primary_data + job->copies[i].primary_offset,
+                device_piece (self, &job->copies[i]), self->block_bytes);
+      return;
+    }
+
+  XXH3_64bits_reset (&state);
+  for (guint i = first; i < end; i++)
+    {
+      const guint8 *src = device_piece (self, &job->copies[i]);
+      gsize offset = job->copies[i].primary_offset - slot_base;
+
+      if (offset > pos)
+        host_xxh3_update (&state, slot_data + pos, offset - pos);
+      pos = offset;
+      for (gsize done = 0; done < self->block_bytes; done += HASH_PIECE)
+        {
+          gsize n = MIN (HASH_PIECE, self->block_bytes - done);
+
+          memcpy (slot_data + pos, src + done, n);
+          host_xxh3_update (&state, slot_data + pos, n);
+          pos += n;
+        }
+    }
+  if (pos < self->slot_size)
+    host_xxh3_update (&state, slot_data + pos, self->slot_size - pos);
+  kv_host_buffer_set_slot_checksum (self->primary, slot, XXH3_64bits_digest (&state));
+}
+
 static void
 run_task (gpointer data,
           gpointer user_data)
@@ -145,19 +235,26 @@ run_task (gpointer data,
   KvHostDevice *self = user_data;
   HostTask *task = data;
   HostJob *job = task->job;
-  gboolean to_primary = job->direction == KV_DEVICE_DIRECTION_TO_PRIMARY;
 
-  for (guint i = task->first; i < task->end; i++)
+  if (job->direction == KV_DEVICE_DIRECTION_TO_PRIMARY)
     {
-      const KvDeviceCopy *copy = &job->copies[i];
-      guint8 *device = self->memory +
-        ((gsize) copy->layer * self->n_blocks + copy->block) * self->block_bytes;
-      guint8 *host = self->primary_data + copy->primary_offset;
+      /* start_job() split the job on slot boundaries */
+      for (guint i = task->first; i < task->end;)
+        {
+          guint32 slot = slot_of (self, &job->copies[i]);
+          guint end = i + 1;
 
-      if (to_primary)
-        memcpy (host, device, self->block_bytes);
-      else
-        memcpy (device, host, self->block_bytes);
+          while (end < task->end && slot_of (self, &job->copies[end]) == slot)
+            end++;
+          copy_chunk_hashed (self, job, i, end);
+          i = end;
+        }
+    }
+  else
+    {
+      for (guint i = task->first; i < task->end; i++)
+        memcpy (device_piece (self, &job->copies[i]),
+                self->primary_data + job->copies[i].primary_offset, self->block_bytes);
     }
   g_free (task);
 
@@ -187,6 +284,40 @@ start_job (KvHostDevice *self,
 
   n_tasks = MIN (self->n_workers, job->n_copies);
   job->start_ns = now_ns ();
+  if (job->direction == KV_DEVICE_DIRECTION_TO_PRIMARY)
+    {
+      /* Whole chunks per task, so that one worker hashes each chunk: each
+       * even split point moves on to the next slot's first piece, and the
+       * tasks left empty are dropped. */
+      guint bounds[257];
+      guint n = 0;
+
+      n_tasks = MIN (n_tasks, G_N_ELEMENTS (bounds) - 1);
+      bounds[0] = 0;
+      for (guint t = 1; t <= n_tasks; t++)
+        {
+          guint b = t == n_tasks ? job->n_copies
+                                 : (guint) ((guint64) job->n_copies * t / n_tasks);
+
+          b = MAX (b, bounds[n]);
+          while (b > 0 && b < job->n_copies &&
+                 slot_of (self, &job->copies[b]) == slot_of (self, &job->copies[b - 1]))
+            b++;
+          if (b > bounds[n])
+            bounds[++n] = b;
+        }
+      g_atomic_int_set (&job->pieces_left, (gint) n);
+      for (guint t = 0; t < n; t++)
+        {
+          HostTask *task = g_new (HostTask, 1);
+
+          task->job = job;
+          task->first = bounds[t];
+          task->end = bounds[t + 1];
+          g_thread_pool_push (self->pool, task, NULL);
+        }
+      return;
+    }
   g_atomic_int_set (&job->pieces_left, (gint) n_tasks);
   for (guint t = 0; t < n_tasks; t++)
     {
@@ -247,6 +378,8 @@ kv_host_device_open (KvDevice  *device,
   self->n_blocks = kv_device_get_n_blocks (device);
   self->n_layers = kv_device_get_n_layers (device);
   self->primary_data = kv_host_buffer_get_data (primary);
+  self->primary = primary;
+  self->slot_size = kv_host_buffer_get_slot_size (primary);
 
   if (!check_memory_size (device, error))
     return FALSE;

@@ -4,6 +4,7 @@
 
 #include "kv-primary-tier.h"
 #include "kv-primary-tier-private.h"
+#include "kv-host-buffer-private.h"
 #include "kv-prepare-store-result-private.h"
 
 #include "kv-cache-policy-private.h"
@@ -436,10 +437,14 @@ primary_take_slot (KvPrimaryTier *self)
   guint32 slot;
 
   if (self->n_bumped < self->n_slots)
-    return self->n_bumped++;
-
-  g_assert (self->n_free_list > 0);
-  slot = self->free_list[--self->n_free_list];
+    slot = self->n_bumped++;
+  else
+    {
+      g_assert (self->n_free_list > 0);
+      slot = self->free_list[--self->n_free_list];
+    }
+  /* a new writer: the checksum of the old bytes no longer holds */
+  _kv_host_buffer_forget_slot_checksum (self->buffer, slot);
   return slot;
 }
 
@@ -470,6 +475,7 @@ primary_remove_entry (KvPrimaryTier *self,
 
   g_assert (self->n_free_list < self->n_slots);
   self->free_list[self->n_free_list++] = entry->slot;
+  _kv_host_buffer_forget_slot_checksum (self->buffer, entry->slot);
   primary_unindex (self, entry->key);
   primary_release_entry (self, entry);
 }
@@ -792,6 +798,36 @@ kv_primary_tier_get_slot_size (KvPrimaryTier *self)
   g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), 0);
 
   return self->slot_size;
+}
+
+/**
+ * kv_primary_tier_get_slot_checksum:
+ * @self: a primary tier
+ * @slot: a slot index, below [property@Kv.PrimaryTier:n-slots]
+ * @out_checksum: (out) (optional): the XXH3-64 (seed 0) of the slot's
+ *   bytes
+ *
+ * Gets the checksum carried with the bytes of @slot: computed by the
+ * device as it copied the chunk in (see [class@Kv.HostDevice]) or taken
+ * from the record of a chunk a secondary tier loaded and verified. The
+ * tier forgets it whenever it hands the slot to a new writer (a store or
+ * a promotion) and when it frees the slot. The same as
+ * [method@Kv.HostBuffer.get_slot_checksum] on the tier's buffer, which is
+ * what secondary tiers, holding the buffer, call. Any thread, while the
+ * slot is pinned or written by the caller.
+ *
+ * Returns: %TRUE when the checksum is known, %FALSE when it must be
+ *   computed from the bytes
+ */
+gboolean
+kv_primary_tier_get_slot_checksum (KvPrimaryTier *self,
+                                   guint32        slot,
+                                   guint64       *out_checksum)
+{
+  g_return_val_if_fail (KV_IS_PRIMARY_TIER (self), FALSE);
+  g_return_val_if_fail (slot < self->n_slots, FALSE);
+
+  return kv_host_buffer_get_slot_checksum (self->buffer, slot, out_checksum);
 }
 
 /**
@@ -1443,6 +1479,7 @@ _kv_primary_tier_free_slots (KvPrimaryTier *self,
     {
       g_return_if_fail (slots[i] < self->n_bumped && self->n_free_list < self->n_slots);
       self->free_list[self->n_free_list++] = slots[i];
+      _kv_host_buffer_forget_slot_checksum (self->buffer, slots[i]);
     }
 }
 

@@ -34,6 +34,10 @@ KVTIER_AVAILABLE_IN_ALL
 guint                 kv_primary_tier_get_n_slots         (KvPrimaryTier  *self);
 KVTIER_AVAILABLE_IN_ALL
 gsize                 kv_primary_tier_get_slot_size       (KvPrimaryTier  *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean              kv_primary_tier_get_slot_checksum   (KvPrimaryTier  *self,
+                                                           guint32         slot,
+                                                           guint64        *out_checksum);
 
 KVTIER_AVAILABLE_IN_ALL
 KvLookupResult        kv_primary_tier_lookup              (KvPrimaryTier  *self,

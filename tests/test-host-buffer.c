@@ -437,6 +437,48 @@ test_slot_out_of_range (void)
   g_test_assert_expected_messages ();
 }
 
+/* Each slot carries its own checksum; nothing is known at first, and a
+ * write through the buffer forgets it. */
+static void
+test_slot_checksum (void)
+{
+  GError *error = NULL;
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (3, SLOT, &error);
+  g_autoptr(GBytes) bytes = g_bytes_new_static ("abc", 3);
+  guint64 checksum = 7;
+
+  g_assert_no_error (error);
+  for (guint32 slot = 0; slot < 3; slot++)
+    g_assert_false (kv_host_buffer_get_slot_checksum (buffer, slot, &checksum));
+  g_assert_cmpuint (checksum, ==, 7);
+
+  kv_host_buffer_set_slot_checksum (buffer, 1, G_GUINT64_CONSTANT (0xfedcba9876543210));
+  kv_host_buffer_set_slot_checksum (buffer, 2, 0);
+  g_assert_false (kv_host_buffer_get_slot_checksum (buffer, 0, &checksum));
+  g_assert_true (kv_host_buffer_get_slot_checksum (buffer, 1, &checksum));
+  g_assert_cmpuint (checksum, ==, G_GUINT64_CONSTANT (0xfedcba9876543210));
+  /* 0 is a checksum like any other */
+  g_assert_true (kv_host_buffer_get_slot_checksum (buffer, 2, &checksum));
+  g_assert_cmpuint (checksum, ==, 0);
+
+  g_assert_true (kv_host_buffer_write_slot (buffer, 1, bytes, &error));
+  g_assert_no_error (error);
+  g_assert_false (kv_host_buffer_get_slot_checksum (buffer, 1, NULL));
+  g_assert_true (kv_host_buffer_get_slot_checksum (buffer, 2, NULL));
+  kv_host_buffer_clear_slot_checksum (buffer, 2);
+  g_assert_false (kv_host_buffer_get_slot_checksum (buffer, 2, NULL));
+
+  if (g_test_undefined ())
+    {
+      g_test_expect_message ("Kvtier", G_LOG_LEVEL_CRITICAL, "*slot < self->n_slots*");
+      g_assert_false (kv_host_buffer_get_slot_checksum (buffer, 3, &checksum));
+      g_test_assert_expected_messages ();
+      g_test_expect_message ("Kvtier", G_LOG_LEVEL_CRITICAL, "*slot < self->n_slots*");
+      kv_host_buffer_set_slot_checksum (buffer, 3, 1);
+      g_test_assert_expected_messages ();
+    }
+}
+
 int
 main (int    argc,
       char **argv)
@@ -456,6 +498,7 @@ main (int    argc,
   g_test_add_func ("/kvtier/host-buffer/read-slot-zero-copy", test_read_slot_zero_copy);
   g_test_add_func ("/kvtier/host-buffer/write-slot", test_write_slot);
   g_test_add_func ("/kvtier/host-buffer/slot-out-of-range", test_slot_out_of_range);
+  g_test_add_func ("/kvtier/host-buffer/slot-checksum", test_slot_checksum);
 
   return g_test_run ();
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <kvtier.h>
+#include <xxhash.h>
 
 #define SLOT_SIZE 16384
 #define N_SLOTS 64
@@ -223,6 +224,112 @@ test_load_bytes_partial_first (Fixture       *f,
     }
   /* A block outside the job is untouched. */
   g_assert_true (block_matches (kv_host_device_peek_block (f->device, 0, 59), 9, 0, 59));
+}
+
+/* The checksum a store job carries with each slot is the XXH3-64 of the
+ * whole slot as it is after the copy: copied pieces, the rest of the slot
+ * (here a slot is twice a chunk), whatever split the workers took. */
+static void
+assert_slot_checksums (KvHostBuffer  *buffer,
+                       const guint32 *slots,
+                       guint          n_slots)
+{
+  for (guint i = 0; i < n_slots; i++)
+    {
+      guint64 carried = 0;
+
+      g_assert_true (kv_host_buffer_get_slot_checksum (buffer, slots[i], &carried));
+      g_assert_cmpuint (carried, ==,
+                        XXH3_64bits (kv_host_buffer_peek_slot (buffer, slots[i]), SLOT_SIZE));
+    }
+}
+
+static void
+test_store_checksum (Fixture       *f,
+                     gconstpointer  data)
+{
+  /* 1, 2, 3 and 7 chunks per job: fewer chunks than workers, and splits
+   * that do not fall on chunk boundaries */
+  static const guint n_chunks[] = { 1, 2, 3, 7 };
+  guint32 next_slot = 0, next_block = 0;
+
+  for (guint s = 0; s < N_SLOTS; s++)
+    memset (kv_host_buffer_peek_slot (f->buffer, s), 0xa5 ^ s, SLOT_SIZE);
+  for (guint k = 0; k < G_N_ELEMENTS (n_chunks); k++)
+    {
+      guint32 chunks[8], blocks[16];
+      g_autoptr(GError) error = NULL;
+      g_autoptr(GPtrArray) results = NULL;
+      guint64 id;
+
+      for (guint c = 0; c < n_chunks[k]; c++)
+        {
+          chunks[c] = (next_slot++ * 5) % N_SLOTS;
+          for (guint j = 0; j < BPC; j++)
+            {
+              blocks[c * BPC + j] = next_block++;
+              for (guint l = 0; l < N_LAYERS; l++)
+                fill_block (f->device, 30 + k, l, blocks[c * BPC + j]);
+            }
+        }
+      id = kv_device_submit_store (KV_DEVICE (f->device), blocks, n_chunks[k] * BPC,
+                                   chunks, n_chunks[k], &error);
+      g_assert_no_error (error);
+      results = wait_results (KV_DEVICE (f->device), id);
+      g_assert_cmpuint (results->len, ==, 1);
+      g_assert_true (kv_job_result_get_success (g_ptr_array_index (results, 0)));
+      for (guint c = 0; c < n_chunks[k]; c++)
+        for (guint l = 0; l < N_LAYERS; l++)
+          for (guint j = 0; j < BPC; j++)
+            g_assert_true (block_matches ((guint8 *) kv_host_buffer_peek_slot (f->buffer, chunks[c]) +
+                                          (l * BPC + j) * BLOCK_BYTES, 30 + k, l,
+                                          blocks[c * BPC + j]));
+      assert_slot_checksums (f->buffer, chunks, n_chunks[k]);
+    }
+  /* slots no job wrote carry nothing */
+  g_assert_false (kv_host_buffer_get_slot_checksum (f->buffer, 1, NULL));
+}
+
+/* A partial first chunk: its leading block is not copied, and the checksum
+ * still covers the whole slot, those bytes included. A load (primary →
+ * device) changes no slot and sets no checksum. */
+static void
+test_store_checksum_partial_first (Fixture       *f,
+                                   gconstpointer  data)
+{
+  const guint32 chunks[] = { 7, 8 };
+  const guint32 blocks[] = { 60, 61, 62 };
+  const guint32 load_chunks[] = { 9 };
+  const guint32 load_blocks[] = { 10, 11 };
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GPtrArray) results = NULL;
+  guint64 id;
+
+  memset (kv_host_buffer_peek_slot (f->buffer, 7), 0x77, SLOT_SIZE);
+  for (guint l = 0; l < N_LAYERS; l++)
+    for (guint b = 0; b < G_N_ELEMENTS (blocks); b++)
+      fill_block (f->device, 4, l, blocks[b]);
+  id = kv_device_submit_store (KV_DEVICE (f->device), blocks, G_N_ELEMENTS (blocks),
+                               chunks, G_N_ELEMENTS (chunks), &error);
+  g_assert_no_error (error);
+  g_clear_pointer (&results, g_ptr_array_unref);
+  results = wait_results (KV_DEVICE (f->device), id);
+  g_assert_cmpuint (results->len, ==, 1);
+  /* chunk 7's first block of every layer kept its bytes */
+  for (guint l = 0; l < N_LAYERS; l++)
+    {
+      const guint8 *slot = kv_host_buffer_peek_slot (f->buffer, 7);
+
+      g_assert_cmpuint (slot[l * BPC * BLOCK_BYTES], ==, 0x77);
+      g_assert_true (block_matches (slot + (l * BPC + 1) * BLOCK_BYTES, 4, l, 60));
+    }
+  assert_slot_checksums (f->buffer, chunks, G_N_ELEMENTS (chunks));
+
+  id = kv_device_submit_load (KV_DEVICE (f->device), load_chunks, 1, load_blocks, 2, &error);
+  g_assert_no_error (error);
+  g_clear_pointer (&results, g_ptr_array_unref);
+  results = wait_results (KV_DEVICE (f->device), id);
+  g_assert_false (kv_host_buffer_get_slot_checksum (f->buffer, 9, NULL));
 }
 
 static void
@@ -508,6 +615,14 @@ main (int   argc,
               fixture_set_up, test_store_bytes, fixture_tear_down);
   g_test_add ("/kvtier/host-device/load-bytes-partial-first", Fixture, NULL,
               fixture_set_up, test_load_bytes_partial_first, fixture_tear_down);
+  g_test_add ("/kvtier/host-device/store-checksum", Fixture, NULL,
+              fixture_set_up, test_store_checksum, fixture_tear_down);
+  g_test_add ("/kvtier/host-device/store-checksum/3-workers", Fixture, GUINT_TO_POINTER (3),
+              fixture_set_up, test_store_checksum, fixture_tear_down);
+  g_test_add ("/kvtier/host-device/store-checksum/1-worker", Fixture, GUINT_TO_POINTER (1),
+              fixture_set_up, test_store_checksum, fixture_tear_down);
+  g_test_add ("/kvtier/host-device/store-checksum-partial-first", Fixture, NULL,
+              fixture_set_up, test_store_checksum_partial_first, fixture_tear_down);
   g_test_add ("/kvtier/host-device/invalid-arguments", Fixture, NULL,
               fixture_set_up, test_invalid_arguments, fixture_tear_down);
   g_test_add ("/kvtier/host-device/read-write-block", Fixture, NULL,

@@ -973,6 +973,65 @@ test_complete_store_pinned_custom_policy (Fixture       *fx,
   assert_counts (fx, 2, 2, 0, 2);
 }
 
+/* The checksum carried with a slot's bytes holds from when the slot's
+ * writer sets it until the tier hands the slot to a new writer or frees
+ * it: a stale one would have every secondary tier store a chunk under the
+ * previous chunk's checksum. */
+static void
+test_slot_checksum (Fixture       *fx,
+                    gconstpointer  data)
+{
+  KvHostBuffer *buffer;
+  guint64 checksum = 0;
+  KvKey *keys[N_TEST_KEYS];
+  guint32 ids[N_TEST_KEYS];
+  guint n;
+
+  make_tier (fx, 2, NULL, FALSE);
+  buffer = kv_primary_tier_get_buffer (fx->tier);
+
+  /* a slot taken by a store: whatever was carried before is forgotten */
+  kv_host_buffer_set_slot_checksum (buffer, 0, 0x1111);
+  assert_prepare_store (fx, "a", "a", "0", "");
+  g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 0, &checksum));
+  /* the writer (the device) sets it; the chunk becomes ready with it */
+  kv_host_buffer_set_slot_checksum (buffer, 0, 0xa0a0);
+  complete_store (fx, "a", TRUE);
+  g_assert_true (kv_primary_tier_get_slot_checksum (fx->tier, 0, &checksum));
+  g_assert_cmpuint (checksum, ==, 0xa0a0);
+  g_assert_true (kv_primary_tier_get_slot_checksum (fx->tier, 0, NULL));
+  /* pinning and unpinning do not change the bytes */
+  load (fx, "a");
+  unload (fx, "a");
+  n = keys_of (fx, "a", keys);
+  g_assert_true (kv_primary_tier_prepare_read (fx->tier, keys, n, ids, NULL));
+  kv_primary_tier_complete_load (fx->tier, keys, n);
+  g_assert_true (kv_primary_tier_get_slot_checksum (fx->tier, 0, &checksum));
+  g_assert_cmpuint (checksum, ==, 0xa0a0);
+
+  /* a failed store frees its slot, and with it the checksum */
+  assert_prepare_store (fx, "b", "b", "1", "");
+  kv_host_buffer_set_slot_checksum (buffer, 1, 0xb0b0);
+  complete_store (fx, "b", FALSE);
+  g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 1, NULL));
+
+  /* an evicted chunk's slot: freed, then taken by the new key from the
+   * free list */
+  assert_prepare_store (fx, "b", "b", "1", "");
+  kv_host_buffer_set_slot_checksum (buffer, 1, 0xb1b1);
+  complete_store (fx, "b", TRUE);
+  assert_prepare_store (fx, "c", "c", "0", "a");
+  g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 0, NULL));
+  g_assert_true (kv_primary_tier_get_slot_checksum (fx->tier, 1, &checksum));
+  g_assert_cmpuint (checksum, ==, 0xb1b1);
+  complete_store (fx, "c", TRUE);
+  g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 0, NULL));
+
+  /* whoever rewrites a slot through the buffer drops it too */
+  g_assert_true (kv_host_buffer_write_slot (buffer, 1, g_bytes_new_static ("x", 1), NULL));
+  g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 1, NULL));
+}
+
 int
 main (int    argc,
       char **argv)
@@ -1001,6 +1060,7 @@ main (int    argc,
   ADD ("arc-policy", test_arc_policy);
   ADD ("complete-store-pinned", test_complete_store_pinned);
   ADD ("complete-store-pinned-custom-policy", test_complete_store_pinned_custom_policy);
+  ADD ("slot-checksum", test_slot_checksum);
 
 #undef ADD
 

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "test-fs-common.h"
+#include "kv-chunk-format.h"
 #include <sys/inotify.h>
 
 /* The fs tier through the KvSecondaryTier API: every FS-tier behaviour of
@@ -454,6 +455,103 @@ test_checksum_failure (Fixture       *f,
     g_assert_true (kv_metric_registry_has_metric (registry, "kvtier:fs_corrupt_chunks"));
     g_assert_true (kv_metric_registry_has_metric (registry, "kvtier:fs_no_space"));
   }
+}
+
+/* The payload checksum a chunk file's header holds. */
+static guint64
+header_payload_checksum (Fixture *f,
+                         guint    key)
+{
+  g_autofree char *path = chunk_path (f, key);
+  g_autofree char *contents = NULL;
+  gsize length = 0;
+  guint64 le;
+
+  g_assert_true (g_file_get_contents (path, &contents, &length, NULL));
+  g_assert_cmpuint (length, >=, KV_CHUNK_HEADER_SIZE);
+  memcpy (&le, contents + KV_CHUNK_OFF_PAYLOAD_XXH3, sizeof le);
+  return GUINT64_FROM_LE (le);
+}
+
+/* The checksum a slot carries (computed as the chunk came into the
+ * primary) goes into the header as it is: the store does not read the
+ * payload for it. A deliberately wrong one shows it — hashing the payload
+ * again would have written the right one — and the load catches it. A
+ * slot without one gets the payload's. A load verified against its
+ * header leaves the checksum with the slot it filled. */
+static void
+test_carried_checksum (Fixture       *f,
+                       gconstpointer  data)
+{
+  const FsVariant *v = data;
+  gboolean header = v->layout == KV_FS_LAYOUT_KIND_KVTIER;
+  const guint32 slots[] = { 0, 1, 2 };
+  guint64 right, wrong, carried = 0;
+  g_autoptr(KvJobResult) stored = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvJobResult) bad = NULL;
+
+  for (guint i = 0; i < 3; i++)
+    fs_test_fill (slot (f, i), FS_TEST_SLOT, i);
+  right = kv_chunk_checksum (slot (f, 0), FS_TEST_SLOT);
+  wrong = kv_chunk_checksum (slot (f, 1), FS_TEST_SLOT) ^ G_GUINT64_CONSTANT (0x5a5a);
+  kv_host_buffer_set_slot_checksum (f->buffer, 0, right);
+  kv_host_buffer_set_slot_checksum (f->buffer, 1, wrong);
+  stored = fs_test_run_job (f->tier, f->next_id++, FALSE, f->keys, slots, 3, NULL);
+  g_assert_true (kv_job_result_get_success (stored));
+
+  if (header)
+    {
+      g_assert_cmpuint (header_payload_checksum (f, 0), ==, right);
+      g_assert_cmpuint (header_payload_checksum (f, 1), ==, wrong);
+      g_assert_cmpuint (header_payload_checksum (f, 2), ==,
+                        kv_chunk_checksum (slot (f, 2), FS_TEST_SLOT));
+    }
+
+  /* slot 8 carries something stale: the load replaces or forgets it */
+  kv_host_buffer_set_slot_checksum (f->buffer, 8, 1);
+  kv_host_buffer_clear_slot_checksum (f->buffer, 8);
+  loaded = load_range (f, 0, 1, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_true (fs_test_check (slot (f, 8), FS_TEST_SLOT, 0));
+  if (header)
+    {
+      g_assert_true (kv_host_buffer_get_slot_checksum (f->buffer, 8, &carried));
+      g_assert_cmpuint (carried, ==, right);
+    }
+  else
+    g_assert_false (kv_host_buffer_get_slot_checksum (f->buffer, 8, NULL));
+
+  /* (the primary tier forgets a slot's checksum as it hands the slot
+   * to a load) */
+  kv_host_buffer_clear_slot_checksum (f->buffer, 8);
+  bad = load_range (f, 1, 1, NULL);
+  if (header)
+    {
+      g_autofree char *path = chunk_path (f, 1);
+
+      g_assert_false (kv_job_result_get_success (bad));
+      g_assert_true (kv_job_result_get_checksum_failed (bad));
+      g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
+      g_assert_false (kv_host_buffer_get_slot_checksum (f->buffer, 8, NULL));
+    }
+  else
+    g_assert_true (kv_job_result_get_success (bad));
+}
+
+/* Without verify, a loaded payload was never checked against its header:
+ * the slot does not carry the header's checksum. */
+static void
+test_unverified_load_carries_nothing (Fixture       *f,
+                                      gconstpointer  data)
+{
+  g_autoptr(KvJobResult) loaded = NULL;
+
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "verify", FALSE, NULL);
+  store_ok (f, 0, 1);
+  loaded = load_range (f, 0, 1, NULL);
+  g_assert_true (kv_job_result_get_success (loaded));
+  g_assert_false (kv_host_buffer_get_slot_checksum (f->buffer, 8, NULL));
 }
 
 static guint
@@ -1545,12 +1643,14 @@ main (int argc, char **argv)
   add ("evicted-file-reused", test_evicted_file_reused, TRUE, FALSE);
   add ("preallocated-spares-taken-over", test_preallocated_spares_taken_over, TRUE, FALSE);
   add ("preallocate-refill", test_preallocate_refill, TRUE, FALSE);
+  add ("carried-checksum", test_carried_checksum, TRUE, TRUE);
 
   /* the rest once */
   add ("empty-lookup-miss", test_empty_lookup_miss, FALSE, TRUE);
   add ("out-of-bounds-slot", test_out_of_bounds_slot, FALSE, TRUE);
   add ("transient-error-keeps-file", test_transient_error_keeps_file, FALSE, TRUE);
   add ("checksum-failure", test_checksum_failure, FALSE, TRUE);
+  add ("unverified-load-carries-nothing", test_unverified_load_carries_nothing, FALSE, FALSE);
   add ("events", test_events, FALSE, FALSE);
   add ("events-off-by-default", test_events_off_by_default, FALSE, TRUE);
   add ("drain-waits", test_drain_waits, FALSE, TRUE);

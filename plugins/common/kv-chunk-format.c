@@ -136,6 +136,22 @@ kv_chunk_header_encode (guint8       *header,
                      gsize         payload_len,
                      gint64        created_unix_us)
 {
+  kv_chunk_header_encode_with_checksum (header, namespace_digest, key, payload_len,
+                                        kv_chunk_checksum (payload, payload_len),
+                                        created_unix_us);
+}
+
+/* kv_chunk_header_encode() for a payload whose kv_chunk_checksum() is
+ * already known (carried with its primary slot, see
+ * kv_host_buffer_get_slot_checksum()): reads nothing but the key. */
+void
+kv_chunk_header_encode_with_checksum (guint8       *header,
+                                      const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                      const KvKey  *key,
+                                      gsize         payload_len,
+                                      guint64       payload_checksum,
+                                      gint64        created_unix_us)
+{
   const guint8 *hash;
   gsize hash_len = 0;
 
@@ -148,7 +164,7 @@ kv_chunk_header_encode (guint8       *header,
   put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
   memcpy (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
   put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
-  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, kv_chunk_checksum (payload, payload_len));
+  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, payload_checksum);
   put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
   put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
   put_u64 (header + KV_CHUNK_OFF_FLAGS, 0);

@@ -65,6 +65,13 @@ void        kv_chunk_header_encode        (guint8       *header,
                                         gsize         payload_len,
                                         gint64        created_unix_us);
 
+void        kv_chunk_header_encode_with_checksum (guint8       *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        gsize         payload_len,
+                                        guint64       payload_checksum,
+                                        gint64        created_unix_us);
+
 KvChunkCheck   kv_chunk_header_check         (const guint8 *header,
                                         const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
                                         const KvKey  *key,

@@ -71,7 +71,7 @@ kv_fs_op_status_to_string (KvFsOpStatus status)
 }
 
 /* Fills op->header for a store (reads the whole payload for its
- * checksum); a no-op for headerless files. */
+ * checksum, unless the slot carried it); a no-op for headerless files. */
 void
 kv_fs_op_prepare_header (KvFsOp *op)
 {
@@ -88,8 +88,13 @@ kv_fs_op_prepare_header (KvFsOp *op)
     }
   if (!(op->flags & KV_FS_OP_FLAG_HEADER))
     return;
-  kv_chunk_header_encode (op->header, op->namespace_digest, op->key,
-                       op->payload, op->payload_len, g_get_real_time ());
+  if (op->has_payload_checksum)
+    kv_chunk_header_encode_with_checksum (op->header, op->namespace_digest, op->key,
+                                          op->payload_len, op->payload_checksum,
+                                          g_get_real_time ());
+  else
+    kv_chunk_header_encode (op->header, op->namespace_digest, op->key,
+                            op->payload, op->payload_len, g_get_real_time ());
 }
 
 /* Sets op->status to OK or CORRUPT from what a load read
@@ -105,6 +110,15 @@ kv_fs_op_check_load (KvFsOp *op)
                                  op->namespace_digest, op->key,
                                  (op->flags & KV_FS_OP_FLAG_VERIFY) != 0);
   op->status = op->check == KV_CHUNK_CHECK_OK ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_CORRUPT;
+  /* the payload matched its header's checksum: the slot can carry it */
+  if (op->status == KV_FS_OP_STATUS_OK && has_header && (op->flags & KV_FS_OP_FLAG_VERIFY))
+    {
+      guint64 le;
+
+      memcpy (&le, op->header + KV_CHUNK_OFF_PAYLOAD_XXH3, sizeof le);
+      op->payload_checksum = GUINT64_FROM_LE (le);
+      op->has_payload_checksum = TRUE;
+    }
 }
 
 static const char *

@@ -71,6 +71,11 @@ struct _KvFsOp
   guint8         *payload;       /* primary slot, or NULL */
   gsize           payload_len;
   guint32         slot;          /* slot index of @payload, G_MAXUINT32 if none */
+  /* store: the payload's kv_chunk_checksum() carried with its slot, used
+   * instead of reading the payload; load: set from a header the payload
+   * was verified against, for the slot to carry */
+  guint64         payload_checksum;
+  gboolean        has_payload_checksum;
   const guint8   *namespace_digest;
   guint64         temp_tag;      /* names the writer in temporary names */
   KvFsOpDoneFunc  done;

@@ -675,6 +675,11 @@ op_done (KvFsOp   *op,
           state = KEY_OK;
           count (self, KV_FS_COUNTER_LOADED_CHUNKS, 1);
           count (self, KV_FS_COUNTER_BYTES_READ, op->payload_len);
+          /* verified against its header: other tiers storing the
+           * promoted chunk need not read it again (before the job is
+           * reported, while the slot is still this load's) */
+          if (op->has_payload_checksum)
+            kv_host_buffer_set_slot_checksum (self->primary, op->slot, op->payload_checksum);
           break;
         case KV_FS_OP_STATUS_CORRUPT:
           removed = TRUE;
@@ -1286,6 +1291,9 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
       op->payload = kv_host_buffer_peek_slot (self->primary, slot);
       op->payload_len = self->block_size;
       op->slot = slot;
+      /* computed once, as the chunk came into the primary */
+      op->has_payload_checksum = kv_host_buffer_get_slot_checksum (self->primary, slot,
+                                                                   &op->payload_checksum);
       op->namespace_digest = kv_fs_layout_get_namespace_digest (self->layout);
       op->temp_tag = self->temp_tag;
       op->done = op_done;

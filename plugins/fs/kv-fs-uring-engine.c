@@ -50,8 +50,9 @@
  * Requests that cannot complete without blocking (creating, extending,
  * renaming, unlinking files) go straight to io-wq workers (IOSQE_ASYNC),
  * so this thread never stalls inside the filesystem. Nor does it read
- * payloads: a store's checksum (its whole payload, from memory) is
- * computed on a small pool of threads, which hands the store back when
+ * payloads: a store's checksum, when its slot does not carry it (see
+ * kv_host_buffer_get_slot_checksum()), is computed from the whole
+ * payload on a small pool of threads, which hands the store back when
  * its header is ready; this thread alone would otherwise cap small-chunk
  * stores on a fast disk. Loads are taken
  * from the queues ahead of stores. Other threads hand over work through
@@ -507,8 +508,10 @@ start_op (KvFsUringEngine *self,
   if (op->kind != KV_FS_OP_LOAD)
     {
       kv_fs_op_make_temp (op);
-      /* The checksum reads the whole slot: on the pool (see above). */
-      if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_HEADER))
+      /* The checksum reads the whole slot: on the pool (see above),
+       * unless the slot carried it. */
+      if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_HEADER) &&
+          !op->has_payload_checksum)
         {
           g_thread_pool_push (self->checksum_pool, op, NULL);
           return;

@@ -83,6 +83,12 @@
  *   fs-throughput [--dir DIR] [--total SIZE] [--engines uring,gio,threads]
  *                 [--chunk-sizes 256KiB,2MiB] [--primary SIZE]
  *                 [--layouts kvtier,slab] [--rounds R] [--ceiling-details]
+ *                 [--no-carried-checksum]
+ *
+ * Stored slots carry their checksum, as KvHostDevice's copy into the
+ * primary leaves it (kv_host_buffer_set_slot_checksum()): the tier writes
+ * it into the header without reading the payload. --no-carried-checksum
+ * measures the tier computing it instead.
  */
 
 static char *opt_dir;
@@ -100,6 +106,7 @@ static char *opt_layouts;
 static KvFsLayoutKind stack_layout = KV_FS_LAYOUT_KIND_KVTIER;
 /* the checksum floor of the chunk size being measured, s/GB */
 static double hash_floor_cpu;
+static gboolean opt_carry_checksum = TRUE;
 
 static double
 now_s (void)
@@ -859,6 +866,7 @@ typedef struct
   KvTieringManager *manager;
   KvFsTier         *tier;
   int               wakeup_fd;
+  guint64           slot_checksum;   /* of every slot: they hold the same bytes */
 } Stack;
 
 static gboolean
@@ -886,6 +894,7 @@ stack_init (Stack        *s,
     return FALSE;
   /* first touch outside the measurement */
   memset (kv_host_buffer_get_data (s->buffer), 0x3c, kv_host_buffer_get_size (s->buffer));
+  s->slot_checksum = kv_chunk_checksum (kv_host_buffer_peek_slot (s->buffer, 0), chunk);
   s->primary = kv_primary_tier_new (s->buffer, NULL, FALSE);
   s->manager = kv_tiering_manager_new (s->primary);
   s->tier = g_initable_new (KV_TYPE_FS_TIER, NULL, error,
@@ -989,7 +998,16 @@ run_store (Stack   *s,
         KvKey * const *to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
 
         /* the GPU → primary copy is not what is measured: the slots keep
-         * their (pre-faulted) bytes */
+         * their (pre-faulted) bytes, and carry their checksum as
+         * KvHostDevice's copy leaves it (unless --no-carried-checksum) */
+        if (opt_carry_checksum)
+          {
+            guint n_ids = 0;
+            const guint32 *ids = kv_prepare_store_result_get_chunk_ids (prepared, &n_ids);
+
+            for (guint i = 0; i < n_ids; i++)
+              kv_host_buffer_set_slot_checksum (s->buffer, ids[i], s->slot_checksum);
+          }
         if (n_to_store > 0)
           kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
       }
@@ -1407,6 +1425,8 @@ main (int argc, char **argv)
       "Print every ceiling configuration's figures", NULL },
     { "no-baseline", 0, G_OPTION_FLAG_REVERSE, G_OPTION_ARG_NONE, &opt_baseline,
       "Skip the file-per-chunk baseline (plain syscalls, no kvtier)", NULL },
+    { "no-carried-checksum", 0, G_OPTION_FLAG_REVERSE, G_OPTION_ARG_NONE, &opt_carry_checksum,
+      "Stored slots carry no checksum: the tier computes it from the payload", NULL },
     { NULL }
   };
   g_autoptr(GOptionContext) context = g_option_context_new ("- fs tier throughput against the device");

@@ -7,6 +7,7 @@
 #include "kv-chunk-format.h"
 #include "kv-fs-layout.h"
 #include "kv-fs-op.h"
+#include "kv-fs-crc32c.h"
 
 /* The on-disk format and naming, checked against the rules of
  * doc/on-disk-format.md and, for the vLLM layout, against digests and
@@ -515,6 +516,35 @@ test_scan_vllm (void)
   scan_layout (KV_FS_LAYOUT_KIND_VLLM);
 }
 
+/* vLLM's file checksum is CRC32C: the check value of the catalogue and
+ * the iSCSI test vectors (RFC 3720 B.4), through the SSE4.2 instruction
+ * (where the CPU has it) and the table, at every alignment and length
+ * around a word. */
+static void
+test_crc32c (void)
+{
+  static const struct { guint8 fill; gboolean counting; guint32 crc; } rfc3720[] = {
+    { 0x00, FALSE, 0x8a9136aa }, { 0xff, FALSE, 0x62a8ab43 }, { 0x00, TRUE, 0x46dd794e },
+  };
+  guint8 buf[64 + 8];
+
+  g_assert_cmphex (kv_fs_crc32c ("123456789", 9), ==, 0xe3069283);
+  g_assert_cmphex (kv_fs_crc32c_table ("123456789", 9), ==, 0xe3069283);
+  g_assert_cmphex (kv_fs_crc32c ("", 0), ==, 0);
+  for (guint v = 0; v < G_N_ELEMENTS (rfc3720); v++)
+    {
+      for (guint i = 0; i < 32; i++)
+        buf[i] = rfc3720[v].counting ? i : rfc3720[v].fill;
+      g_assert_cmphex (kv_fs_crc32c (buf, 32), ==, rfc3720[v].crc);
+      g_assert_cmphex (kv_fs_crc32c_table (buf, 32), ==, rfc3720[v].crc);
+    }
+  for (guint i = 0; i < sizeof buf; i++)
+    buf[i] = (guint8) (i * 37 + 11);
+  for (guint offset = 0; offset < 8; offset++)
+    for (guint len = 0; len <= 64; len++)
+      g_assert_cmphex (kv_fs_crc32c (buf + offset, len), ==, kv_fs_crc32c_table (buf + offset, len));
+}
+
 int
 main (int argc, char **argv)
 {
@@ -532,6 +562,7 @@ main (int argc, char **argv)
   g_test_add_func ("/kvtier/fs/layout/multi-root-sharding", test_multi_root_sharding);
   g_test_add_func ("/kvtier/fs/layout/scan-kvtier", test_scan_kvtier);
   g_test_add_func ("/kvtier/fs/layout/scan-vllm", test_scan_vllm);
+  g_test_add_func ("/kvtier/fs/layout/crc32c", test_crc32c);
 
   return g_test_run ();
 }

@@ -4,6 +4,7 @@
 #include "test-fs-common.h"
 #include "kv-chunk-format.h"
 #include <sys/inotify.h>
+#include <sys/xattr.h>
 
 /* The fs tier through the KvSecondaryTier API: every FS-tier behaviour of
  * reference §11, plus capacity, warm restart, multi-root and bad
@@ -1184,6 +1185,178 @@ test_vllm_cross_instance (Fixture       *f,
   fs_test_shutdown (reader);
 }
 
+/* ---- vLLM's file checksum ---------------------------------------------- */
+
+#define VLLM_CRC_XATTR "user.vllm.kv_crc32c"
+
+/* CRC32C bit by bit, as its definition says (reflected 0x82F63B78,
+ * initial value and final xor all ones): independent of the tier's. */
+static guint32
+reference_crc32c (const guint8 *p,
+                  gsize         len)
+{
+  guint32 crc = 0xffffffffu;
+
+  while (len-- > 0)
+    {
+      crc ^= *p++;
+      for (guint k = 0; k < 8; k++)
+        crc = (crc & 1) ? (crc >> 1) ^ 0x82f63b78u : crc >> 1;
+    }
+  return ~crc;
+}
+
+static void
+set_crc_xattr (const char *path,
+               guint32     crc)
+{
+  guint8 be[4] = { crc >> 24, crc >> 16, crc >> 8, crc };
+
+  g_assert_cmpint (setxattr (path, VLLM_CRC_XATTR, be, sizeof be, 0), ==, 0);
+}
+
+/* Whether the test directory keeps user extended attributes (tmpfs does
+ * only on newer kernels); the test is skipped, saying so, where not. */
+static gboolean
+xattrs_supported (Fixture *f)
+{
+  g_autofree char *probe = g_build_filename (f->root, "xattr-probe", NULL);
+  gboolean ok;
+
+  g_assert_true (g_file_set_contents (probe, "", 0, NULL));
+  ok = setxattr (probe, "user.kvtier-test", "1", 1, 0) == 0;
+  if (!ok)
+    {
+      g_autofree char *why = g_strdup_printf ("%s keeps no user extended attributes: %s",
+                                              f->root, g_strerror (errno));
+
+      g_assert_cmpint (errno, ==, ENOTSUP);
+      g_test_skip (why);
+    }
+  g_unlink (probe);
+  return ok;
+}
+
+/* The vLLM layout stores every file with vLLM's checksum attribute: the
+ * CRC32C of the file, 4 bytes big-endian; the kvtier layout, whose
+ * headers hold its checksums, does not. A file without the attribute
+ * loads; a file whose attribute does not match is deleted and its load
+ * fails, counted. */
+static void
+test_vllm_file_checksum (Fixture       *f,
+                         gconstpointer  data)
+{
+  const FsVariant *v = data;
+  g_autofree char *path0 = NULL;
+  g_autofree char *path1 = NULL;
+  g_autofree char *path2 = NULL;
+  g_autofree char *contents = NULL;
+  guint8 value[8];
+  gsize length = 0;
+  ssize_t n;
+
+  if (!xattrs_supported (f))
+    return;
+  store_ok (f, 0, 3);
+  path0 = chunk_path (f, 0);
+  path1 = chunk_path (f, 1);
+  path2 = chunk_path (f, 2);
+  n = getxattr (path0, VLLM_CRC_XATTR, value, sizeof value);
+  if (v->layout == KV_FS_LAYOUT_KIND_KVTIER)
+    {
+      g_assert_cmpint (n, ==, -1);
+      g_assert_cmpint (errno, ==, ENODATA);
+      return;
+    }
+
+  /* what a vLLM reader checks: the whole file's CRC32C, big-endian */
+  g_assert_cmpint (n, ==, 4);
+  g_assert_true (g_file_get_contents (path0, &contents, &length, NULL));
+  g_assert_cmpuint (length, ==, FS_TEST_SLOT);
+  g_assert_cmpuint (((guint32) value[0] << 24) | ((guint32) value[1] << 16) |
+                    ((guint32) value[2] << 8) | value[3], ==,
+                    reference_crc32c ((const guint8 *) contents, length));
+
+  /* without the attribute (a vLLM with checksums off wrote it): loads */
+  g_assert_cmpint (removexattr (path0, VLLM_CRC_XATTR), ==, 0);
+  {
+    g_autoptr(KvJobResult) loaded = load_range (f, 0, 1, NULL);
+
+    g_assert_true (kv_job_result_get_success (loaded));
+    g_assert_true (fs_test_check (slot (f, 8), FS_TEST_SLOT, 0));
+  }
+
+  /* a wrong checksum: deleted, load failed, counted */
+  set_crc_xattr (path1, reference_crc32c ((const guint8 *) contents, length) ^ 1);
+  {
+    g_autoptr(KvJobResult) loaded = load_range (f, 1, 1, NULL);
+
+    g_assert_false (kv_job_result_get_success (loaded));
+    g_assert_true (kv_job_result_get_checksum_failed (loaded));
+    g_assert_false (g_file_test (path1, G_FILE_TEST_EXISTS));
+    g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_CHECKSUM_FAILURES), ==, 1);
+    g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+    g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_MISS);
+  }
+
+  /* an attribute that is no 4-byte checksum is a damaged one */
+  g_assert_cmpint (setxattr (path2, VLLM_CRC_XATTR, "12345", 5, 0), ==, 0);
+  {
+    g_autoptr(KvJobResult) loaded = load_range (f, 2, 1, NULL);
+
+    g_assert_false (kv_job_result_get_success (loaded));
+    g_assert_false (g_file_test (path2, G_FILE_TEST_EXISTS));
+    g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_CHECKSUM_FAILURES), ==, 2);
+  }
+}
+
+/* Files a vLLM with `checksum_blocks` on wrote into the shared directory
+ * (the payload, then the attribute on the file, as the reference
+ * describes): kvtier reads the good one and deletes the damaged one. */
+static void
+test_vllm_written_checksum (Fixture       *f,
+                            gconstpointer  data)
+{
+  g_autofree guint8 *payload = g_malloc (FS_TEST_SLOT);
+  g_autoptr(KvRequest) request = kv_request_new ("r", NULL);
+  g_autofree char *good = NULL;
+  g_autofree char *bad = NULL;
+  guint32 slots[] = { 4, 5 };
+
+  if (!xattrs_supported (f))
+    return;
+  f->tier = fs_test_tier_new (f->buffer, f->root, data, "shared", TRUE, NULL);
+  good = chunk_path (f, 6);
+  bad = chunk_path (f, 7);
+  for (guint k = 0; k < 2; k++)
+    {
+      const char *path = k == 0 ? good : bad;
+
+      fs_test_fill (payload, FS_TEST_SLOT, 6 + k);
+      fs_test_make_parent (path);
+      g_assert_true (g_file_set_contents (path, (const char *) payload, FS_TEST_SLOT, NULL));
+      g_assert_cmpint (chmod (path, 0600), ==, 0);
+      set_crc_xattr (path, reference_crc32c (payload, FS_TEST_SLOT) ^ (k == 0 ? 0 : 0x100));
+    }
+
+  {
+    g_autoptr(KvJobResult) loaded = fs_test_run_job (f->tier, f->next_id++, TRUE, &f->keys[6],
+                                                     &slots[0], 1, request);
+
+    g_assert_true (kv_job_result_get_success (loaded));
+    g_assert_true (fs_test_check (slot (f, 4), FS_TEST_SLOT, 6));
+  }
+  {
+    g_autoptr(KvJobResult) loaded = fs_test_run_job (f->tier, f->next_id++, TRUE, &f->keys[7],
+                                                     &slots[1], 1, request);
+
+    g_assert_false (kv_job_result_get_success (loaded));
+    g_assert_true (kv_job_result_get_checksum_failed (loaded));
+    g_assert_false (g_file_test (bad, G_FILE_TEST_EXISTS));
+    g_assert_true (g_file_test (good, G_FILE_TEST_EXISTS));
+  }
+}
+
 /* ---- preallocate -------------------------------------------------------- */
 
 /* Appends to @out the paths of the files in every spare directory under
@@ -1644,6 +1817,7 @@ main (int argc, char **argv)
   add ("preallocated-spares-taken-over", test_preallocated_spares_taken_over, TRUE, FALSE);
   add ("preallocate-refill", test_preallocate_refill, TRUE, FALSE);
   add ("carried-checksum", test_carried_checksum, TRUE, TRUE);
+  add ("vllm-file-checksum", test_vllm_file_checksum, TRUE, TRUE);
 
   /* the rest once */
   add ("empty-lookup-miss", test_empty_lookup_miss, FALSE, TRUE);
@@ -1675,6 +1849,8 @@ main (int argc, char **argv)
 
     g_test_add ("/kvtier/fs/tier/vllm/cross-instance", Fixture, &vllm, setup,
                 test_vllm_cross_instance, teardown);
+    g_test_add ("/kvtier/fs/tier/vllm/written-by-vllm-with-checksum", Fixture, &vllm, setup,
+                test_vllm_written_checksum, teardown);
   }
 
   return g_test_run ();

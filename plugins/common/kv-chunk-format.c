@@ -43,6 +43,7 @@ kv_chunk_check_to_string (KvChunkCheck check)
     case KV_CHUNK_CHECK_WRONG_KEY: return "written for another key";
     case KV_CHUNK_CHECK_WRONG_LENGTH: return "wrong payload length";
     case KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM: return "payload checksum mismatch";
+    case KV_CHUNK_CHECK_BAD_FILE_CHECKSUM: return "file checksum (user.vllm.kv_crc32c) mismatch";
     default: return "unknown";
     }
 }

@@ -45,6 +45,7 @@ typedef enum {
   KV_CHUNK_CHECK_WRONG_KEY,         /* e.g. a file renamed to another key's name */
   KV_CHUNK_CHECK_WRONG_LENGTH,
   KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM,
+  KV_CHUNK_CHECK_BAD_FILE_CHECKSUM,    /* vLLM's user.vllm.kv_crc32c */
 } KvChunkCheck;
 
 const char *kv_chunk_check_to_string      (KvChunkCheck     check);

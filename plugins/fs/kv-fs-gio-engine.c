@@ -240,10 +240,14 @@ sync_thread (GTask        *task,
   if (op->state == 0)
     {
       int fd = g_unix_output_stream_get_fd (G_UNIX_OUTPUT_STREAM (gop->out));
+      int err = kv_fs_op_write_file_checksum (op, fd);
 
-      if (fdatasync (fd) != 0)
+      if (err == 0 && (op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC)) &&
+          fdatasync (fd) != 0)
+        err = errno;
+      if (err != 0)
         {
-          return_errno (task, errno);
+          return_errno (task, err);
           return;
         }
     }
@@ -487,10 +491,13 @@ store_synced (GObject      *source,
   store_close (gop);
 }
 
+/* vLLM's file checksum attribute and the data sync, both on the file
+ * before it is closed and published. */
 static void
 store_after_payload (GioOp *gop)
 {
-  if (gop->op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC))
+  if (gop->op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC |
+                        KV_FS_OP_FLAG_FILE_CRC32C))
     {
       gop->op->state = 0;
       run_in_thread (gop, sync_thread, store_synced);
@@ -629,6 +636,11 @@ load_close (GioOp        *gop,
 {
   if (error != NULL && gop->err == 0)
     gop->err = errno_from_error (error);
+  /* vLLM's file checksum attribute, read while the file is open: one
+   * getxattr of an inode just read, not worth a thread */
+  if (gop->err == 0)
+    gop->err = kv_fs_op_read_file_checksum (gop->op,
+                                            g_unix_input_stream_get_fd (G_UNIX_INPUT_STREAM (gop->in)));
   g_input_stream_close_async (gop->in, G_PRIORITY_DEFAULT, NULL, load_closed, gop);
 }
 

@@ -9,7 +9,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
+
+#include "kv-fs-crc32c.h"
 
 #include <glib/gstdio.h>
 
@@ -86,6 +89,11 @@ kv_fs_op_prepare_header (KvFsOp *op)
       kv_fs_slab_encode_header (op);
       return;
     }
+  if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_FILE_CRC32C))
+    {
+      op->file_crc32c = kv_fs_crc32c (op->payload, op->payload_len);
+      op->has_file_crc32c = TRUE;
+    }
   if (!(op->flags & KV_FS_OP_FLAG_HEADER))
     return;
   if (op->has_payload_checksum)
@@ -110,6 +118,17 @@ kv_fs_op_check_load (KvFsOp *op)
                                  op->namespace_digest, op->key,
                                  (op->flags & KV_FS_OP_FLAG_VERIFY) != 0);
   op->status = op->check == KV_CHUNK_CHECK_OK ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_CORRUPT;
+  /* vLLM's file checksum, where the file has one: a mismatch, or an
+   * attribute that is not 4 bytes, is a damaged file (vLLM deletes it
+   * too); none is a file written without it, accepted */
+  if (op->status == KV_FS_OP_STATUS_OK && (op->flags & KV_FS_OP_FLAG_FILE_CRC32C) &&
+      (op->flags & KV_FS_OP_FLAG_VERIFY) &&
+      (op->bad_file_crc32c ||
+       (op->has_file_crc32c && kv_fs_crc32c (op->payload, op->payload_len) != op->file_crc32c)))
+    {
+      op->check = KV_CHUNK_CHECK_BAD_FILE_CHECKSUM;
+      op->status = KV_FS_OP_STATUS_CORRUPT;
+    }
   /* the payload matched its header's checksum: the slot can carry it */
   if (op->status == KV_FS_OP_STATUS_OK && has_header && (op->flags & KV_FS_OP_FLAG_VERIFY))
     {
@@ -119,6 +138,57 @@ kv_fs_op_check_load (KvFsOp *op)
       op->payload_checksum = GUINT64_FROM_LE (le);
       op->has_payload_checksum = TRUE;
     }
+}
+
+/* Store, FILE_CRC32C: sets vLLM's checksum attribute on @fd, the
+ * temporary file whose payload is written, so that the file is never
+ * published without it. A filesystem without user attributes stores the
+ * file without one (vLLM readers accept that). Returns 0 or an errno. */
+int
+kv_fs_op_write_file_checksum (KvFsOp *op,
+                              int     fd)
+{
+  guint32 be;
+
+  if (op->kind != KV_FS_OP_STORE || !op->has_file_crc32c)
+    return 0;
+  be = GUINT32_TO_BE (op->file_crc32c);
+  if (fsetxattr (fd, KV_FS_VLLM_CRC32C_XATTR, &be, sizeof be, 0) == 0 ||
+      errno == ENOTSUP)
+    return 0;
+  return errno;
+}
+
+/* Load, FILE_CRC32C: reads vLLM's checksum attribute of @fd, just read,
+ * for kv_fs_op_check_load(). None (or a filesystem without attributes) is
+ * no checksum; a value of another length is a bad one. Returns 0, or the
+ * errno of a failed read (the load fails, the file is kept, as vLLM
+ * does). */
+int
+kv_fs_op_read_file_checksum (KvFsOp *op,
+                             int     fd)
+{
+  guint8 value[8];
+  ssize_t n;
+
+  op->has_file_crc32c = op->bad_file_crc32c = FALSE;
+  if (op->kind != KV_FS_OP_LOAD || !(op->flags & KV_FS_OP_FLAG_FILE_CRC32C) ||
+      !(op->flags & KV_FS_OP_FLAG_VERIFY))
+    return 0;
+  n = fgetxattr (fd, KV_FS_VLLM_CRC32C_XATTR, value, sizeof value);
+  if (n < 0 && errno == ERANGE)
+    n = sizeof value + 1;   /* longer than any checksum */
+  if (n < 0)
+    return errno == ENODATA || errno == ENOTSUP ? 0 : errno;
+  if (n != 4)
+    {
+      op->bad_file_crc32c = TRUE;
+      return 0;
+    }
+  op->file_crc32c = ((guint32) value[0] << 24) | ((guint32) value[1] << 16) |
+                    ((guint32) value[2] << 8) | value[3];
+  op->has_file_crc32c = TRUE;
+  return 0;
 }
 
 static const char *

@@ -38,6 +38,10 @@ typedef enum {
   /* a slot of a slab file (layout=slab): @slab_fd at @slab_offset, no
    * file opened, created or renamed (see KvFsSlab) */
   KV_FS_OP_FLAG_SLAB          = 1 << 7,
+  /* vLLM's file checksum (KV_FS_VLLM_CRC32C_XATTR, headerless files):
+   * store: set it on the temporary file before the rename; load: check
+   * it where the file has one (with VERIFY) */
+  KV_FS_OP_FLAG_FILE_CRC32C   = 1 << 8,
 } KvFsOpFlags;
 
 typedef enum {
@@ -76,6 +80,11 @@ struct _KvFsOp
    * was verified against, for the slot to carry */
   guint64         payload_checksum;
   gboolean        has_payload_checksum;
+  /* FILE_CRC32C: store: the file's CRC32C, computed with the header;
+   * load: the file's attribute, when it has one (or a malformed one) */
+  guint32         file_crc32c;
+  gboolean        has_file_crc32c;
+  gboolean        bad_file_crc32c;
   const guint8   *namespace_digest;
   guint64         temp_tag;      /* names the writer in temporary names */
   KvFsOpDoneFunc  done;
@@ -137,6 +146,10 @@ const char *kv_fs_op_status_to_string (KvFsOpStatus status);
  * move. */
 void        kv_fs_op_prepare_header (KvFsOp       *op);
 void        kv_fs_op_check_load     (KvFsOp       *op);
+int         kv_fs_op_write_file_checksum (KvFsOp *op,
+                                          int     fd);
+int         kv_fs_op_read_file_checksum  (KvFsOp *op,
+                                          int     fd);
 int         kv_fs_op_open_dirs      (KvFsOp           *op,
                                      const KvFsLayout *layout);
 int         kv_fs_op_reopen_dirs    (KvFsOp           *op,

@@ -189,6 +189,8 @@ run_store (KvFsOp           *op,
     iov[n_iov++] = (struct iovec) { op->payload, op->payload_len };
 
   err = write_all (fd, iov, n_iov);
+  if (err == 0)
+    err = kv_fs_op_write_file_checksum (op, fd);
   if (err == 0 && (op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC)) &&
       fdatasync (fd) != 0)
     err = errno;
@@ -239,6 +241,13 @@ run_load (KvFsOp           *op,
     iov[n_iov++] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
   iov[n_iov++] = (struct iovec) { op->payload, op->payload_len };
   got = read_all (fd, iov, n_iov);
+  if (got >= 0)
+    {
+      int err = kv_fs_op_read_file_checksum (op, fd);
+
+      if (err != 0)
+        got = -err;
+    }
   close (fd);
   if (got < 0)
     {

@@ -685,7 +685,8 @@ op_done (KvFsOp   *op,
           removed = TRUE;
           count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, 1);
           if (op->check == KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM ||
-              op->check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM)
+              op->check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM ||
+              op->check == KV_CHUNK_CHECK_BAD_FILE_CHECKSUM)
             {
               count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
               fj->checksum_failed = TRUE;
@@ -1208,6 +1209,8 @@ base_flags (KvFsTier *self,
     flags |= KV_FS_OP_FLAG_O_DIRECT;
   if (kv_fs_layout_has_header (self->layout))
     flags |= KV_FS_OP_FLAG_HEADER;
+  else if (kv_fs_layout_get_kind (self->layout) == KV_FS_LAYOUT_KIND_VLLM)
+    flags |= KV_FS_OP_FLAG_FILE_CRC32C;
   return flags;
 }
 
@@ -2254,6 +2257,16 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * naming; needs [property@KvFsTier:vllm-identity]) or `slab` (slots in
    * preallocated slab files, see [property@KvFsTier:slab-size]; needs
    * max-size unless the roots are block devices).
+   *
+   * In the `vllm` layout every stored file gets vLLM's optional file
+   * checksum, as vLLM writes it with `checksum_blocks` on: the extended
+   * attribute `user.vllm.kv_crc32c`, the CRC32C of the file as 4
+   * big-endian bytes, set on the temporary file before it is renamed
+   * into place (a filesystem without user attributes stores files
+   * without it). Loads check it (with [property@KvFsTier:verify]) where
+   * a file has it; a file without it, written by a vLLM with checksums
+   * off, is accepted. A mismatch deletes the file and fails its load,
+   * counted as %KV_FS_COUNTER_CHECKSUM_FAILURES.
    */
   properties[PROP_LAYOUT] =
     g_param_spec_enum ("layout", NULL, NULL, KV_TYPE_FS_LAYOUT_KIND,
@@ -2273,7 +2286,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * KvFsTier:verify:
    *
    * Whether loads check the payload checksum (the header is always
-   * checked).
+   * checked), and in the vLLM layout the `user.vllm.kv_crc32c` file
+   * checksum of files that have one.
    */
   properties[PROP_VERIFY] =
     g_param_spec_boolean ("verify", NULL, NULL, TRUE, CONSTRUCT_FLAGS);

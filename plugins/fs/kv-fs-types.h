@@ -101,7 +101,7 @@ typedef enum {
  * @KV_FS_COUNTER_CORRUPT_CHUNKS: chunk files that failed their check (short,
  *   bad header, wrong key, bad checksum) and were deleted.
  * @KV_FS_COUNTER_CHECKSUM_FAILURES: of those, payload or header checksum
- *   mismatches.
+ *   mismatches (in the vLLM layout, the file's `user.vllm.kv_crc32c`).
  * @KV_FS_COUNTER_MISSING_CHUNKS: chunks whose file had vanished.
  * @KV_FS_COUNTER_IO_ERRORS: transient I/O errors (EIO, EACCES, ELOOP...);
  *   the files were kept.

@@ -13,13 +13,15 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "kv-fs-crc32c.h"
+
 /*
  * The io_uring engine. One thread owns the ring and drives every op as a
  * small state machine of asynchronous requests:
  *
  *   store: openat(dir, tmp, O_EXCL|O_DIRECT) → writev(header, payload)
- *          → [fsync(DATASYNC)] → close → renameat(dir, tmp, dir, final)
- *          → [fsync(dir)]
+ *          → [fsetxattr(vLLM's file checksum)] → [fsync(DATASYNC)] → close
+ *          → renameat(dir, tmp, dir, final) → [fsync(dir)]
  *   store over an evicted chunk's file: renameat(victim, tmp) →
  *          openat(tmp, O_DIRECT) → write_fixed header + write_fixed
  *          payload (overwrites, in flight together) → ... as above; a
@@ -83,6 +85,7 @@ typedef enum {
   ST_TAKE_OVER,
   ST_GIVE_UP_REUSE,
   ST_SLAB_INVALIDATE,
+  ST_XATTR,
   ST_DONE,
 } OpState;
 
@@ -97,6 +100,8 @@ typedef struct
   gsize    body_done;
   gsize    round_start;    /* header_done + body_done when the writes went out */
   struct iovec iov[2];     /* store: header + payload in one writev */
+  gboolean xattr_done;     /* store: vLLM's file checksum set (or not needed) */
+  guint32  crc_be;         /* its value, while the request is in flight */
 } OpData;
 
 struct _KvFsUringEngine
@@ -126,6 +131,7 @@ struct _KvFsUringEngine
   GAsyncQueue    *checksummed;    /* ...and then back to this thread */
   guint           n_active;
   gint            stop_requested; /* (atomic) */
+  gboolean        have_fsetxattr; /* the kernel has IORING_OP_FSETXATTR */
 };
 
 G_DEFINE_FINAL_TYPE (KvFsUringEngine, kv_fs_uring_engine, KV_TYPE_FS_ENGINE)
@@ -508,10 +514,11 @@ start_op (KvFsUringEngine *self,
   if (op->kind != KV_FS_OP_LOAD)
     {
       kv_fs_op_make_temp (op);
-      /* The checksum reads the whole slot: on the pool (see above),
+      /* The checksums read the whole slot: on the pool (see above),
        * unless the slot carried it. */
-      if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_HEADER) &&
-          !op->has_payload_checksum)
+      if (op->kind == KV_FS_OP_STORE &&
+          (((op->flags & KV_FS_OP_FLAG_HEADER) && !op->has_payload_checksum) ||
+           (op->flags & KV_FS_OP_FLAG_FILE_CRC32C)))
         {
           g_thread_pool_push (self->checksum_pool, op, NULL);
           return;
@@ -552,11 +559,39 @@ submit_give_up_reuse (KvFsUringEngine *self,
   set_op (sqe, op, TAG_STEP);
 }
 
-/* After the data went out: sync, close, publish. */
+static void fail_with_cleanup (KvFsUringEngine *self,
+                               KvFsOp          *op,
+                               int              err);
+
+/* After the data went out: vLLM's file checksum, sync, close, publish. */
 static void
 store_after_io (KvFsUringEngine *self,
                 KvFsOp          *op)
 {
+  OpData *data = op->engine_data;
+
+  if (op->has_file_crc32c && !data->xattr_done)
+    {
+      data->xattr_done = TRUE;
+      if (self->have_fsetxattr)
+        {
+          struct io_uring_sqe *sqe = get_sqe (self);
+
+          data->crc_be = GUINT32_TO_BE (op->file_crc32c);
+          op->state = ST_XATTR;
+          io_uring_prep_fsetxattr (sqe, op->fd, KV_FS_VLLM_CRC32C_XATTR,
+                                   (const char *) &data->crc_be, 0, sizeof data->crc_be);
+          io_uring_sqe_set_flags (sqe, IOSQE_ASYNC);
+          set_op (sqe, op, TAG_STEP);
+          return;
+        }
+      /* an older kernel: on this thread */
+      if (kv_fs_op_write_file_checksum (op, op->fd) != 0)
+        {
+          fail_with_cleanup (self, op, errno);
+          return;
+        }
+    }
   if (op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC))
     {
       struct io_uring_sqe *sqe = get_sqe (self);
@@ -719,7 +754,15 @@ handle_io (KvFsUringEngine *self,
   if (!write)
     {
       int fd = op->fd;
+      /* vLLM's file checksum attribute: one getxattr of an inode just
+       * read, on this thread like the check that uses it */
+      int err = kv_fs_op_read_file_checksum (op, fd);
 
+      if (err != 0)
+        {
+          fail_with_cleanup (self, op, err);
+          return;
+        }
       op->fd = -1;
       submit_close (self, op, fd, ST_CLOSE);
       return;
@@ -752,6 +795,14 @@ handle_step (KvFsUringEngine *self,
     {
     case ST_OPEN:
       handle_open (self, op, res);
+      break;
+
+    case ST_XATTR:
+      /* a filesystem without user attributes stores the file without */
+      if (res < 0 && res != -ENOTSUP)
+        fail_with_cleanup (self, op, -res);
+      else
+        store_after_io (self, op);
       break;
 
     case ST_SYNC:
@@ -1058,6 +1109,13 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
   self->ring_ready = TRUE;
   if (!probe_opcodes (&self->ring, error))
     return FALSE;
+  {
+    struct io_uring_probe *probe = io_uring_get_probe_ring (&self->ring);
+
+    self->have_fsetxattr = probe != NULL && io_uring_opcode_supported (probe, IORING_OP_FSETXATTR);
+    if (probe != NULL)
+      io_uring_free_probe (probe);
+  }
 
   if (posix_memalign ((void **) &self->headers, 4096,
                       (gsize) self->n_headers * KV_CHUNK_HEADER_SIZE) != 0)

@@ -1028,7 +1028,11 @@ test_slot_checksum (Fixture       *fx,
   g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 0, NULL));
 
   /* whoever rewrites a slot through the buffer drops it too */
-  g_assert_true (kv_host_buffer_write_slot (buffer, 1, g_bytes_new_static ("x", 1), NULL));
+  {
+    g_autoptr(GBytes) x = g_bytes_new_static ("x", 1);
+
+    g_assert_true (kv_host_buffer_write_slot (buffer, 1, x, NULL));
+  }
   g_assert_false (kv_primary_tier_get_slot_checksum (fx->tier, 1, NULL));
 }
 

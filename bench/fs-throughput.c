@@ -1535,7 +1535,7 @@ main (int argc, char **argv)
         measure_cpu_floor (root, chunk, opt_total, &hash_cpu, &file_cpu);
         hash_floor_cpu = hash_cpu;
         g_print ("floor %s: a store's cpu before any I/O: %.3f s/GB to checksum payloads from "
-                 "memory (XXH3-64) + %.3f s/GB to rename, open, close and rename a file per "
+                 "memory (XXH3-64; none when the slot carries it) + %.3f s/GB to rename, open, close and rename a file per "
                  "chunk = %.3f s/GB\n", name, hash_cpu, file_cpu, hash_cpu + file_cpu);
       }
       if (opt_baseline)

@@ -5,10 +5,10 @@
 
 G_BEGIN_DECLS
 
-/* kv_host_buffer_clear_slot_checksum() without its checks, for the
- * primary tier's slot allocator (@slot is below n-slots). */
+/* The per-slot "checksum known" flags (n-slots bytes, valid while the
+ * buffer lives), for the primary tier's slot allocator to clear without a
+ * call: kv_host_buffer_clear_slot_checksum() is flags[slot] = FALSE. */
 G_GNUC_INTERNAL
-void _kv_host_buffer_forget_slot_checksum (KvHostBuffer *self,
-                                           guint32       slot);
+guint8 *_kv_host_buffer_get_checksum_flags (KvHostBuffer *self);
 
 G_END_DECLS

@@ -317,10 +317,7 @@ kv_host_buffer_initable_init (GInitable     *initable,
     }
 
   if (ok)
-    {
-      self->checksums = g_new (guint64, self->n_slots);
-      self->checksum_known = g_new0 (guint8, self->n_slots);
-    }
+    (void) _kv_host_buffer_get_checksum_flags (self);
   else
     {
       /* Leave nothing behind: a file this buffer created is removed again. */
@@ -965,10 +962,15 @@ kv_host_buffer_clear_slot_checksum (KvHostBuffer *self,
   self->checksum_known[slot] = FALSE;
 }
 
-/* For the primary tier's slot allocator: no checks on its hot path. */
-void
-_kv_host_buffer_forget_slot_checksum (KvHostBuffer *self,
-                                      guint32       slot)
+guint8 *
+_kv_host_buffer_get_checksum_flags (KvHostBuffer *self)
 {
-  self->checksum_known[slot] = FALSE;
+  /* a buffer never initialized (a binding that skipped GInitable) still
+   * gets its flags: the primary tier writes them */
+  if (self->checksum_known == NULL && self->n_slots > 0)
+    {
+      self->checksums = g_new (guint64, self->n_slots);
+      self->checksum_known = g_new0 (guint8, self->n_slots);
+    }
+  return self->checksum_known;
 }

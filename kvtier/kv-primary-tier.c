@@ -106,6 +106,9 @@ struct _KvPrimaryTier
 
   guint n_slots;
   gsize slot_size;
+  /* the buffer's per-slot "checksum known" flags: a slot handed to a new
+   * writer, or freed, no longer has the checksum of its old bytes */
+  guint8 *slot_checksum_known;
 
   /* KvKey (the entry's own key) → KvEntry, tagged while pending */
   KvEntryTable entries;
@@ -444,7 +447,7 @@ primary_take_slot (KvPrimaryTier *self)
       slot = self->free_list[--self->n_free_list];
     }
   /* a new writer: the checksum of the old bytes no longer holds */
-  _kv_host_buffer_forget_slot_checksum (self->buffer, slot);
+  self->slot_checksum_known[slot] = FALSE;
   return slot;
 }
 
@@ -475,7 +478,7 @@ primary_remove_entry (KvPrimaryTier *self,
 
   g_assert (self->n_free_list < self->n_slots);
   self->free_list[self->n_free_list++] = entry->slot;
-  _kv_host_buffer_forget_slot_checksum (self->buffer, entry->slot);
+  self->slot_checksum_known[entry->slot] = FALSE;
   primary_unindex (self, entry->key);
   primary_release_entry (self, entry);
 }
@@ -516,6 +519,7 @@ kv_primary_tier_constructed (GObject *object)
 
   self->n_slots = kv_host_buffer_get_n_slots (self->buffer);
   self->slot_size = kv_host_buffer_get_slot_size (self->buffer);
+  self->slot_checksum_known = _kv_host_buffer_get_checksum_flags (self->buffer);
   self->free_list = g_new (guint32, MAX (self->n_slots, 1));
 
   if (self->policy == NULL)
@@ -1479,7 +1483,7 @@ _kv_primary_tier_free_slots (KvPrimaryTier *self,
     {
       g_return_if_fail (slots[i] < self->n_bumped && self->n_free_list < self->n_slots);
       self->free_list[self->n_free_list++] = slots[i];
-      _kv_host_buffer_forget_slot_checksum (self->buffer, slots[i]);
+      self->slot_checksum_known[slots[i]] = FALSE;
     }
 }
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include <kvtier.h>
+#include <xxhash.h>
 
 #include "kv-delayed-tier.h"
 
@@ -326,6 +327,72 @@ test_round_trip (Fixture       *f,
   /* return and reset */
   stats = kv_connector_get_stats (f->connector);
   g_assert_cmpfloat (stat (stats, "vllm:kv_offload_total_bytes", "GPU_to_CPU"), ==, 0);
+}
+
+/* Whether @key's primary slot carries the checksum of its bytes (and
+ * fails the test when it carries a wrong one). */
+static gboolean
+carries_checksum (Fixture     *f,
+                  const KvKey *key)
+{
+  guint32 slot = 0;
+  guint64 carried = 0;
+
+  g_assert_true (kv_primary_tier_get_chunk_id (f->primary, key, &slot));
+  if (!kv_primary_tier_get_slot_checksum (f->primary, slot, &carried))
+    return FALSE;
+  g_assert_cmpuint (carried, ==,
+                    XXH3_64bits (kv_host_buffer_peek_slot (f->buffer, slot), SLOT_SIZE));
+  return TRUE;
+}
+
+/* The device's copy of a stored chunk leaves its checksum with the slot,
+ * through the store's completion and the cascade; a slot taken over by
+ * another chunk carries that chunk's; a promotion by a tier that does not
+ * set one leaves the slot without. */
+static void
+test_store_carries_checksum (Fixture       *f,
+                             gconstpointer  data)
+{
+  g_autoptr(KvRequest) writer = kv_request_new ("writer", NULL);
+  g_autoptr(KvRequest) reader = kv_request_new ("reader", NULL);
+  g_autoptr(KvPrefixLookup) lookup = NULL;
+  g_autoptr(GError) error = NULL;
+  guint64 job;
+
+  kv_connector_add_request (f->connector, writer);
+  job = store_chunks (f, writer, 0, 4, 0);
+  take_expecting (f, &job, 1);
+  settle (f);
+  for (guint i = 0; i < 4; i++)
+    {
+      g_assert_nonnull (kv_delayed_tier_get_stored (f->tier, f->keys[i]));
+      g_assert_true (carries_checksum (f, f->keys[i]));
+    }
+
+  /* four more take the first four's slots */
+  job = store_chunks (f, writer, 4, 4, 4);
+  take_expecting (f, &job, 1);
+  g_assert_false (kv_connector_finish_request (f->connector, writer));
+  settle (f);
+  for (guint i = 4; i < 8; i++)
+    g_assert_true (carries_checksum (f, f->keys[i]));
+
+  /* the first two come back from the tier into two of those slots */
+  kv_connector_add_request (f->connector, reader);
+  lookup = kv_connector_lookup (f->connector, reader, f->keys, 2, 0, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (kv_prefix_lookup_get_n_pending (lookup), ==, 2);
+  kv_connector_end_step (f->connector, NULL, NULL);
+  wait_wakeup (f);
+  kv_connector_end_step (f->connector, NULL, NULL);
+  for (guint i = 0; i < 2; i++)
+    {
+      g_assert_cmpint (kv_primary_tier_lookup (f->primary, f->keys[i]), ==, KV_LOOKUP_RESULT_HIT);
+      g_assert_false (carries_checksum (f, f->keys[i]));
+    }
+  g_assert_false (kv_connector_finish_request (f->connector, reader));
+  settle (f);
 }
 
 /* One lookup says where each leading chunk is: device, primary, a tier,
@@ -680,6 +747,7 @@ main (int   argc,
 #define ADD(path, setup, func) \
   g_test_add ("/kvtier/connector/" path, Fixture, setup, fixture_set_up, func, fixture_tear_down)
   ADD ("round-trip", &with_tier, test_round_trip);
+  ADD ("store-carries-checksum", &with_tier, test_store_carries_checksum);
   ADD ("lookup-counts", &three_slots, test_lookup_counts);
   ADD ("wakeup-fd", &with_tier, test_wakeup_fd);
   ADD ("wakeup-fd-no-tier", &no_tier, test_wakeup_fd);

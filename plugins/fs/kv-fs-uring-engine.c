@@ -586,11 +586,15 @@ store_after_io (KvFsUringEngine *self,
           return;
         }
       /* an older kernel: on this thread */
-      if (kv_fs_op_write_file_checksum (op, op->fd) != 0)
-        {
-          fail_with_cleanup (self, op, errno);
-          return;
-        }
+      {
+        int err = kv_fs_op_write_file_checksum (op, op->fd);
+
+        if (err != 0)
+          {
+            fail_with_cleanup (self, op, err);
+            return;
+          }
+      }
     }
   if (op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC))
     {

@@ -238,11 +238,15 @@ def write_slot(buffer, slot, data):
     """Copies ``data`` (any buffer-protocol object: bytes, bytearray,
     memoryview, numpy array) to the start of a slot with one copy.
     ``Kv.HostBuffer.write_slot()`` takes a ``GLib.Bytes``, which costs a
-    second copy from Python."""
+    second copy from Python. Like it, forgets the checksum the slot
+    carried (``Kv.HostBuffer.get_slot_checksum()``); whoever changes a
+    slot through :func:`slot_view` or :func:`slot_array` calls
+    ``buffer.clear_slot_checksum(slot)`` itself."""
     source = memoryview(data).cast('B')
     view = slot_view(buffer, slot)
     if source.nbytes > view.nbytes:
         raise ValueError(f'{source.nbytes} bytes do not fit a slot of {view.nbytes} bytes')
+    buffer.clear_slot_checksum(slot)
     view[:source.nbytes] = source
 
 

@@ -225,6 +225,18 @@ def test_write_slot_bounds():
     assert buffer.read_slot(1).get_data() == bytes([5]) * SLOT
 
 
+def test_write_slot_forgets_the_checksum():
+    """A slot's carried checksum is of its old bytes once they change."""
+    buffer = Kv.HostBuffer.new(2, SLOT)
+    buffer.set_slot_checksum(0, 0x0123456789abcdef)
+    buffer.set_slot_checksum(1, 7)
+    assert buffer.get_slot_checksum(0) == (True, 0x0123456789abcdef)
+    kvtier.write_slot(buffer, 0, b'new bytes')
+    assert buffer.get_slot_checksum(0)[0] is False
+    assert buffer.get_slot_checksum(1) == (True, 7)
+    assert Kv.PrimaryTier.new(buffer, None, False).get_slot_checksum(1) == (True, 7)
+
+
 def test_views_from_another_thread():
     buffer = Kv.HostBuffer.new(2, SLOT)
     done = threading.Event()

@@ -105,6 +105,19 @@ fs_test_fill (guint8 *slot,
     }
 }
 
+/* Fills slot @slot of @buffer with chunk @i's bytes as the slot's new
+ * writer would: the checksum a verified load left with the slot (see
+ * kv_host_buffer_get_slot_checksum()) is of its old bytes. */
+G_GNUC_UNUSED static void
+fs_test_fill_slot (KvHostBuffer *buffer,
+                   guint32       slot,
+                   gsize         len,
+                   guint         i)
+{
+  kv_host_buffer_clear_slot_checksum (buffer, slot);
+  fs_test_fill (kv_host_buffer_peek_slot (buffer, slot), len, i);
+}
+
 G_GNUC_UNUSED static gboolean
 fs_test_check (const guint8 *slot,
                gsize         len,

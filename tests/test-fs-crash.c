@@ -90,7 +90,7 @@ child_main (const char *root,
         {
           keys[i] = crash_key (base + i);
           slots[i] = i;
-          fs_test_fill (kv_host_buffer_peek_slot (buffer, i), FS_TEST_SLOT, base + i);
+          fs_test_fill_slot (buffer, i, FS_TEST_SLOT, base + i);
         }
       result = fs_test_run_job (tier, base, FALSE, keys, slots, JOB_KEYS, request);
       for (guint i = 0; i < JOB_KEYS; i++)

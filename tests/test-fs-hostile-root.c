@@ -187,7 +187,7 @@ run_job (Fixture  *f,
       if (is_load)
         memset (kv_host_buffer_peek_slot (f->buffer, i), 0, FS_TEST_SLOT);
       else
-        fs_test_fill (kv_host_buffer_peek_slot (f->buffer, i), FS_TEST_SLOT, first + i);
+        fs_test_fill_slot (f->buffer, i, FS_TEST_SLOT, first + i);
     }
   return fs_test_run_job (f->tier, f->next_id++, is_load, &f->keys[first], slots, n, NULL);
 }

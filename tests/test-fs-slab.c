@@ -77,7 +77,7 @@ store_keys (Fixture  *f,
     {
       keys[i] = fs_test_key (first + i);
       slots[i] = i;
-      fs_test_fill (kv_host_buffer_peek_slot (f->buffer, i), FS_TEST_SLOT, first + i);
+      fs_test_fill_slot (f->buffer, i, FS_TEST_SLOT, first + i);
     }
   result = fs_test_run_job (tier, f->next_id++, FALSE, keys, slots, n, f->request);
   ok = kv_job_result_get_success (result);
@@ -316,6 +316,68 @@ test_round_trip (Fixture       *f,
   close_tier (tier);
 }
 
+/* The payload checksum in a slot header of a slot in @tier of key @i. */
+static guint64
+slot_header_checksum (KvFsTier *tier,
+                      guint     i)
+{
+  guint64 offset = 0, sequence = 0, checksum = 0;
+  g_autofree char *path = locate (tier, i, &offset);
+  g_autofree guint8 *header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
+  guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  KvKey *key = NULL;
+
+  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
+  g_assert_cmpint (kv_chunk_slot_header_parse (header, ns, FS_TEST_SLOT, &key, &sequence,
+                                               &checksum), ==, KV_CHUNK_CHECK_OK);
+  kv_key_unref (key);
+  return checksum;
+}
+
+/* A store writes the checksum its primary slot carries into the slot
+ * header instead of reading the payload for it: a deliberately wrong one
+ * lands there as it is (hashing the payload would have written the right
+ * one) and its load fails; a right one loads, and the slot it is loaded
+ * into carries it on. A slot without one gets the payload's. */
+static void
+test_carried_checksum (Fixture       *f,
+                       gconstpointer  data)
+{
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, data, NULL);
+  guint64 right, wrong, carried = 0;
+
+  for (guint i = 0; i < 3; i++)
+    fs_test_fill_slot (f->buffer, i, FS_TEST_SLOT, 40 + i);
+  right = kv_chunk_checksum (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT);
+  wrong = kv_chunk_checksum (kv_host_buffer_peek_slot (f->buffer, 1), FS_TEST_SLOT) ^ 0x77;
+  kv_host_buffer_set_slot_checksum (f->buffer, 0, right);
+  kv_host_buffer_set_slot_checksum (f->buffer, 1, wrong);
+  {
+    KvKey *keys[3] = { fs_test_key (40), fs_test_key (41), fs_test_key (42) };
+    const guint32 slots[3] = { 0, 1, 2 };
+    g_autoptr(KvJobResult) stored = fs_test_run_job (tier, f->next_id++, FALSE, keys, slots, 3,
+                                                     f->request);
+
+    g_assert_true (kv_job_result_get_success (stored));
+    for (guint i = 0; i < 3; i++)
+      kv_key_unref (keys[i]);
+  }
+  g_assert_cmpuint (slot_header_checksum (tier, 40), ==, right);
+  g_assert_cmpuint (slot_header_checksum (tier, 41), ==, wrong);
+  g_assert_cmpuint (slot_header_checksum (tier, 42), ==,
+                    kv_chunk_checksum (kv_host_buffer_peek_slot (f->buffer, 2), FS_TEST_SLOT));
+
+  kv_host_buffer_clear_slot_checksum (f->buffer, 9);
+  g_assert_true (load_key (f, tier, 40, 9));
+  g_assert_true (kv_host_buffer_get_slot_checksum (f->buffer, 9, &carried));
+  g_assert_cmpuint (carried, ==, right);
+  kv_host_buffer_clear_slot_checksum (f->buffer, 10);
+  g_assert_false (load_key (f, tier, 41, 10));
+  g_assert_false (kv_host_buffer_get_slot_checksum (f->buffer, 10, NULL));
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CHECKSUM_FAILURES), ==, 1);
+  close_tier (tier);
+}
+
 /* durability=data and full: fdatasync after the write; same bytes. */
 static void
 test_durability (Fixture       *f,
@@ -443,8 +505,8 @@ test_pinned_slot_not_reused (Fixture       *f,
     g_autoptr(KvTransferJob) store = kv_transfer_job_new (f->next_id++, keys, slots, 2, FALSE,
                                                           f->request);
 
-    fs_test_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 50);
-    fs_test_fill (kv_host_buffer_peek_slot (f->buffer, 1), FS_TEST_SLOT, 51);
+    fs_test_fill_slot (f->buffer, 0, FS_TEST_SLOT, 50);
+    fs_test_fill_slot (f->buffer, 1, FS_TEST_SLOT, 51);
     g_assert_true (kv_secondary_tier_submit_store (st, store, &error));
     g_assert_no_error (error);
   }
@@ -1025,6 +1087,7 @@ main (int argc, char **argv)
     { "aborted-store-invalid", (GTestFixtureFunc) test_aborted_store_invalid, FALSE },
     { "config-errors", (GTestFixtureFunc) test_config_errors, FALSE },
     { "hostile-files", (GTestFixtureFunc) test_hostile_files, FALSE },
+    { "carried-checksum", (GTestFixtureFunc) test_carried_checksum, TRUE },
   };
 
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);

@@ -72,7 +72,7 @@ submit (Fixture  *f,
   g_autoptr(KvTransferJob) job = kv_transfer_job_new (id, &f->keys[key], &s, 1, is_load, f->request);
 
   if (!is_load)
-    fs_test_fill (kv_host_buffer_peek_slot (f->buffer, s), FS_TEST_SLOT, key);
+    fs_test_fill_slot (f->buffer, s, FS_TEST_SLOT, key);
   if (is_load)
     g_assert_true (kv_secondary_tier_submit_load (KV_SECONDARY_TIER (f->tier), job, &error));
   else

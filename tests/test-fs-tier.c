@@ -83,7 +83,7 @@ store_range (Fixture   *f,
   for (guint i = 0; i < n; i++)
     {
       slots[i] = i;
-      fs_test_fill (slot (f, i), FS_TEST_SLOT, first + i);
+      fs_test_fill_slot (f->buffer, i, FS_TEST_SLOT, first + i);
     }
   return fs_test_run_job (f->tier, f->next_id++, FALSE, &f->keys[first], slots, n, request);
 }
@@ -316,8 +316,8 @@ test_multi_job_tracking (Fixture       *f,
       g_autoptr(KvTransferJob) job = kv_transfer_job_new (10 + j, &f->keys[2 * j], slots, 2,
                                                           FALSE, request);
 
-      fs_test_fill (slot (f, 2 * j), FS_TEST_SLOT, 2 * j);
-      fs_test_fill (slot (f, 2 * j + 1), FS_TEST_SLOT, 2 * j + 1);
+      fs_test_fill_slot (f->buffer, 2 * j, FS_TEST_SLOT, 2 * j);
+      fs_test_fill_slot (f->buffer, 2 * j + 1, FS_TEST_SLOT, 2 * j + 1);
       g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
     }
   /* a load of a key that is not there yet fails on its own */
@@ -493,7 +493,7 @@ test_carried_checksum (Fixture       *f,
   g_autoptr(KvJobResult) bad = NULL;
 
   for (guint i = 0; i < 3; i++)
-    fs_test_fill (slot (f, i), FS_TEST_SLOT, i);
+    fs_test_fill_slot (f->buffer, i, FS_TEST_SLOT, i);
   right = kv_chunk_checksum (slot (f, 0), FS_TEST_SLOT);
   wrong = kv_chunk_checksum (slot (f, 1), FS_TEST_SLOT) ^ G_GUINT64_CONSTANT (0x5a5a);
   kv_host_buffer_set_slot_checksum (f->buffer, 0, right);
@@ -1034,7 +1034,7 @@ test_no_eviction_under_reader (Fixture       *f,
     guint32 s2 = 2;
     g_autoptr(KvTransferJob) job = kv_transfer_job_new (101, &f->keys[2], &s2, 1, FALSE, request);
 
-    fs_test_fill (slot (f, 2), FS_TEST_SLOT, 2);
+    fs_test_fill_slot (f->buffer, 2, FS_TEST_SLOT, 2);
     g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
   }
   g_assert_cmpint (lookup (f, 1, NULL), ==, KV_LOOKUP_RESULT_MISS);

@@ -1182,12 +1182,14 @@ kv_fs_slab_scan (KvFsSlab   *self,
 
 /* ---- engine side -------------------------------------------------------- */
 
-/* The payload's checksum for a store's slot header: the one place it is
- * computed (it reads the whole slot), so that a checksum carried with the
- * primary slot can take its place. */
+/* The payload's checksum for a store's slot header: the one carried with
+ * the primary slot (see kv_host_buffer_get_slot_checksum()), or else
+ * computed here, the one place that reads the whole slot for it. */
 guint64
 kv_fs_slab_payload_checksum (const KvFsOp *op)
 {
+  if (op->has_payload_checksum)
+    return op->payload_checksum;
   return kv_chunk_checksum (op->payload, op->payload_len);
 }
 

@@ -1084,6 +1084,9 @@ slab_submit_store (KvFsTier      *self,
       op->payload = kv_host_buffer_peek_slot (self->primary, chunk);
       op->payload_len = self->block_size;
       op->slot = chunk;
+      /* computed once, as the chunk came into the primary */
+      op->has_payload_checksum = kv_host_buffer_get_slot_checksum (self->primary, chunk,
+                                                                   &op->payload_checksum);
       op->namespace_digest = kv_fs_layout_get_namespace_digest (self->layout);
       op->done = op_done;
       op->done_data = fj;

@@ -436,7 +436,8 @@ checksum_func (gpointer data,
 }
 
 /* layout=slab: the slab file is open already; a store's header is made
- * on the checksum pool, a load's reads go out at once. */
+ * on the checksum pool (here when the slot carried its checksum), a
+ * load's reads go out at once. */
 static void
 start_slab_op (KvFsUringEngine *self,
                KvFsOp          *op)
@@ -451,7 +452,12 @@ start_slab_op (KvFsUringEngine *self,
   op->header = self->headers + (gsize) header_index * KV_CHUNK_HEADER_SIZE;
   op->fd = op->slab_fd;
   self->n_active++;
-  if (op->kind != KV_FS_OP_LOAD)
+  if (op->kind == KV_FS_OP_STORE && op->has_payload_checksum)
+    {
+      kv_fs_op_prepare_header (op);
+      submit_io (self, op);
+    }
+  else if (op->kind != KV_FS_OP_LOAD)
     g_thread_pool_push (self->checksum_pool, op, NULL);
   else
     submit_io (self, op);

@@ -33,4 +33,16 @@ guint64 *_kv_secondary_tier_take_released       (KvSecondaryTier           *self
  * store now, so that the manager does not make the job at all. */
 gboolean _kv_secondary_tier_reject_store        (KvSecondaryTier           *self);
 
+/* Reserves the primary slots of a lazy promotion (the manager's side of
+ * kv_secondary_tier_reserve_load_slots()); owner thread. */
+typedef gboolean (*KvSecondaryTierReserveFunc) (gpointer          user_data,
+                                                KvSecondaryTier  *tier,
+                                                KvTransferJob    *job,
+                                                GError          **error);
+
+/* Owner thread: installed by the manager the tier is added to. */
+void     _kv_secondary_tier_set_reserve_func    (KvSecondaryTier            *self,
+                                                 KvSecondaryTierReserveFunc  func,
+                                                 gpointer                    user_data);
+
 G_END_DECLS

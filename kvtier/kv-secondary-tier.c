@@ -49,6 +49,11 @@ typedef struct
   KvBackpressureDetector *detector;
   KvLocality              locality;
   KvMedium                medium;
+  gboolean                lazy_promotion_allocation;
+
+  /* Owner thread: the manager's reservation of lazy promotions. */
+  KvSecondaryTierReserveFunc reserve_func;
+  gpointer                reserve_data;
 
   /* Owner thread only: set once shutdown() succeeded. */
   gboolean                closed;
@@ -112,6 +117,7 @@ enum {
   PROP_BREAKER_OPEN_MS,
   PROP_CIRCUIT_BREAKER,
   PROP_COMPLETION_CONTEXT,
+  PROP_LAZY_PROMOTION_ALLOCATION,
   N_PROPS
 };
 
@@ -280,6 +286,8 @@ kv_secondary_tier_constructed (GObject *object)
     priv->tier_type = g_strdup (G_OBJECT_TYPE_NAME (self));
   if (priv->medium == KV_MEDIUM_UNSPECIFIED)
     priv->medium = KV_SECONDARY_TIER_GET_CLASS (self)->medium;
+  if (KV_SECONDARY_TIER_GET_CLASS (self)->lazy_promotion_allocation)
+    priv->lazy_promotion_allocation = TRUE;
   if (priv->clock == NULL)
     priv->clock = g_object_ref (kv_clock_get_default ());
   priv->manual_clock = kv_clock_is_manual (priv->clock);
@@ -368,6 +376,10 @@ kv_secondary_tier_get_property (GObject    *object,
       g_value_set_enum (value, priv->medium);
       break;
 
+    case PROP_LAZY_PROMOTION_ALLOCATION:
+      g_value_set_boolean (value, priv->lazy_promotion_allocation);
+      break;
+
     case PROP_BLOCK_SIZE_BYTES:
       g_value_set_uint64 (value, kv_secondary_tier_get_block_size_bytes (self));
       break;
@@ -431,6 +443,10 @@ kv_secondary_tier_set_property (GObject      *object,
 
     case PROP_MEDIUM:
       priv->medium = g_value_get_enum (value);
+      break;
+
+    case PROP_LAZY_PROMOTION_ALLOCATION:
+      priv->lazy_promotion_allocation = g_value_get_boolean (value);
       break;
 
     case PROP_CLOCK:
@@ -541,6 +557,24 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
                        KV_MEDIUM_UNSPECIFIED,
                        G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                        G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:lazy-promotion-allocation:
+   *
+   * Whether the tier reserves the primary slots of each load when it
+   * starts it, with [method@Kv.SecondaryTier.reserve_load_slots], instead
+   * of the manager reserving them when the lookup finds the chunk (vLLM's
+   * lazy promotion allocation, issue #49902). A long prefix waiting in a
+   * slow tier then holds no primary slot until its load starts. %TRUE when
+   * the class's `lazy_promotion_allocation` field is set (tiers written in
+   * C set it in `class_init`; tiers written in Python or JavaScript pass
+   * this property instead).
+   */
+  properties[PROP_LAZY_PROMOTION_ALLOCATION] =
+    g_param_spec_boolean ("lazy-promotion-allocation", NULL, NULL,
+                          FALSE,
+                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   /**
    * KvSecondaryTier:block-size-bytes:
@@ -1210,6 +1244,78 @@ kv_secondary_tier_get_medium (KvSecondaryTier *self)
 
   priv = kv_secondary_tier_get_instance_private (self);
   return priv->medium;
+}
+
+/**
+ * kv_secondary_tier_get_lazy_promotion_allocation:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:lazy-promotion-allocation]. Any thread.
+ *
+ * Returns: whether the tier reserves its loads' primary slots as it starts
+ *   them
+ */
+gboolean
+kv_secondary_tier_get_lazy_promotion_allocation (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->lazy_promotion_allocation;
+}
+
+/**
+ * kv_secondary_tier_reserve_load_slots:
+ * @self: a tier with [property@Kv.SecondaryTier:lazy-promotion-allocation]
+ * @job: a load job the tier received in
+ *   [vfunc@Kv.SecondaryTier.submit_load]
+ * @error: return location for an error
+ *
+ * Reserves the primary slots of @job now, as the tier starts the load. A
+ * lazy tier receives its loads without slots (every chunk id is
+ * %G_MAXUINT32) and must call this before it reads
+ * [method@Kv.TransferJob.get_chunk_ids] or touches the primary buffer.
+ * On success the job's keys and chunk ids are final: the keys are those
+ * still to load (a chunk that reached the primary tier meanwhile is
+ * dropped from the job, which may end with no key at all), each with its
+ * slot. On failure the job has no key left: the tier reports it (any
+ * result; the manager counts it failed) and the request's lookups of its
+ * chunks answer %KV_LOOKUP_RESULT_MISS, so it recomputes them.
+ *
+ * Idempotent: a job that has its slots (every job of a tier that is not
+ * lazy) returns %TRUE at once. Owner thread only, before the tier hands
+ * the job to another thread.
+ *
+ * Returns: %TRUE when the job has its slots; %FALSE with
+ *   %KV_TIER_ERROR_NO_SPACE (the primary tier is full),
+ *   %KV_TIER_ERROR_NOT_FOUND (the job is not in flight any more, e.g.
+ *   failed at its deadline) or %KV_TIER_ERROR_CLOSED (no manager)
+ */
+gboolean
+kv_secondary_tier_reserve_load_slots (KvSecondaryTier  *self,
+                                      KvTransferJob    *job,
+                                      GError          **error)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
+  g_return_val_if_fail (job != NULL, FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  if (priv->reserve_func == NULL)
+    {
+      if (!kv_transfer_job_is_promotion (job))
+        return TRUE;
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED,
+                   "Tier '%s' is not part of a tiering manager: nothing can reserve "
+                   "primary slots for load job %" G_GUINT64_FORMAT,
+                   priv->tier_type, kv_transfer_job_get_id (job));
+      return FALSE;
+    }
+  return priv->reserve_func (priv->reserve_data, self, job, error);
 }
 
 /**
@@ -2096,6 +2202,20 @@ _kv_secondary_tier_set_queued_func (KvSecondaryTier           *self,
   while (priv->n_queued_calls > 0)
     g_cond_wait (&priv->calls_cond, &priv->lock);
   g_mutex_unlock (&priv->lock);
+}
+
+void
+_kv_secondary_tier_set_reserve_func (KvSecondaryTier            *self,
+                                     KvSecondaryTierReserveFunc  func,
+                                     gpointer                    user_data)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  priv->reserve_func = func;
+  priv->reserve_data = user_data;
 }
 
 /* Emits ::job-finished; the manager calls it on the owner thread for each

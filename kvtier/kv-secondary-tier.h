@@ -82,6 +82,9 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  *   once; report it with [method@Kv.SecondaryTier.complete_probe].
  *   @cancellable is cancelled if the probe is still running at the
  *   deadline. Called while the circuit breaker is open. Optional.
+ * @lazy_promotion_allocation: %TRUE when every instance of a class written
+ *   in C reserves the primary slots of its loads itself, as it starts them
+ *   (bindings set [property@Kv.SecondaryTier:lazy-promotion-allocation]).
  *
  * The virtual methods of a secondary tier. Every one runs on the owner
  * thread (the thread that drives the [class@Kv.TieringManager]).
@@ -140,8 +143,10 @@ struct _KvSecondaryTierClass
                                               GCancellable    *cancellable,
                                               GError         **error);
 
+  gboolean        lazy_promotion_allocation;
+
   /*< private >*/
-  gpointer _reserved[9];
+  gpointer _reserved[8];
 };
 
 KVTIER_AVAILABLE_IN_ALL
@@ -156,6 +161,8 @@ KVTIER_AVAILABLE_IN_ALL
 KvLocality              kv_secondary_tier_get_locality              (KvSecondaryTier *self);
 KVTIER_AVAILABLE_IN_ALL
 KvBackpressureDetector *kv_secondary_tier_get_backpressure_detector (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_get_lazy_promotion_allocation (KvSecondaryTier *self);
 
 KVTIER_AVAILABLE_IN_ALL
 KvLookupResult   kv_secondary_tier_lookup                  (KvSecondaryTier *self,
@@ -213,6 +220,10 @@ KVTIER_AVAILABLE_IN_ALL
 void             kv_secondary_tier_complete_job_full       (KvSecondaryTier    *self,
                                                             KvJobResult        *result,
                                                             KvCompleteJobFlags  flags);
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_secondary_tier_reserve_load_slots      (KvSecondaryTier *self,
+                                                            KvTransferJob   *job,
+                                                            GError         **error);
 KVTIER_AVAILABLE_IN_ALL
 void             kv_secondary_tier_complete_probe          (KvSecondaryTier *self,
                                                             guint64          probe_id,

@@ -106,6 +106,10 @@ typedef struct
   /* The request got its device blocks (step end): its lookups stop counting. */
   void (*request_allocated)  (gpointer data, const char *request_id);
   void (*request_finished)   (gpointer data, const char *request_id);
+  /* A lazy promotion of tier @label reserved @n_chunks primary slots. */
+  void (*promotion_reserved) (gpointer data, guint label, guint n_chunks);
+  /* A request stopped waiting on a HIT_PENDING chunk at the deadline. */
+  void (*hit_pending_released) (gpointer data, const char *request_id);
 } KvTieringManagerHooks;
 
 G_END_DECLS

@@ -8,12 +8,14 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "kv-backpressure-admission-policy.h"
 #include "kv-metric-registry.h"
 #include "kv-primary-tier-private.h"
 #include "kv-secondary-tier-private.h"
 #include "kv-stats.h"
 #include "kv-tier-parent-private.h"
 #include "kv-tiering-metrics-private.h"
+#include "kv-transfer-job-private.h"
 #include "kv-wakeup-source-private.h"
 
 /**
@@ -35,10 +37,18 @@
  *   %KV_LOOKUP_RESULT_HIT_PENDING without asking any secondary tier, so one
  *   chunk is promoted once however many requests look it up;
  * - promotions are allocated at lookup time and submitted at the end of the
- *   step, one job per (tier, request);
+ *   step, one job per (tier, request); a tier with
+ *   [property@Kv.SecondaryTier:lazy-promotion-allocation] reserves the
+ *   slots itself when it starts the load;
  * - a successful store to the primary tier is cascaded to every tier (one
- *   job per tier, each pinning the chunks), unless the tier's backpressure
- *   detector drops it;
+ *   job per tier, each pinning the chunks), unless the
+ *   [iface@Kv.AdmissionPolicy] drops it (the default,
+ *   [class@Kv.BackpressureAdmissionPolicy], asks the tier's backpressure
+ *   detector); the policy is asked before anything is pinned, allocated or
+ *   numbered, for stores and promotions alike;
+ * - a request that has waited [property@Kv.TieringManager:hit-pending-deadline]
+ *   on a chunk that stays %KV_LOOKUP_RESULT_HIT_PENDING gets
+ *   %KV_LOOKUP_RESULT_MISS for it from then on, and recomputes it;
  * - a tier hears [vfunc@Kv.SecondaryTier.on_request_finished] only when no
  *   more store job for the request can follow.
  *
@@ -66,6 +76,9 @@ typedef struct
   guint64 id;
   KvTransferJob *job;
   guint tier;
+  gboolean lazy;      /* a promotion whose tier reserves its slots */
+  gboolean reserved;  /* lazy: the tier asked for its slots (once) */
+  gboolean has_slots; /* the job holds primary slots */
 } JobEntry;
 
 typedef struct
@@ -94,7 +107,7 @@ typedef struct
   /* promotions allocated this step, submitted at its end, in insertion order */
   GPtrArray *pending_loads;         /* PendingPromotion */
   GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
-  gboolean under_pressure;          /* last state seen, for the log */
+  gboolean lazy;                    /* the tier reserves its loads' slots */
   /* results the manager produced itself for jobs a tier refused at submit */
   GPtrArray *refused;               /* KvJobResult */
   /* the tier reports through complete_job() and the default
@@ -133,6 +146,21 @@ struct _KvTieringManager
   GHashTable *held_slots;
 
   KvOwnerThread owner;      /* shared with the primary tier */
+
+  KvAdmissionPolicy *admission;
+  KvAdmissionPolicyInterface *admission_iface;  /* cached: one indirect call per job */
+
+  /* 0: off. A request waiting longer on a HIT_PENDING chunk gets MISS. */
+  gint64 hit_pending_deadline_us;
+
+  /* Keys of lazy promotions not reserved yet: they answer HIT_PENDING
+   * though the primary tier does not know them. KvKey (owned) → itself. */
+  GHashTable *lazy_promoting;
+  guint n_lazy_tiers;
+
+  /* addresses used as request-state owners */
+  guint8 pending_wait_tag;      /* GHashTable KvKey → gint64* first HIT_PENDING */
+  guint8 promotion_failed_tag;  /* a lazy promotion of the request failed */
 };
 
 typedef struct
@@ -155,12 +183,19 @@ enum {
   PROP_PRIMARY,
   PROP_CLOCK,
   PROP_ENABLE_METRICS,
+  PROP_ADMISSION_POLICY,
+  PROP_HIT_PENDING_DEADLINE,
   N_PROPS
 };
 
 static GParamSpec *properties[N_PROPS];
 
 G_DEFINE_FINAL_TYPE (KvTieringManager, kv_tiering_manager, G_TYPE_OBJECT)
+
+static gboolean reserve_lazy_promotion (gpointer          user_data,
+                                        KvSecondaryTier  *tier,
+                                        KvTransferJob    *job,
+                                        GError          **error);
 
 /* The checks of the public entry points. OWNER_SERVE binds the owner
  * thread at the first call; OWNER_SETUP (configuration and getters) only
@@ -311,7 +346,10 @@ kv_tiering_manager_dispose (GObject *object)
           TierSlot *slot = tier_slot (self, i);
 
           if (slot->tier != NULL)
-            _kv_secondary_tier_set_queued_func (slot->tier, NULL, NULL);
+            {
+              _kv_secondary_tier_set_queued_func (slot->tier, NULL, NULL);
+              _kv_secondary_tier_set_reserve_func (slot->tier, NULL, NULL);
+            }
         }
       g_clear_pointer (&self->tiers, g_array_unref);
     }
@@ -325,6 +363,8 @@ kv_tiering_manager_dispose (GObject *object)
   g_clear_pointer (&self->metrics, kv_tiering_metrics_free);
   g_clear_object (&self->primary);
   g_clear_object (&self->clock);
+  self->admission_iface = NULL;
+  g_clear_object (&self->admission);
 
   G_OBJECT_CLASS (kv_tiering_manager_parent_class)->dispose (object);
 }
@@ -337,6 +377,7 @@ kv_tiering_manager_finalize (GObject *object)
   if (self->wakeup_fd >= 0)
     close (self->wakeup_fd);
   g_clear_pointer (&self->held_slots, g_hash_table_unref);
+  g_clear_pointer (&self->lazy_promoting, g_hash_table_unref);
 
   G_OBJECT_CLASS (kv_tiering_manager_parent_class)->finalize (object);
 }
@@ -359,6 +400,12 @@ kv_tiering_manager_get_property (GObject    *object,
       break;
     case PROP_ENABLE_METRICS:
       g_value_set_boolean (value, self->enable_metrics);
+      break;
+    case PROP_ADMISSION_POLICY:
+      g_value_set_object (value, self->admission);
+      break;
+    case PROP_HIT_PENDING_DEADLINE:
+      g_value_set_double (value, self->hit_pending_deadline_us / (gdouble) G_USEC_PER_SEC);
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -385,6 +432,13 @@ kv_tiering_manager_set_property (GObject      *object,
     case PROP_ENABLE_METRICS:
       self->enable_metrics = g_value_get_boolean (value);
       break;
+    case PROP_ADMISSION_POLICY:
+      if (g_value_get_object (value) != NULL)
+        g_set_object (&self->admission, g_value_get_object (value));
+      break;
+    case PROP_HIT_PENDING_DEADLINE:
+      kv_tiering_manager_set_hit_pending_deadline (self, g_value_get_double (value));
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -399,6 +453,12 @@ kv_tiering_manager_constructed (GObject *object)
 
   if (self->clock == NULL)
     self->clock = g_object_ref (kv_clock_get_default ());
+  if (self->admission == NULL)
+    self->admission = KV_ADMISSION_POLICY (kv_backpressure_admission_policy_new ());
+  self->admission_iface = KV_ADMISSION_POLICY_GET_IFACE (self->admission);
+  if (self->admission_iface->should_admit == NULL)
+    g_critical ("%s does not implement KvAdmissionPolicy.should_admit; every job is admitted",
+                G_OBJECT_TYPE_NAME (self->admission));
   if (self->primary == NULL)
     {
       g_critical ("KvTieringManager needs a primary tier (the construct property \"primary\")");
@@ -476,6 +536,39 @@ kv_tiering_manager_class_init (KvTieringManagerClass *klass)
                           TRUE,
                           G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | G_PARAM_STATIC_STRINGS);
 
+  /**
+   * KvTieringManager:admission-policy:
+   *
+   * The policy asked before every store and promotion (see
+   * [iface@Kv.AdmissionPolicy]). %NULL at construction means a new
+   * [class@Kv.BackpressureAdmissionPolicy], which gates cascades with each
+   * tier's backpressure detector, as vLLM's offloading spec installs it;
+   * pass a [class@Kv.AlwaysAdmitPolicy] to ignore the detectors. The
+   * manager tells the policy about each tier as it is added.
+   */
+  properties[PROP_ADMISSION_POLICY] =
+    g_param_spec_object ("admission-policy", NULL, NULL,
+                         KV_TYPE_ADMISSION_POLICY,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY | G_PARAM_STATIC_STRINGS);
+
+  /**
+   * KvTieringManager:hit-pending-deadline:
+   *
+   * Seconds a request may wait on one chunk that answers
+   * %KV_LOOKUP_RESULT_HIT_PENDING (a store or a promotion in flight) before
+   * the chunk answers %KV_LOOKUP_RESULT_MISS to that request, which then
+   * recomputes it instead of waiting on a write that may never finish
+   * (vLLM's `hit_pending_deadline_s`). The wait starts at the first
+   * HIT_PENDING answer the request got for the chunk, on the manager's
+   * [property@Kv.TieringManager:clock]. Each release is counted in the
+   * `kvtier:hit_pending_deadline_releases` metric. 0 turns the deadline off.
+   */
+  properties[PROP_HIT_PENDING_DEADLINE] =
+    g_param_spec_double ("hit-pending-deadline", NULL, NULL,
+                         0.0, 1e6, 60.0,
+                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT | G_PARAM_STATIC_STRINGS |
+                         G_PARAM_EXPLICIT_NOTIFY);
+
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }
 
@@ -488,6 +581,9 @@ kv_tiering_manager_init (KvTieringManager *self)
   self->jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, job_entry_free);
   self->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
   self->held_slots = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, held_slots_free);
+  self->lazy_promoting = g_hash_table_new_full (kv_key_hash, kv_key_equal,
+                                                (GDestroyNotify) kv_key_unref, NULL);
+  self->hit_pending_deadline_us = 60 * G_USEC_PER_SEC;
   self->wakeup_fd = eventfd (0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (self->wakeup_fd < 0)
     g_critical ("Could not create the kvtier wake-up eventfd: %s", g_strerror (errno));
@@ -568,6 +664,7 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
   slot.locality = kv_secondary_tier_get_locality (tier);
   slot.pending_loads = g_ptr_array_new_with_free_func (pending_promotion_free);
   slot.pending_loads_by_req = g_hash_table_new (g_str_hash, g_str_equal);
+  slot.lazy = kv_secondary_tier_get_lazy_promotion_allocation (tier);
   slot.refused = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
   slot.default_drain =
     KV_SECONDARY_TIER_GET_CLASS (tier)->get_finished_jobs ==
@@ -582,6 +679,12 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
     }
 
   _kv_secondary_tier_set_queued_func (tier, kv_tiering_manager_tier_queued, self);
+  if (slot.lazy)
+    {
+      self->n_lazy_tiers++;
+      _kv_secondary_tier_set_reserve_func (tier, reserve_lazy_promotion, self);
+    }
+  kv_admission_policy_tier_added (self->admission, self->tiers->len - 1, tier);
   return TRUE;
 }
 
@@ -665,6 +768,8 @@ ensure_started (KvTieringManager *self)
 
 /* ---- jobs ---------------------------------------------------------------- */
 
+/* Registers an admitted job and tells the admission policy. A lazy
+ * promotion holds no slot yet (@chunk_ids are all G_MAXUINT32). */
 static KvTransferJob *
 register_job (KvTieringManager *self,
               KvKey * const    *keys,
@@ -672,7 +777,8 @@ register_job (KvTieringManager *self,
               guint             n_keys,
               gboolean          is_promotion,
               KvRequest        *request,
-              guint             tier)
+              guint             tier,
+              gboolean          lazy)
 {
   JobEntry *entry = g_new (JobEntry, 1);
 
@@ -680,9 +786,30 @@ register_job (KvTieringManager *self,
   entry->job = kv_transfer_job_new (entry->id, keys, chunk_ids, n_keys, is_promotion, request);
   kv_transfer_job_set_submit_time (entry->job, kv_clock_get_time (self->clock));
   entry->tier = tier;
+  entry->lazy = lazy;
+  entry->reserved = FALSE;
+  entry->has_slots = !lazy;
   g_hash_table_insert (self->jobs, &entry->id, entry);
-  HOOK (self, job_registered, tier + 1, is_promotion, n_keys);
+  /* a lazy promotion's slots count from their reservation */
+  HOOK (self, job_registered, tier + 1, is_promotion, lazy ? 0 : n_keys);
+  if (self->admission_iface->on_admitted != NULL)
+    self->admission_iface->on_admitted (self->admission, entry->job, tier);
   return entry->job;
+}
+
+/* The admission policy's verdict, asked before anything is pinned,
+ * allocated or numbered. */
+static inline gboolean
+policy_admits (KvTieringManager *self,
+               KvKey * const    *keys,
+               guint             n_keys,
+               guint             tier,
+               gboolean          is_promotion)
+{
+  if (G_UNLIKELY (self->admission_iface->should_admit == NULL))
+    return TRUE;
+  return self->admission_iface->should_admit (self->admission, (KvKey **) keys, n_keys,
+                                              tier, is_promotion);
 }
 
 /* A tier that refuses a submission still gets its job reported exactly
@@ -704,7 +831,30 @@ refuse_job (KvTieringManager *self,
   kv_tiering_manager_tier_queued (self);
 }
 
-/* Pins @keys for reading and registers a store job under @tier. */
+/* Pins @keys for reading and registers a store job under @tier, which
+ * admitted it. */
+static KvTransferJob *
+create_admitted_store_job (KvTieringManager  *self,
+                           KvKey * const     *keys,
+                           guint              n_keys,
+                           KvRequest         *request,
+                           guint              tier,
+                           GError           **error)
+{
+  guint32 stack_ids[64];
+  g_autofree guint32 *heap_ids = NULL;
+  guint32 *chunk_ids = stack_ids;
+
+  if (n_keys > G_N_ELEMENTS (stack_ids))
+    chunk_ids = heap_ids = g_new (guint32, n_keys);
+  if (!kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, error))
+    return NULL;
+  return register_job (self, keys, chunk_ids, n_keys, FALSE, request, tier, FALSE);
+}
+
+/* A tier's own store (KvParentManager): asks the admission policy first; a
+ * refusal pins nothing and consumes no job id, and the tier answers its
+ * peer with a miss. */
 KvTransferJob *
 _kv_tiering_manager_create_store_job (KvTieringManager  *self,
                                       KvKey * const     *keys,
@@ -713,17 +863,18 @@ _kv_tiering_manager_create_store_job (KvTieringManager  *self,
                                       guint              tier,
                                       GError           **error)
 {
-  guint32 stack_ids[64];
-  g_autofree guint32 *heap_ids = NULL;
-  guint32 *chunk_ids = stack_ids;
-
   g_return_val_if_fail (tier < self->tiers->len, NULL);
 
-  if (n_keys > G_N_ELEMENTS (stack_ids))
-    chunk_ids = heap_ids = g_new (guint32, n_keys);
-  if (!kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, error))
-    return NULL;
-  return register_job (self, keys, chunk_ids, n_keys, FALSE, request, tier);
+  if (!policy_admits (self, keys, n_keys, tier, FALSE))
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
+                   "The admission policy (%s) refused a store of %u chunks to tier #%u (%s); "
+                   "answer them as a miss",
+                   G_OBJECT_TYPE_NAME (self->admission), n_keys, tier + 1,
+                   kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier));
+      return NULL;
+    }
+  return create_admitted_store_job (self, keys, n_keys, request, tier, error);
 }
 
 static void
@@ -737,20 +888,18 @@ submit_store_job (KvTieringManager *self,
     refuse_job (self, tier, job, error);
 }
 
-/* Whether @tier takes a cascade of @n_keys chunks: an open circuit breaker
- * or the backpressure detector may drop it, and a dropped store consumes no
- * job id and pins nothing (reference §6.5; the tier counts the drop). */
+/* Whether @tier takes a cascade of @keys: an open circuit breaker or the
+ * admission policy may drop it, and a dropped store consumes no job id and
+ * pins nothing (reference §6.5; the tier or the policy counts the drop). */
 static gboolean
 cascade_admitted (KvTieringManager *self,
+                  KvKey * const    *keys,
                   guint             n_keys,
                   guint             tier)
 {
-  KvBackpressureDetector *detector;
-
   if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
     return FALSE;
-  detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, tier)->tier);
-  return detector == NULL || kv_backpressure_detector_should_store (detector, n_keys);
+  return policy_admits (self, keys, n_keys, tier, FALSE);
 }
 
 /* Pins @keys (ready in the primary tier) and submits their store job to
@@ -765,7 +914,7 @@ cascade_admitted_to_tier (KvTieringManager *self,
   g_autoptr(GError) error = NULL;
   KvTransferJob *job;
 
-  job = _kv_tiering_manager_create_store_job (self, keys, n_keys, request, tier, &error);
+  job = create_admitted_store_job (self, keys, n_keys, request, tier, &error);
   if (job == NULL)
     {
       g_warning ("Cannot cascade %u chunks of request %s to tier #%u (%s): %s",
@@ -786,7 +935,7 @@ cascade_to_tier (KvTieringManager *self,
                  KvRequest        *request,
                  guint             tier)
 {
-  if (cascade_admitted (self, n_keys, tier))
+  if (cascade_admitted (self, keys, n_keys, tier))
     cascade_admitted_to_tier (self, keys, n_keys, request, tier);
 }
 
@@ -808,7 +957,7 @@ complete_store_and_cascade (KvTieringManager *self,
   guint32 *chunk_ids = stack_ids;
 
   for (guint i = 0; i < self->tiers->len; i++)
-    if (cascade_admitted (self, n_keys, i))
+    if (cascade_admitted (self, keys, n_keys, i))
       admitted[n_admitted++] = i;
 
   if (n_keys > G_N_ELEMENTS (stack_ids))
@@ -818,7 +967,8 @@ complete_store_and_cascade (KvTieringManager *self,
     {
       for (guint i = 0; i < n_admitted; i++)
         submit_store_job (self, admitted[i],
-                          register_job (self, keys, chunk_ids, n_keys, FALSE, request, admitted[i]));
+                          register_job (self, keys, chunk_ids, n_keys, FALSE, request, admitted[i],
+                                        FALSE));
       return;
     }
 
@@ -890,6 +1040,7 @@ process_result (KvTieringManager *self,
   guint64 id = kv_job_result_get_job_id (result);
   JobEntry *entry;
   KvTransferJob *job;
+  gboolean lazy, reserved, has_slots;
 
   entry = g_hash_table_lookup (self->jobs, &id);
   if (entry == NULL)
@@ -908,12 +1059,34 @@ process_result (KvTieringManager *self,
     }
 
   job = kv_transfer_job_ref (entry->job);
+  lazy = entry->lazy;
+  reserved = entry->reserved;
+  has_slots = entry->has_slots;
   g_hash_table_remove (self->jobs, &id);
   HOOK (self, job_finished, tier + 1, kv_transfer_job_is_promotion (job),
-        kv_transfer_job_get_n_keys (job), result);
+        has_slots ? kv_transfer_job_get_n_keys (job) : 0, result);
+  if (self->admission_iface->on_completed != NULL)
+    self->admission_iface->on_completed (self->admission, job, tier, result);
 
-  if (kv_transfer_job_is_promotion (job) && !kv_job_result_get_success (result) &&
-      _kv_secondary_tier_hold_slots (slot->tier, id))
+  if (lazy && !has_slots)
+    {
+      guint n_keys;
+      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
+
+      /* Never reserved (its keys still answer HIT_PENDING through
+       * lazy_promoting), or its reservation failed (no key left): nothing
+       * reached the primary tier. */
+      if (!reserved)
+        for (guint i = 0; i < n_keys; i++)
+          g_hash_table_remove (self->lazy_promoting, keys[i]);
+      if (kv_job_result_get_success (result) && !reserved && n_keys > 0)
+        g_warning ("Tier #%u (%s) reported load job %" G_GUINT64_FORMAT " as done without "
+                   "reserving its primary slots (kv_secondary_tier_reserve_load_slots); "
+                   "its chunks were not promoted",
+                   tier + 1, kv_secondary_tier_get_tier_type (slot->tier), id);
+    }
+  else if (kv_transfer_job_is_promotion (job) && !kv_job_result_get_success (result) &&
+           _kv_secondary_tier_hold_slots (slot->tier, id))
     {
       /* Failed at its deadline, but the tier may still write the slots:
        * the keys go, the slots wait for the tier's answer. */
@@ -937,28 +1110,9 @@ process_result (KvTieringManager *self,
     {
       guint n_keys;
       KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-      KvBackpressureDetector *detector;
 
       /* Cascade reads unpin whether or not the tier managed to store. */
       kv_primary_tier_complete_load (self->primary, keys, n_keys);
-
-      detector = kv_secondary_tier_get_backpressure_detector (slot->tier);
-      if (detector != NULL && kv_job_result_get_success (result))
-        {
-          gint64 bytes = kv_job_result_get_transfer_bytes (result);
-          gboolean was_under = slot->under_pressure;
-
-          /* unknown or zero bytes: the job's chunks (reference: `or`) */
-          if (bytes <= 0)
-            bytes = (gint64) n_keys * (gint64) kv_primary_tier_get_slot_size (self->primary);
-          kv_backpressure_detector_update (detector, kv_transfer_job_get_submit_time (job),
-                                           (guint64) bytes);
-          slot->under_pressure = kv_backpressure_detector_is_under_pressure (detector);
-          if (slot->under_pressure != was_under)
-            g_info ("Tier #%u (%s) back-pressure %s", tier + 1,
-                    kv_secondary_tier_get_tier_type (slot->tier),
-                    slot->under_pressure ? "activated" : "cleared");
-        }
     }
 
   _kv_secondary_tier_emit_job_finished (slot->tier, result);
@@ -1055,6 +1209,8 @@ maybe_finalize_request (KvTieringManager *self,
       kv_secondary_tier_on_request_finished (tier_slot (self, i)->tier, state->request);
 
   HOOK (self, request_finished, kv_request_get_id (state->request));
+  kv_request_set_state (state->request, &self->promotion_failed_tag, NULL, NULL);
+  kv_request_set_state (state->request, &self->pending_wait_tag, NULL, NULL);
   g_hash_table_remove (self->requests, kv_request_get_id (state->request));
 }
 
@@ -1074,6 +1230,8 @@ _kv_tiering_manager_on_new_request_excluding (KvTieringManager *self,
    * accounting included. */
   if (self->hooks != NULL && g_hash_table_contains (self->requests, kv_request_get_id (request)))
     HOOK (self, request_restarted, kv_request_get_id (request));
+  kv_request_set_state (request, &self->promotion_failed_tag, NULL, NULL);
+  kv_request_set_state (request, &self->pending_wait_tag, NULL, NULL);
   g_hash_table_replace (self->requests, (gpointer) kv_request_get_id (request), state);
 
   for (guint i = 0; i < self->tiers->len; i++)
@@ -1201,6 +1359,21 @@ initiate_promotion (KvTieringManager *self,
   PendingPromotion *p;
   gboolean stored;
 
+  if (!policy_admits (self, &key, 1, tier, TRUE))
+    return FALSE;
+
+  if (tier_slot (self, tier)->lazy)
+    {
+      /* No slot now: the tier reserves it when it starts the load. */
+      guint32 no_slot = G_MAXUINT32;
+
+      g_hash_table_add (self->lazy_promoting, kv_key_ref (key));
+      p = pending_promotion_for (tier_slot (self, tier), request);
+      g_ptr_array_add (p->keys, kv_key_ref (key));
+      g_array_append_val (p->chunk_ids, no_slot);
+      return TRUE;
+    }
+
   /* As kv_primary_tier_prepare_store (&key, 1), without a result object. */
   stored = _kv_primary_tier_prepare_store_into (self->primary, &key, 1, to_store, chunk_ids,
                                                 &n_keys, &evicted, &n_evicted, NULL);
@@ -1255,6 +1428,9 @@ lookup_secondary (KvTieringManager *self,
       switch (result)
         {
         case KV_LOOKUP_RESULT_HIT:
+          if (self->n_lazy_tiers > 0 &&
+              kv_request_get_state (request, &self->promotion_failed_tag) != NULL)
+            return KV_LOOKUP_RESULT_MISS;
           return initiate_promotion (self, i, key, request) ? KV_LOOKUP_RESULT_HIT_PENDING
                                                              : KV_LOOKUP_RESULT_MISS;
         case KV_LOOKUP_RESULT_RETRY:
@@ -1269,6 +1445,55 @@ lookup_secondary (KvTieringManager *self,
     }
 
   return any_retry ? KV_LOOKUP_RESULT_RETRY : KV_LOOKUP_RESULT_MISS;
+}
+
+/* @key answers HIT_PENDING to @request, unless the request has waited on
+ * it for hit-pending-deadline already: then MISS, and the request
+ * recomputes the chunk. The wait runs from the first HIT_PENDING answer
+ * the request got for the key; a release is counted once. */
+static KvLookupResult
+pending_or_released (KvTieringManager *self,
+                     KvKey            *key,
+                     KvRequest        *request)
+{
+  GHashTable *waits;
+  gint64 *since;
+  gint64 now;
+
+  if (self->hit_pending_deadline_us <= 0)
+    return KV_LOOKUP_RESULT_HIT_PENDING;
+
+  now = kv_clock_get_time (self->clock);
+  waits = kv_request_get_state (request, &self->pending_wait_tag);
+  if (waits == NULL)
+    {
+      waits = g_hash_table_new_full (kv_key_hash, kv_key_equal,
+                                     (GDestroyNotify) kv_key_unref, g_free);
+      kv_request_set_state (request, &self->pending_wait_tag, waits,
+                            (GDestroyNotify) g_hash_table_unref);
+    }
+  since = g_hash_table_lookup (waits, key);
+  if (since == NULL)
+    {
+      since = g_new (gint64, 1);
+      *since = now;
+      g_hash_table_insert (waits, kv_key_ref (key), since);
+      return KV_LOOKUP_RESULT_HIT_PENDING;
+    }
+  if (*since == G_MININT64)
+    return KV_LOOKUP_RESULT_MISS;
+  if (now - *since < self->hit_pending_deadline_us)
+    return KV_LOOKUP_RESULT_HIT_PENDING;
+
+  {
+    g_autofree char *hex = kv_key_to_string (key);
+
+    g_debug ("Request %s waited %.3f s on chunk %s, still pending: released to recompute it",
+             kv_request_get_id (request), (now - *since) / (gdouble) G_USEC_PER_SEC, hex);
+  }
+  *since = G_MININT64;
+  HOOK (self, hit_pending_released, kv_request_get_id (request));
+  return KV_LOOKUP_RESULT_MISS;
 }
 
 /* The lookup of one key, inlined into each entry point: a primary hit is
@@ -1291,12 +1516,27 @@ lookup_one (KvTieringManager *self,
   result = _kv_primary_tier_lookup_stamp (self->primary, key, &stamp);
   if (self->hooks != NULL)
     self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
+  if (G_LIKELY (result == KV_LOOKUP_RESULT_HIT))
+    return result;
   /* A pending primary key is being written or promoted already: asking the
    * secondary tiers again would promote it twice. */
-  if (G_LIKELY (result != KV_LOOKUP_RESULT_MISS))
-    return result;
+  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
+    return pending_or_released (self, key, request);
 
-  return lookup_secondary (self, key, request, exclude_tier);
+  /* So is a lazy promotion's key, which holds no primary slot yet; a
+   * request whose lazy promotion found no room recomputes. */
+  if (self->n_lazy_tiers > 0 && g_hash_table_size (self->lazy_promoting) > 0 &&
+      g_hash_table_contains (self->lazy_promoting, key))
+    {
+      if (kv_request_get_state (request, &self->promotion_failed_tag) != NULL)
+        return KV_LOOKUP_RESULT_MISS;
+      return pending_or_released (self, key, request);
+    }
+
+  result = lookup_secondary (self, key, request, exclude_tier);
+  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
+    return pending_or_released (self, key, request);
+  return result;
 }
 
 KvLookupResult
@@ -1387,7 +1627,7 @@ flush_pending_promotions (KvTieringManager *self)
       slot->pending_loads = g_ptr_array_new_with_free_func (pending_promotion_free);
       g_hash_table_remove_all (slot->pending_loads_by_req);
 
-      /* Promotions are never gated by backpressure. */
+      /* Admitted one key at a time at lookup. */
       for (guint j = 0; j < batch->len; j++)
         {
           PendingPromotion *p = g_ptr_array_index (batch, j);
@@ -1395,11 +1635,99 @@ flush_pending_promotions (KvTieringManager *self)
           KvTransferJob *job;
 
           job = register_job (self, (KvKey **) p->keys->pdata, (guint32 *) p->chunk_ids->data,
-                              p->keys->len, TRUE, p->request, i);
+                              p->keys->len, TRUE, p->request, i, slot->lazy);
           if (!kv_secondary_tier_submit_load (slot->tier, job, &error))
             refuse_job (self, i, job, error);
         }
     }
+}
+
+/* A lazy tier starts the load of @job: reserve its primary slots now
+ * (kv_secondary_tier_reserve_load_slots()). Keys that reached the primary
+ * tier meanwhile leave the job; when the rest does not fit, the job keeps
+ * no key, the allocation failure is counted and the request's lookups
+ * answer MISS, so it recomputes. */
+static gboolean
+reserve_lazy_promotion (gpointer          user_data,
+                        KvSecondaryTier  *tier,
+                        KvTransferJob    *job,
+                        GError          **error)
+{
+  KvTieringManager *self = user_data;
+  guint64 id = kv_transfer_job_get_id (job);
+  JobEntry *entry;
+  guint n_keys, n_to_store = 0, n_evicted = 0;
+  KvKey * const *keys;
+  g_autofree KvKey **to_store = NULL;
+  g_autofree guint32 *chunk_ids = NULL;
+  g_autofree KvKey **evicted_room = NULL;
+  KvKey **evicted;
+  g_autoptr(GError) local_error = NULL;
+  gboolean stored;
+
+  OWNER_SERVE (self, FALSE);
+
+  entry = g_hash_table_lookup (self->jobs, &id);
+  if (entry == NULL || entry->job != job)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NOT_FOUND,
+                   "Load job %" G_GUINT64_FORMAT " is not in flight (already reported, or "
+                   "failed at its deadline): no primary slot reserved", id);
+      return FALSE;
+    }
+  if (tier_slot (self, entry->tier)->tier != tier)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "Load job %" G_GUINT64_FORMAT " belongs to tier #%u (%s), not to '%s'",
+                   id, entry->tier + 1,
+                   kv_secondary_tier_get_tier_type (tier_slot (self, entry->tier)->tier),
+                   kv_secondary_tier_get_tier_type (tier));
+      return FALSE;
+    }
+  if (!entry->lazy || entry->reserved)
+    {
+      if (entry->has_slots)
+        return TRUE;
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                   "Load job %" G_GUINT64_FORMAT " found no room in the primary tier", id);
+      return FALSE;
+    }
+  entry->reserved = TRUE;
+
+  keys = kv_transfer_job_get_keys (job, &n_keys);
+  /* From now on the primary tier answers for them. */
+  for (guint i = 0; i < n_keys; i++)
+    g_hash_table_remove (self->lazy_promoting, keys[i]);
+
+  to_store = g_new (KvKey *, MAX (n_keys, 1));
+  chunk_ids = g_new (guint32, MAX (n_keys, 1));
+  evicted = evicted_room = g_new (KvKey *, n_keys + 1);
+  stored = _kv_primary_tier_prepare_store_into (self->primary, keys, n_keys, to_store, chunk_ids,
+                                                &n_to_store, &evicted, &n_evicted, &local_error);
+  for (guint i = 0; i < n_evicted; i++)
+    kv_key_unref (evicted[i]);
+  if (evicted != evicted_room)
+    g_free (evicted);
+
+  if (!stored)
+    {
+      KvRequest *request = kv_transfer_job_get_request (job);
+
+      if (self->hooks != NULL)
+        self->hooks->promotion_allocation_failed (self->hooks_data);
+      kv_request_set_state (request, &self->promotion_failed_tag, GINT_TO_POINTER (1), NULL);
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                   "No room in the primary tier for the %u chunks of load job %" G_GUINT64_FORMAT
+                   " (request %s, which recomputes them): %s",
+                   n_keys, id, kv_request_get_id (request), local_error->message);
+      _kv_transfer_job_set_slots (job, NULL, NULL, 0);
+      return FALSE;
+    }
+
+  _kv_transfer_job_set_slots (job, to_store, chunk_ids, n_to_store);
+  entry->has_slots = TRUE;
+  HOOK (self, promotion_reserved, entry->tier + 1, n_to_store);
+  return TRUE;
 }
 
 /* ---- GPU-facing load path ------------------------------------------------ */
@@ -1695,6 +2023,68 @@ flush_pending_cascades (KvTieringManager *self)
     }
 }
 
+/* ---- deadlines ----------------------------------------------------------- */
+
+/**
+ * kv_tiering_manager_get_hit_pending_deadline:
+ * @self: a manager
+ *
+ * Gets [property@Kv.TieringManager:hit-pending-deadline]. Owner thread.
+ *
+ * Returns: the deadline in seconds, 0 when off
+ */
+gdouble
+kv_tiering_manager_get_hit_pending_deadline (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), 0.0);
+  OWNER_SETUP (self, 0.0);
+
+  return self->hit_pending_deadline_us / (gdouble) G_USEC_PER_SEC;
+}
+
+/**
+ * kv_tiering_manager_set_hit_pending_deadline:
+ * @self: a manager
+ * @seconds: how long a request may wait on one pending chunk, 0 for ever
+ *
+ * Sets [property@Kv.TieringManager:hit-pending-deadline]. Waits already
+ * running are measured against the new value. Owner thread.
+ */
+void
+kv_tiering_manager_set_hit_pending_deadline (KvTieringManager *self,
+                                             gdouble           seconds)
+{
+  gint64 us;
+
+  g_return_if_fail (KV_IS_TIERING_MANAGER (self));
+  g_return_if_fail (seconds >= 0.0 && seconds <= 1e6);
+  OWNER_SETUP (self, );
+
+  us = (gint64) (seconds * G_USEC_PER_SEC + 0.5);
+  if (us == self->hit_pending_deadline_us)
+    return;
+  self->hit_pending_deadline_us = us;
+  g_object_notify_by_pspec (G_OBJECT (self), properties[PROP_HIT_PENDING_DEADLINE]);
+}
+
+/**
+ * kv_tiering_manager_get_admission_policy:
+ * @self: a manager
+ *
+ * Gets [property@Kv.TieringManager:admission-policy]. Owner thread.
+ *
+ * Returns: (transfer none): the policy asked before every store and
+ *   promotion
+ */
+KvAdmissionPolicy *
+kv_tiering_manager_get_admission_policy (KvTieringManager *self)
+{
+  g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), NULL);
+  OWNER_SETUP (self, NULL);
+
+  return self->admission;
+}
+
 /* ---- step end ------------------------------------------------------------ */
 
 /**
@@ -1828,8 +2218,9 @@ kv_tiering_manager_take_events (KvTieringManager *self)
  *
  * Takes the metrics recorded since the last call (return-and-reset, as
  * vLLM's `get_stats`): lookup counters and delay histograms per tier, job
- * bytes, times and failures, primary usage and active-job gauges,
- * backpressure gauges and drop counters, aggregated with each tier's own
+ * bytes, times and failures, primary usage and active-job gauges, the
+ * admission policy's metrics (the default policy's backpressure gauges and
+ * drop counters), aggregated with each tier's own
  * [vfunc@Kv.SecondaryTier.get_stats]. Render them with
  * [method@Kv.Stats.to_prometheus] and the registry from
  * [method@Kv.TieringManager.create_metric_registry].
@@ -1851,17 +2242,13 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
 
   if (self->metrics != NULL)
     {
-      for (guint i = 0; i < self->tiers->len; i++)
-        {
-          KvBackpressureDetector *detector;
+      g_autoptr(KvStats) policy_stats = kv_admission_policy_get_stats (self->admission);
 
-          detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, i)->tier);
-          if (detector != NULL)
-            kv_tiering_metrics_record_backpressure (self->metrics, i + 1, detector);
-        }
       stats = kv_tiering_metrics_take_stats (self->metrics);
       if (!self->started)
         kv_tiering_metrics_add_every_series (self->metrics, stats);
+      if (policy_stats != NULL)
+        kv_stats_aggregate (stats, policy_stats);
     }
   else
     {
@@ -1884,7 +2271,8 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
  *
  * Builds the definitions of every metric the manager and its tiers report:
  * vLLM's `vllm:kv_offload_tiering_*` metrics with the reference's
- * histogram buckets, then each tier class's own
+ * histogram buckets, the admission policy's
+ * ([method@Kv.AdmissionPolicy.register_metrics]), then each tier class's own
  * ([vfunc@Kv.SecondaryTier.register_metrics]).
  *
  * Returns: (transfer full): a new registry, or %NULL if two definitions clash
@@ -1900,7 +2288,8 @@ kv_tiering_manager_create_metric_registry (KvTieringManager  *self,
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
   OWNER_SETUP (self, NULL);
 
-  if (!kv_tiering_metrics_register (registry, error))
+  if (!kv_tiering_metrics_register (registry, error) ||
+      !kv_admission_policy_register_metrics (self->admission, registry, error))
     return NULL;
   for (guint i = 0; i < self->tiers->len; i++)
     {
@@ -1926,7 +2315,8 @@ kv_tiering_manager_create_metric_registry (KvTieringManager  *self,
  * freeing a slot that tier I/O may still touch: every tier drains its jobs
  * first and their results are applied; promotions not submitted yet are
  * dropped; finished requests are finalized, active ones kept with no store
- * in flight; backpressure detectors are reset. Secondary tiers keep their
+ * in flight; the admission policy is reset last (the default one resets
+ * the backpressure detectors). Secondary tiers keep their
  * data. Blocks while the tiers drain.
  *
  * Returns: %TRUE on success; on error the primary tier is left untouched
@@ -1989,7 +2379,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
       return FALSE;
     }
 
-  /* Never submitted, so no I/O touched their slots. */
+  /* Never submitted, so no I/O touched their slots (lazy ones have none). */
   for (guint i = 0; i < self->tiers->len; i++)
     {
       TierSlot *slot = tier_slot (self, i);
@@ -1997,6 +2387,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
       g_hash_table_remove_all (slot->pending_loads_by_req);
       g_ptr_array_set_size (slot->pending_loads, 0);
     }
+  g_hash_table_remove_all (self->lazy_promoting);
 
   finished = g_ptr_array_new ();
   g_hash_table_iter_init (&iter, self->requests);
@@ -2017,15 +2408,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
   kv_primary_tier_reset (self->primary);
   self->processed_jobs_this_step = FALSE;
 
-  for (guint i = 0; i < self->tiers->len; i++)
-    {
-      KvBackpressureDetector *detector;
-
-      detector = kv_secondary_tier_get_backpressure_detector (tier_slot (self, i)->tier);
-      if (detector != NULL)
-        kv_backpressure_detector_reset (detector);
-      tier_slot (self, i)->under_pressure = FALSE;
-    }
+  kv_admission_policy_reset (self->admission);
   return TRUE;
 }
 

@@ -7,6 +7,7 @@
 
 #include <gio/gio.h>
 
+#include "kv-admission-policy.h"
 #include "kv-clock.h"
 #include "kv-event.h"
 #include "kv-key.h"
@@ -48,6 +49,13 @@ KvSecondaryTier      *kv_tiering_manager_get_tier            (KvTieringManager *
                                                               guint             index);
 KVTIER_AVAILABLE_IN_ALL
 KvClock              *kv_tiering_manager_get_clock           (KvTieringManager *self);
+KVTIER_AVAILABLE_IN_ALL
+KvAdmissionPolicy    *kv_tiering_manager_get_admission_policy (KvTieringManager *self);
+KVTIER_AVAILABLE_IN_ALL
+gdouble               kv_tiering_manager_get_hit_pending_deadline (KvTieringManager *self);
+KVTIER_AVAILABLE_IN_ALL
+void                  kv_tiering_manager_set_hit_pending_deadline (KvTieringManager *self,
+                                                                   gdouble           seconds);
 
 KVTIER_AVAILABLE_IN_ALL
 KvOffloadPolicy       kv_tiering_manager_on_new_request      (KvTieringManager *self,

@@ -38,6 +38,10 @@ G_BEGIN_DECLS
 #define KV_METRIC_BACKPRESSURE_STORES_DROPPED   "vllm:kv_offload_tiering_backpressure_stores_dropped"
 #define KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED   "vllm:kv_offload_tiering_backpressure_blocks_dropped"
 
+/* kvtier's own, without labels: HIT_PENDING chunks released to recompute
+ * at the manager's hit-pending-deadline. */
+#define KV_METRIC_HIT_PENDING_RELEASES          "kvtier:hit_pending_deadline_releases"
+
 /* The tiering manager's metrics tracker (reference §9). Owner thread only;
  * not a GObject (the manager owns exactly one). Label index 0 is the
  * primary tier, index i the (i-1)-th secondary tier. */
@@ -112,10 +116,11 @@ void              kv_tiering_metrics_on_job_finished        (KvTieringMetrics   
                                                              guint                   n_chunks,
                                                              KvJobResult            *result);
 void              kv_tiering_metrics_on_promotion_allocation_failure (KvTieringMetrics *m);
-/* EMA gauge (EMA detectors only) and the policy's popped drop counters. */
-void              kv_tiering_metrics_record_backpressure    (KvTieringMetrics       *m,
+/* A lazy promotion reserved @n_chunks slots (counted as written from now). */
+void              kv_tiering_metrics_on_promotion_reserved  (KvTieringMetrics       *m,
                                                              guint                   label_index,
-                                                             KvBackpressureDetector *detector);
+                                                             guint                   n_chunks);
+void              kv_tiering_metrics_on_hit_pending_released (KvTieringMetrics      *m);
 /* Everything since the last call, plus the per-tier gauges (always). */
 KvStats          *kv_tiering_metrics_take_stats             (KvTieringMetrics       *m);
 /* Adds every series of every label to @stats at zero where @stats has none

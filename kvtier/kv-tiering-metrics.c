@@ -792,27 +792,22 @@ kv_tiering_metrics_on_promotion_allocation_failure (KvTieringMetrics *m)
 }
 
 void
-kv_tiering_metrics_record_backpressure (KvTieringMetrics       *m,
-                                        guint                   label_index,
-                                        KvBackpressureDetector *detector)
+kv_tiering_metrics_on_promotion_reserved (KvTieringMetrics *m,
+                                          guint             label_index,
+                                          guint             n_chunks)
 {
-  const char * const *labels;
-  guint64 stores = 0, chunks = 0;
-
   g_return_if_fail (m != NULL);
   g_return_if_fail (label_index < m->n_labels);
-  g_return_if_fail (KV_IS_BACKPRESSURE_DETECTOR (detector));
 
-  labels = m->label_values[label_index];
-  if (KV_IS_EMA_BACKPRESSURE_DETECTOR (detector))
-    kv_stats_set_gauge (m->pending, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA,
-                        kv_ema_backpressure_detector_get_store_latency_ema (KV_EMA_BACKPRESSURE_DETECTOR (detector)),
-                        labels);
+  m->label_state[label_index].write_chunks += n_chunks;
+}
 
-  kv_backpressure_policy_pop_stores_dropped (kv_backpressure_detector_get_policy (detector),
-                                             &stores, &chunks);
-  kv_stats_increase_counter (m->pending, KV_METRIC_BACKPRESSURE_STORES_DROPPED, stores, labels);
-  kv_stats_increase_counter (m->pending, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, chunks, labels);
+void
+kv_tiering_metrics_on_hit_pending_released (KvTieringMetrics *m)
+{
+  g_return_if_fail (m != NULL);
+
+  kv_stats_increase_counter (m->pending, KV_METRIC_HIT_PENDING_RELEASES, 1, NULL);
 }
 
 KvStats *
@@ -901,6 +896,7 @@ kv_tiering_metrics_add_every_series (KvTieringMetrics *m,
   g_return_if_fail (KV_IS_STATS (stats));
 
   kv_stats_increase_counter (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, 0, NULL);
+  kv_stats_increase_counter (stats, KV_METRIC_HIT_PENDING_RELEASES, 0, NULL);
   for (guint i = 0; i < m->n_labels; i++)
     {
       const char * const *labels = m->label_values[i];
@@ -983,15 +979,9 @@ kv_tiering_metrics_register (KvMetricRegistry  *registry,
                                   "Promotion jobs in flight", tier, error) &&
     kv_metric_registry_add_gauge (registry, KV_METRIC_ACTIVE_CASCADE_JOBS,
                                   "Cascade jobs in flight", tier, error) &&
-    kv_metric_registry_add_gauge (registry, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA,
-                                  "Moving average of a tier's store latency, in seconds per MiB",
-                                  tier, error) &&
-    kv_metric_registry_add_counter (registry, KV_METRIC_BACKPRESSURE_STORES_DROPPED,
-                                    "Cascades dropped because the tier was under backpressure",
-                                    tier, error) &&
-    kv_metric_registry_add_counter (registry, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED,
-                                    "Chunks in the cascades dropped under backpressure",
-                                    tier, error);
+    kv_metric_registry_add_counter (registry, KV_METRIC_HIT_PENDING_RELEASES,
+                                    "Chunks a request stopped waiting for at the manager's "
+                                    "hit-pending-deadline (it recomputed them)", NULL, error);
 }
 
 /* ---- the manager's hook -------------------------------------------------- */
@@ -1056,6 +1046,21 @@ hook_request_finished (gpointer    data,
   kv_tiering_metrics_on_request_finished (data, request_id);
 }
 
+static void
+hook_promotion_reserved (gpointer data,
+                         guint    label,
+                         guint    n_chunks)
+{
+  kv_tiering_metrics_on_promotion_reserved (data, label, n_chunks);
+}
+
+static void
+hook_hit_pending_released (gpointer    data,
+                           const char *request_id)
+{
+  kv_tiering_metrics_on_hit_pending_released (data);
+}
+
 const KvTieringManagerHooks kv_tiering_metrics_hooks = {
   .primary_lookup = hook_primary_lookup,
   .tier_lookup = hook_tier_lookup,
@@ -1066,4 +1071,6 @@ const KvTieringManagerHooks kv_tiering_metrics_hooks = {
   .request_restarted = hook_request_finished,
   .request_allocated = hook_request_allocated,
   .request_finished = hook_request_finished,
+  .promotion_reserved = hook_promotion_reserved,
+  .hit_pending_released = hook_hit_pending_released,
 };

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-transfer-job.h"
+#include "kv-transfer-job-private.h"
 
 #include <string.h>
 
@@ -21,7 +22,9 @@
  * exactly once with a [struct@Kv.JobResult] of the same id.
  *
  * A job is immutable except for its submit time, which the manager (or a
- * test) sets before submitting it. It is atomically reference counted, so
+ * test) sets before submitting it, and, for a promotion from a tier with
+ * [property@Kv.SecondaryTier:lazy-promotion-allocation], its keys and slots,
+ * which [method@Kv.SecondaryTier.reserve_load_slots] sets once. It is atomically reference counted, so
  * a tier may hand it to worker threads.
  */
 struct _KvTransferJob
@@ -337,4 +340,29 @@ kv_transfer_job_set_submit_time (KvTransferJob *self,
   g_return_if_fail (self != NULL);
 
   self->submit_time = submit_time_us;
+}
+
+void
+_kv_transfer_job_set_slots (KvTransferJob  *self,
+                            KvKey * const  *keys,
+                            const guint32  *chunk_ids,
+                            guint           n_keys)
+{
+  KvKey **old_keys = self->keys;
+  guint old_n_keys = self->n_keys;
+
+  self->keys = g_new (KvKey *, n_keys + 1);
+  for (guint i = 0; i < n_keys; i++)
+    self->keys[i] = kv_key_ref (keys[i]);
+  self->keys[n_keys] = NULL;
+  g_free (self->chunk_ids);
+  self->chunk_ids = g_new0 (guint32, MAX (n_keys, 1));
+  if (n_keys > 0)
+    memcpy (self->chunk_ids, chunk_ids, n_keys * sizeof (guint32));
+  self->n_keys = n_keys;
+
+  /* after: @keys may be the job's own */
+  for (guint i = 0; i < old_n_keys; i++)
+    kv_key_unref (old_keys[i]);
+  g_free (old_keys);
 }

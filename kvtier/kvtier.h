@@ -7,8 +7,11 @@
 #include "kv-types.h"
 #include "kv-enums.h"
 
+#include "kv-admission-policy.h"
+#include "kv-always-admit-policy.h"
 #include "kv-arc-policy.h"
 #include "kv-async-lookup.h"
+#include "kv-backpressure-admission-policy.h"
 #include "kv-backpressure-detector.h"
 #include "kv-backpressure-policy.h"
 #include "kv-cache-policy.h"

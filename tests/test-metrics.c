@@ -127,7 +127,9 @@ test_tiering_definitions (void)
   /* Twice is harmless (one manager per registry is not required). */
   g_assert_true (kv_tiering_metrics_register (registry, &error));
   g_assert_no_error (error);
-  g_assert_cmpuint (kv_metric_registry_get_n_metrics (registry), ==, 18);
+  /* the backpressure metrics belong to KvBackpressureAdmissionPolicy
+   * (test-admission-policy) */
+  g_assert_cmpuint (kv_metric_registry_get_n_metrics (registry), ==, 16);
 
   buckets = kv_metric_registry_get_buckets (registry, "vllm:kv_offload_tiering_lookup_sync_delay_seconds", &n);
   g_assert_cmpmem (buckets, n * sizeof (gdouble), sync_expected, sizeof sync_expected);
@@ -136,9 +138,7 @@ test_tiering_definitions (void)
 
   g_assert_cmpint (kv_metric_registry_get_kind (registry, "vllm:kv_offload_tiering_read_bytes"), ==, KV_METRIC_KIND_COUNTER);
   g_assert_cmpint (kv_metric_registry_get_kind (registry, "vllm:kv_offload_tiering_primary_write_usage_perc"), ==, KV_METRIC_KIND_GAUGE);
-  g_assert_cmpint (kv_metric_registry_get_kind (registry, "vllm:kv_offload_tiering_backpressure_store_latency_ema"), ==, KV_METRIC_KIND_GAUGE);
-  g_assert_cmpint (kv_metric_registry_get_kind (registry, "vllm:kv_offload_tiering_backpressure_stores_dropped"), ==, KV_METRIC_KIND_COUNTER);
-  g_assert_cmpint (kv_metric_registry_get_kind (registry, "vllm:kv_offload_tiering_backpressure_blocks_dropped"), ==, KV_METRIC_KIND_COUNTER);
+  g_assert_cmpint (kv_metric_registry_get_kind (registry, "kvtier:hit_pending_deadline_releases"), ==, KV_METRIC_KIND_COUNTER);
   g_assert_cmpstrv (kv_metric_registry_get_label_names (registry, "vllm:kv_offload_tiering_chunk_hits"),
                     ((const char * const[]) { "tier", NULL }));
   g_assert_cmpuint (g_strv_length ((GStrv) kv_metric_registry_get_label_names (registry, "vllm:kv_offload_tiering_promotion_allocation_failures")), ==, 0);
@@ -885,43 +885,6 @@ test_tracker_allocation_failures (Tracker       *t,
 }
 
 static void
-test_tracker_backpressure (Tracker       *t,
-                           gconstpointer  data)
-{
-  static const char * const labels[] = { "0:primary", "1:delayed", NULL };
-  static const char * const delayed[] = { "1:delayed", NULL };
-  g_autoptr(GError) error = NULL;
-  g_autoptr(KvDropStorePolicy) policy = kv_drop_store_policy_new ();
-  g_autoptr(KvEmaBackpressureDetector) detector = NULL;
-  g_autoptr(KvStats) stats = NULL;
-  KvTieringMetrics *m = kv_tiering_metrics_new (labels, 6, CHUNK, t->clock);
-
-  detector = kv_ema_backpressure_detector_new (0.005, 0.001, 0.3, 3, 2.0, 1.0,
-                                               KV_BACKPRESSURE_POLICY (policy), t->clock, &error);
-  g_assert_no_error (error);
-  for (guint i = 0; i < 4; i++)
-    kv_backpressure_detector_on_store_completed (KV_BACKPRESSURE_DETECTOR (detector), 0.010, 1 << 20);
-  g_assert_false (kv_backpressure_detector_should_store (KV_BACKPRESSURE_DETECTOR (detector), 1));
-  g_assert_false (kv_backpressure_detector_should_store (KV_BACKPRESSURE_DETECTOR (detector), 2));
-
-  kv_tiering_metrics_record_backpressure (m, 1, KV_BACKPRESSURE_DETECTOR (detector));
-  stats = kv_tiering_metrics_take_stats (m);
-  g_assert_cmpfloat_with_epsilon (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, delayed), 0.010, 1e-12);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 3);
-  g_clear_object (&stats);
-
-  /* The counters were popped; the gauge persists. */
-  kv_tiering_metrics_record_backpressure (m, 1, KV_BACKPRESSURE_DETECTOR (detector));
-  stats = kv_tiering_metrics_take_stats (m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 0);
-  g_assert_cmpfloat_with_epsilon (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, delayed), 0.010, 1e-12);
-
-  kv_tiering_metrics_free (m);
-}
-
-static void
 test_tracker_prometheus (Tracker       *t,
                          gconstpointer  data)
 {
@@ -994,7 +957,6 @@ main (int    argc,
   ADD ("usage-and-active-gauges", test_tracker_usage_and_active_gauges);
   ADD ("unbalanced-finish", test_tracker_unbalanced_finish);
   ADD ("allocation-failures", test_tracker_allocation_failures);
-  ADD ("backpressure", test_tracker_backpressure);
   ADD ("prometheus", test_tracker_prometheus);
 
 #undef ADD

@@ -1344,6 +1344,8 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
                         GError          **error)
 {
   KvFsTier *self = KV_FS_TIER (tier);
+  /* lazy promotion: the load starts here, so its slots are reserved here (none: no key left) */
+  gboolean reserved G_GNUC_UNUSED = kv_secondary_tier_reserve_load_slots (tier, job, NULL);
   FsJob *fj;
   gboolean ready = g_atomic_int_get (&self->index_ready);
 
@@ -2216,6 +2218,7 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   object_class->set_property = kv_fs_tier_set_property;
 
   tier_class->medium = KV_MEDIUM_STORAGE;
+  tier_class->lazy_promotion_allocation = TRUE;
   tier_class->lookup = kv_fs_tier_lookup;
   tier_class->submit_store = kv_fs_tier_submit_store;
   tier_class->submit_load = kv_fs_tier_submit_load;

@@ -90,7 +90,13 @@ move_bytes (KvDelayedTier *self,
   for (guint i = 0; i < n_keys && i < n_ok; i++)
     {
       KvKey *key = kv_transfer_job_get_key (job, i);
-      guint8 *slot = kv_host_buffer_peek_slot (buffer, kv_transfer_job_get_chunk_id (job, i));
+      guint32 chunk_id = kv_transfer_job_get_chunk_id (job, i);
+      guint8 *slot;
+
+      /* a lazy load whose slots were never reserved has none */
+      if (chunk_id >= kv_host_buffer_get_n_slots (buffer))
+        break;
+      slot = kv_host_buffer_peek_slot (buffer, chunk_id);
 
       if (kv_transfer_job_is_promotion (job))
         {
@@ -117,6 +123,12 @@ finish (KvDelayedTier *self,
   g_autoptr(KvJobResult) result = NULL;
   guint n_keys = kv_transfer_job_get_n_keys (job);
 
+  /* A lazy tier starts its load now: its slots are reserved now. */
+  if (kv_transfer_job_is_promotion (job) &&
+      kv_secondary_tier_get_lazy_promotion_allocation (KV_SECONDARY_TIER (self)) &&
+      !kv_secondary_tier_reserve_load_slots (KV_SECONDARY_TIER (self), job, NULL))
+    success = FALSE;
+  n_keys = kv_transfer_job_get_n_keys (job);
   if (success)
     success = move_bytes (self, job, G_MAXUINT) == n_keys;
   result = kv_job_result_new (kv_transfer_job_get_id (job), success);

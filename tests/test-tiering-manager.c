@@ -1530,6 +1530,166 @@ test_owner_is_first_serving_thread (void)
 #define ADD(path, setup, func) \
   g_test_add ("/kvtier/manager/" path, Fixture, NULL, setup, func, fixture_teardown)
 
+/* ---- hit-pending deadline ------------------------------------------------ */
+
+static gdouble
+released_count (KvTieringManager *manager)
+{
+  g_autoptr(KvStats) stats = kv_tiering_manager_get_stats (manager);
+  gdouble value = 0;
+
+  if (!kv_stats_lookup (stats, "kvtier:hit_pending_deadline_releases", NULL, &value))
+    return 0;
+  return value;
+}
+
+typedef struct
+{
+  KvClock *clock;
+  KvHostBuffer *buffer;
+  KvPrimaryTier *primary;
+  KvTieringManager *manager;
+  KvDelayedTier *tier;
+  KvKey *keys[4];
+} Deadline;
+
+static void
+deadline_setup (Deadline *d)
+{
+  g_autoptr(GError) error = NULL;
+
+  d->clock = kv_clock_new_manual (1000000);
+  d->buffer = kv_host_buffer_new (8, SLOT_SIZE, &error);
+  g_assert_no_error (error);
+  d->primary = kv_primary_tier_new (d->buffer, NULL, TRUE);
+  d->manager = g_object_new (KV_TYPE_TIERING_MANAGER, "primary", d->primary, "clock", d->clock, NULL);
+  d->tier = kv_delayed_tier_new (d->buffer, "delayed");
+  g_assert_true (kv_tiering_manager_add_tier (d->manager, KV_SECONDARY_TIER (d->tier), &error));
+  g_assert_no_error (error);
+  for (guint i = 0; i < G_N_ELEMENTS (d->keys); i++)
+    d->keys[i] = make_key (i);
+}
+
+static void
+deadline_teardown (Deadline *d)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_assert_true (kv_tiering_manager_shutdown (d->manager, &error));
+  g_assert_no_error (error);
+  g_clear_object (&d->manager);
+  g_clear_object (&d->tier);
+  g_clear_object (&d->primary);
+  g_clear_object (&d->buffer);
+  g_clear_object (&d->clock);
+  for (guint i = 0; i < G_N_ELEMENTS (d->keys); i++)
+    kv_key_unref (d->keys[i]);
+}
+
+static void
+deadline_step (Deadline *d)
+{
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+
+  kv_tiering_manager_on_schedule_end (d->manager, end);
+}
+
+/* A request waiting on a chunk whose store never finishes is released at
+ * the deadline (60 s by default), once, and recomputes; a request that
+ * starts waiting later has its own deadline; the chunk answers HIT to
+ * everyone once it lands. */
+static void
+test_hit_pending_deadline_store (void)
+{
+  Deadline d = { 0 };
+  g_autoptr(KvRequest) writer = kv_request_new ("writer", NULL);
+  g_autoptr(KvRequest) reader = kv_request_new ("reader", NULL);
+  g_autoptr(KvRequest) late = kv_request_new ("late", NULL);
+  g_autoptr(KvPrepareStoreResult) prepared = NULL;
+  g_autoptr(GError) error = NULL;
+  KvKey * const *to_store;
+  guint n_to_store;
+
+  deadline_setup (&d);
+  g_assert_cmpfloat (kv_tiering_manager_get_hit_pending_deadline (d.manager), ==, 60.0);
+  kv_tiering_manager_on_new_request (d.manager, writer);
+  kv_tiering_manager_on_new_request (d.manager, reader);
+  prepared = kv_tiering_manager_prepare_store (d.manager, d.keys, 1, writer, &error);
+  g_assert_no_error (error);
+  to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  kv_clock_advance (d.clock, 59999999);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  kv_tiering_manager_on_new_request (d.manager, late);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], late), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  kv_clock_advance (d.clock, 1);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], reader), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], reader), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], late), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  /* released to recompute: the tier was not asked for the chunk */
+  g_assert_cmpuint (kv_delayed_tier_count_calls (d.tier, "lookup"), ==, 0);
+  g_assert_cmpfloat (released_count (d.manager), ==, 1);
+  g_assert_cmpfloat (released_count (d.manager), ==, 0);
+
+  /* the write lands after all */
+  memset (kv_host_buffer_peek_slot (d.buffer, kv_prepare_store_result_get_chunk_ids (prepared, NULL)[0]),
+          0x5a, SLOT_SIZE);
+  kv_tiering_manager_complete_store (d.manager, to_store, n_to_store, writer, TRUE);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], reader), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[0], late), ==, KV_LOOKUP_RESULT_HIT);
+  kv_tiering_manager_on_request_finished (d.manager, writer);
+  kv_tiering_manager_on_request_finished (d.manager, reader);
+  kv_tiering_manager_on_request_finished (d.manager, late);
+  deadline_step (&d);
+  kv_delayed_tier_complete_all (d.tier, TRUE);
+  deadline_step (&d);
+  deadline_teardown (&d);
+}
+
+/* The same for a promotion the tier never finishes; with the deadline
+ * set to 0 a request waits for ever. */
+static void
+test_hit_pending_deadline_promotion (void)
+{
+  Deadline d = { 0 };
+  g_autoptr(KvRequest) reader = kv_request_new ("reader", NULL);
+  g_autoptr(GBytes) bytes = pattern_bytes (1);
+  gdouble deadline = -1;
+
+  deadline_setup (&d);
+  g_object_set (d.manager, "hit-pending-deadline", 2.5, NULL);
+  g_object_get (d.manager, "hit-pending-deadline", &deadline, NULL);
+  g_assert_cmpfloat (deadline, ==, 2.5);
+  kv_delayed_tier_put (d.tier, d.keys[1], bytes);
+  kv_delayed_tier_put (d.tier, d.keys[2], bytes);
+  kv_tiering_manager_on_new_request (d.manager, reader);
+
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  deadline_step (&d);
+  g_assert_cmpuint (kv_delayed_tier_count_calls (d.tier, "submit_load"), ==, 1);
+  kv_clock_advance (d.clock, 2499999);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  kv_clock_advance (d.clock, 1);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpfloat (released_count (d.manager), ==, 1);
+
+  /* off */
+  kv_tiering_manager_set_hit_pending_deadline (d.manager, 0.0);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[2], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  kv_clock_advance (d.clock, G_GINT64_CONSTANT (100000) * G_USEC_PER_SEC);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[2], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpfloat (released_count (d.manager), ==, 0);
+
+  deadline_step (&d);
+  kv_delayed_tier_complete_all (d.tier, TRUE);
+  deadline_step (&d);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[2], reader), ==, KV_LOOKUP_RESULT_HIT);
+  kv_tiering_manager_on_request_finished (d.manager, reader);
+  deadline_teardown (&d);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -1566,6 +1726,8 @@ main (int   argc,
   ADD ("schedule-end-order", fixture_setup, test_schedule_end_order);
   ADD ("shutdown-fault-tolerant", fixture_setup, test_shutdown_fault_tolerant);
   ADD ("wakeup-source", fixture_setup, test_wakeup_source);
+  g_test_add_func ("/kvtier/manager/hit-pending-deadline/store", test_hit_pending_deadline_store);
+  g_test_add_func ("/kvtier/manager/hit-pending-deadline/promotion", test_hit_pending_deadline_promotion);
   g_test_add_func ("/kvtier/manager/threaded-completions", test_threaded_completions);
   g_test_add_func ("/kvtier/manager/owner-thread-check", test_owner_thread_check);
   g_test_add_func ("/kvtier/manager/owner-is-first-serving-thread", test_owner_is_first_serving_thread);

@@ -332,8 +332,12 @@ construct_tier (const KvConfigDocument  *document,
   g_autoptr(KvBackpressureDetector) detector = NULL;
   g_autoptr(GError) local_error = NULL;
   GObject *tier = NULL;
+  KvConfigSection *merged;
 
-  detector = kv_config_build_detector (section, &local_error);
+  /* the tier's backpressure keys over those of [backpressure] */
+  merged = kv_config_section_merge_backpressure (section, document->backpressure);
+  detector = kv_config_build_detector (merged, &local_error);
+  kv_config_section_free_merged (merged);
   if (local_error == NULL)
     tier = construct_section (document, section, buffer, detector, dry, &local_error);
   if (tier == NULL)
@@ -421,7 +425,16 @@ kv_config_build_manager (const KvConfigDocument  *document,
   if (primary == NULL)
     return NULL;
   buffer = kv_primary_tier_get_buffer (primary);
-  manager = kv_tiering_manager_new (primary);
+  {
+    g_auto(Properties) props = { 0 };
+
+    /* the manager's own [primary] keys, e.g. hit-pending-deadline */
+    properties_init (&props);
+    g_value_set_object (properties_add (&props, "primary", KV_TYPE_PRIMARY_TIER), primary);
+    properties_add_entries (&props, document->primary, KV_CONFIG_TARGET_PROPERTY,
+                            KV_TYPE_TIERING_MANAGER, NULL);
+    manager = KV_TIERING_MANAGER (properties_new_object (&props, KV_TYPE_TIERING_MANAGER));
+  }
   created = g_ptr_array_new_with_free_func (g_object_unref);
 
   for (guint i = 0; i < document->tiers->len; i++)

@@ -112,7 +112,8 @@ kv_config_dictionary_load (KvConfigDocument  *document,
   const char *key;
   GVariant *value;
   KvConfigLocation loc = { KV_CONFIG_DICTIONARY_ORIGIN, 0 };
-  gboolean seen[3] = { FALSE, FALSE, FALSE };
+  gboolean seen[4] = { FALSE, FALSE, FALSE, FALSE };
+  g_autoptr(GVariant) backpressure = NULL;
 
   if (!g_variant_is_of_type (variant, G_VARIANT_TYPE_VARDICT))
     {
@@ -122,17 +123,26 @@ kv_config_dictionary_load (KvConfigDocument  *document,
       return FALSE;
     }
 
+  /* The keys every tier inherits first, so that each tier is checked with
+   * them wherever the dictionary lists them. */
+  backpressure = g_variant_lookup_value (variant, "backpressure", NULL);
+  if (backpressure != NULL &&
+      !add_dict_section (document, KV_CONFIG_SECTION_BACKPRESSURE, backpressure,
+                         "'backpressure'", error))
+    return FALSE;
+
   g_variant_iter_init (&iter, variant);
   while (g_variant_iter_next (&iter, "{&sv}", &key, &value))
     {
       g_autoptr(GVariant) section = value;
       int which = g_str_equal (key, "primary") ? 0 : g_str_equal (key, "device") ? 1
-                  : g_str_equal (key, "tiers") ? 2 : -1;
+                  : g_str_equal (key, "tiers") ? 2 : g_str_equal (key, "backpressure") ? 3 : -1;
 
       if (which < 0)
         {
           kv_config_set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
-                               "unknown section '%s' (accepted: primary, device, tiers)", key);
+                               "unknown section '%s' (accepted: primary, device, backpressure,"
+                               " tiers)", key);
           return FALSE;
         }
       if (seen[which])
@@ -213,6 +223,9 @@ kv_config_dictionary_write (const KvConfigDocument *document)
   g_variant_builder_add (&builder, "{sv}", "primary", section_to_variant (document->primary));
   if (document->device != NULL)
     g_variant_builder_add (&builder, "{sv}", "device", section_to_variant (document->device));
+  if (document->backpressure != NULL)
+    g_variant_builder_add (&builder, "{sv}", "backpressure",
+                           section_to_variant (document->backpressure));
   g_variant_builder_init (&tiers, G_VARIANT_TYPE ("aa{sv}"));
   for (guint i = 0; i < document->tiers->len; i++)
     g_variant_builder_add_value (&tiers, section_to_variant (g_ptr_array_index (document->tiers, i)));

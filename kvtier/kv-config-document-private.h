@@ -19,6 +19,7 @@ typedef enum {
   KV_CONFIG_SECTION_PRIMARY,
   KV_CONFIG_SECTION_DEVICE,
   KV_CONFIG_SECTION_TIER,
+  KV_CONFIG_SECTION_BACKPRESSURE, /* backpressure keys every tier inherits */
 } KvConfigSectionKind;
 
 /* What a key sets. */
@@ -61,6 +62,7 @@ typedef struct
   KvConfigSection *primary;
   KvConfigSection *device;    /* nullable */
   GPtrArray       *tiers;     /* (element-type KvConfigSection) */
+  KvConfigSection *backpressure;  /* nullable: [backpressure] */
 } KvConfigDocument;
 
 /* Where an error is: the origin and a line (0 when unknown). */
@@ -137,8 +139,17 @@ gboolean          kv_config_section_set             (KvConfigSection         *se
                                                      GError                 **error);
 G_GNUC_INTERNAL
 gboolean          kv_config_section_validate        (const KvConfigSection   *section,
+                                                     const KvConfigSection   *defaults,
                                                      const char              *origin,
                                                      GError                 **error);
+G_GNUC_INTERNAL
+gboolean          kv_config_document_validate_tiers (const KvConfigDocument  *self,
+                                                     GError                 **error);
+G_GNUC_INTERNAL
+KvConfigSection  *kv_config_section_merge_backpressure (const KvConfigSection *section,
+                                                        const KvConfigSection *defaults);
+G_GNUC_INTERNAL
+void              kv_config_section_free_merged     (KvConfigSection         *merged);
 
 G_GNUC_INTERNAL G_GNUC_PRINTF (6, 7)
 void              kv_config_set_error               (GError                 **error,

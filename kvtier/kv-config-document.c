@@ -52,6 +52,7 @@ kv_config_section_title (const KvConfigSection *section)
     case KV_CONFIG_SECTION_PRIMARY: return g_strdup ("[primary]");
     case KV_CONFIG_SECTION_DEVICE: return g_strdup ("[device]");
     case KV_CONFIG_SECTION_TIER: return g_strdup_printf ("[tier %s]", section->name);
+    case KV_CONFIG_SECTION_BACKPRESSURE: return g_strdup ("[backpressure]");
     default: g_assert_not_reached ();
     }
 }
@@ -175,7 +176,8 @@ kv_config_section_set (KvConfigSection         *section,
     {
       g_autofree char *accepted = kv_config_schema_accepted_keys (section);
 
-      if (section->kind == KV_CONFIG_SECTION_PRIMARY)
+      if (section->kind == KV_CONFIG_SECTION_PRIMARY ||
+          section->kind == KV_CONFIG_SECTION_BACKPRESSURE)
         kv_config_set_error (error, KV_CONFIG_ERROR_UNKNOWN_KEY, loc, section, key,
                              "unknown key (accepted: %s)", accepted);
       else
@@ -251,17 +253,78 @@ first_detector_key (const KvConfigSection *section)
   return NULL;
 }
 
+/* A tier's backpressure keys over those of the [backpressure] section
+ * (@defaults, nullable), key by key, the tier's winning (vLLM merges the
+ * top-level `backpressure` dictionary into each tier's the same way). The
+ * result borrows the entries of both; free it with
+ * kv_config_section_free_merged(). A tier that gives backpressure keys of
+ * its own does not inherit `backpressure = none`: its keys ask for a
+ * detector. */
+KvConfigSection *
+kv_config_section_merge_backpressure (const KvConfigSection *section,
+                                      const KvConfigSection *defaults)
+{
+  KvConfigSection *merged = g_new0 (KvConfigSection, 1);
+  gboolean own_keys = first_detector_key (section) != NULL;
+
+  *merged = *section;
+  merged->entries = g_ptr_array_new ();
+  for (guint i = 0; i < section->entries->len; i++)
+    g_ptr_array_add (merged->entries, g_ptr_array_index (section->entries, i));
+  if (defaults == NULL)
+    return merged;
+  for (guint i = 0; i < defaults->entries->len; i++)
+    {
+      KvConfigEntry *entry = g_ptr_array_index (defaults->entries, i);
+
+      if (kv_config_section_find_entry (section, entry->key) != NULL)
+        continue;
+      if (own_keys && entry->target == KV_CONFIG_TARGET_BACKPRESSURE &&
+          g_value_get_enum (&entry->value) == KV_CONFIG_BACKPRESSURE_NONE)
+        continue;
+      g_ptr_array_add (merged->entries, entry);
+    }
+  return merged;
+}
+
+void
+kv_config_section_free_merged (KvConfigSection *merged)
+{
+  g_ptr_array_unref (merged->entries);
+  g_free (merged);
+}
+
 /* Checks what needs the whole section: backpressure keys and the detector
- * they build. */
+ * they build, for a tier with the [backpressure] section's keys it
+ * inherits (@defaults, nullable). */
 gboolean
 kv_config_section_validate (const KvConfigSection  *section,
+                            const KvConfigSection  *defaults,
                             const char             *origin,
                             GError                **error)
 {
   g_autoptr(KvBackpressureDetector) detector = NULL;
   g_autoptr(GError) local_error = NULL;
   const KvConfigEntry *first;
+  KvConfigSection *merged;
 
+  if (section->kind == KV_CONFIG_SECTION_BACKPRESSURE)
+    {
+      /* the same rule as in a tier; the detector is checked per tier */
+      first = first_detector_key (section);
+      if (first != NULL && kv_config_section_find_entry (section, "backpressure") != NULL &&
+          kv_config_section_get_enum (section, "backpressure",
+                                      KV_CONFIG_BACKPRESSURE_NONE) == KV_CONFIG_BACKPRESSURE_NONE)
+        {
+          KvConfigLocation loc = { origin, first->line };
+
+          kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section, first->key,
+                               "backpressure keys need 'backpressure = ema' (the section says"
+                               " 'backpressure = none')");
+          return FALSE;
+        }
+      return TRUE;
+    }
   if (section->kind != KV_CONFIG_SECTION_TIER)
     return TRUE;
 
@@ -278,16 +341,32 @@ kv_config_section_validate (const KvConfigSection  *section,
       return FALSE;
     }
 
-  detector = kv_config_build_detector (section, &local_error);
+  merged = kv_config_section_merge_backpressure (section, defaults);
+  detector = kv_config_build_detector (merged, &local_error);
+  kv_config_section_free_merged (merged);
   if (detector == NULL && local_error != NULL)
     {
       KvConfigEntry *bp = kv_config_section_find_entry (section, "backpressure");
       KvConfigLocation loc = { origin, bp != NULL ? bp->line : section->line };
 
       kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section,
-                           bp != NULL ? "backpressure" : NULL, "%s", local_error->message);
+                           bp != NULL ? "backpressure" : NULL, "%s%s", local_error->message,
+                           defaults != NULL ? " (with the keys of [backpressure])" : "");
       return FALSE;
     }
+  return TRUE;
+}
+
+/* Every tier with the [backpressure] section's keys, after that section
+ * changed. */
+gboolean
+kv_config_document_validate_tiers (const KvConfigDocument  *self,
+                                   GError                 **error)
+{
+  for (guint i = 0; i < self->tiers->len; i++)
+    if (!kv_config_section_validate (g_ptr_array_index (self->tiers, i), self->backpressure,
+                                     kv_config_document_get_origin (self), error))
+      return FALSE;
   return TRUE;
 }
 
@@ -320,6 +399,11 @@ kv_config_section_parse_title (const char           *title,
   if (g_str_equal (title, "device"))
     {
       *out_kind = KV_CONFIG_SECTION_DEVICE;
+      return TRUE;
+    }
+  if (g_str_equal (title, "backpressure"))
+    {
+      *out_kind = KV_CONFIG_SECTION_BACKPRESSURE;
       return TRUE;
     }
   if (g_str_has_prefix (title, "tier") && g_ascii_isspace (title[4]))
@@ -359,6 +443,7 @@ kv_config_document_free (KvConfigDocument *self)
   g_free (self->origin);
   section_free (self->primary);
   g_clear_pointer (&self->device, section_free);
+  g_clear_pointer (&self->backpressure, section_free);
   g_ptr_array_unref (self->tiers);
   g_free (self);
 }
@@ -396,6 +481,7 @@ kv_config_document_find_section (const KvConfigDocument  *self,
     case KV_CONFIG_SECTION_PRIMARY: return self->primary;
     case KV_CONFIG_SECTION_DEVICE: return self->device;
     case KV_CONFIG_SECTION_TIER: return kv_config_document_find_tier (self, *out_name);
+    case KV_CONFIG_SECTION_BACKPRESSURE: return self->backpressure;
     default: g_assert_not_reached ();
     }
 }
@@ -538,6 +624,22 @@ kv_config_document_add_section (KvConfigDocument     *self,
       if (line > 0)
         section->line = line;
     }
+  else if (kind == KV_CONFIG_SECTION_BACKPRESSURE)
+    {
+      if (self->backpressure != NULL)
+        {
+          KvConfigSection probe = { .kind = kind };
+
+          if (self->backpressure->line > 0)
+            kv_config_set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, &probe, NULL,
+                                 "duplicate section (first at line %u)", self->backpressure->line);
+          else
+            kv_config_set_error (error, KV_CONFIG_ERROR_DUPLICATE, &loc, &probe, NULL,
+                                 "duplicate section");
+          return FALSE;
+        }
+      section = self->backpressure = section_new (kind, NULL, line);
+    }
   else
     {
       const KvConfigSection *first = kind == KV_CONFIG_SECTION_DEVICE
@@ -587,5 +689,8 @@ kv_config_document_add_section (KvConfigDocument     *self,
         return FALSE;
     }
 
-  return kv_config_section_validate (section, origin, error);
+  if (kind == KV_CONFIG_SECTION_BACKPRESSURE)
+    return kv_config_section_validate (section, NULL, origin, error) &&
+           kv_config_document_validate_tiers (self, error);
+  return kv_config_section_validate (section, self->backpressure, origin, error);
 }

@@ -172,6 +172,20 @@ kv_config_key_file_load (KvConfigDocument  *document,
       return FALSE;
     }
 
+  /* [backpressure] first: every tier is checked with the keys it inherits,
+   * wherever the file puts that section. */
+  for (guint s = 0; s < scanned->len; s++)
+    {
+      ScannedSection *sc = g_ptr_array_index (scanned, s);
+
+      if (g_str_equal (sc->title, "backpressure") && s > 0)
+        {
+          g_ptr_array_steal_index (scanned, s);
+          g_ptr_array_insert (scanned, 0, sc);
+          break;
+        }
+    }
+
   for (guint s = 0; s < scanned->len; s++)
     {
       ScannedSection *sc = g_ptr_array_index (scanned, s);
@@ -187,7 +201,8 @@ kv_config_key_file_load (KvConfigDocument  *document,
         {
           kv_config_set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
                                "unknown section [%s] (accepted: [primary], [device],"
-                               " [tier NAME] where NAME is letters, digits, '-', '_' or '.')",
+                               " [backpressure], [tier NAME] where NAME is letters, digits,"
+                               " '-', '_' or '.')",
                                sc->title);
           return FALSE;
         }
@@ -268,6 +283,8 @@ kv_config_key_file_write (const KvConfigDocument *document,
   section_to_key_file (document->primary, key_file);
   if (document->device != NULL)
     section_to_key_file (document->device, key_file);
+  if (document->backpressure != NULL)
+    section_to_key_file (document->backpressure, key_file);
   for (guint i = 0; i < document->tiers->len; i++)
     section_to_key_file (g_ptr_array_index (document->tiers, i), key_file);
   return g_key_file_to_data (key_file, length, NULL);

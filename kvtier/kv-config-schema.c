@@ -10,6 +10,7 @@
 #include "kv-host-buffer.h"
 #include "kv-primary-tier.h"
 #include "kv-throttled-drop-policy.h"
+#include "kv-tiering-manager.h"
 
 #define KIB G_GUINT64_CONSTANT (1024)
 #define PSPEC_FLAGS (G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS)
@@ -190,7 +191,7 @@ resolve_primary_key (const char     *key,
                      GType          *out_owner)
 {
   const Schema *schema = get_schema ();
-  const GType owners[] = { KV_TYPE_HOST_BUFFER, KV_TYPE_PRIMARY_TIER };
+  const GType owners[] = { KV_TYPE_HOST_BUFFER, KV_TYPE_PRIMARY_TIER, KV_TYPE_TIERING_MANAGER };
 
   for (guint i = 0; i < G_N_ELEMENTS (primary_keys); i++)
     if (g_str_equal (primary_keys[i].key, key))
@@ -218,7 +219,7 @@ resolve_primary_key (const char     *key,
 static void
 append_primary_keys (GString *s)
 {
-  const GType owners[] = { KV_TYPE_HOST_BUFFER, KV_TYPE_PRIMARY_TIER };
+  const GType owners[] = { KV_TYPE_HOST_BUFFER, KV_TYPE_PRIMARY_TIER, KV_TYPE_TIERING_MANAGER };
 
   for (guint i = 0; i < G_N_ELEMENTS (primary_keys); i++)
     g_string_append_printf (s, "%s%s", i > 0 ? ", " : "", primary_keys[i].key);
@@ -260,7 +261,8 @@ kv_config_schema_resolve_key (const KvConfigSection *section,
   if (section->kind == KV_CONFIG_SECTION_PRIMARY)
     return resolve_primary_key (key, out_target, out_owner);
 
-  if (section->kind == KV_CONFIG_SECTION_TIER)
+  /* [backpressure] takes the backpressure keys of a tier, nothing else */
+  if (section->kind == KV_CONFIG_SECTION_TIER || section->kind == KV_CONFIG_SECTION_BACKPRESSURE)
     {
       *out_owner = G_TYPE_INVALID;
       if (g_str_equal (key, "backpressure"))
@@ -294,6 +296,8 @@ kv_config_schema_resolve_key (const KvConfigSection *section,
             }
           return NULL;
         }
+      if (section->kind == KV_CONFIG_SECTION_BACKPRESSURE)
+        return NULL;
       *out_owner = section->type;
     }
 
@@ -321,23 +325,25 @@ kv_config_schema_accepted_keys (const KvConfigSection *section)
       return g_string_free (s, FALSE);
     }
 
-  g_string_append (s, "type");
-  {
-    g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
+  if (section->kind != KV_CONFIG_SECTION_BACKPRESSURE)
+    {
+      g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
 
-    pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
-    for (guint i = 0; i < n_pspecs; i++)
-      if (kv_config_value_is_configurable (pspecs[i], section->type))
-        g_string_append_printf (s, ", %s", pspecs[i]->name);
-  }
+      g_string_append (s, "type");
+      pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
+      for (guint i = 0; i < n_pspecs; i++)
+        if (kv_config_value_is_configurable (pspecs[i], section->type))
+          g_string_append_printf (s, ", %s", pspecs[i]->name);
+    }
 
-  if (section->kind == KV_CONFIG_SECTION_TIER)
+  if (section->kind != KV_CONFIG_SECTION_DEVICE)
     {
       g_autoptr(GTypeClass) klass = g_type_class_ref (KV_TYPE_EMA_BACKPRESSURE_DETECTOR);
       g_autofree GParamSpec **bp = NULL;
       guint n_bp;
 
-      g_string_append (s, ", backpressure, backpressure-policy, backpressure-ramp-factor");
+      g_string_append (s, s->len > 0 ? ", " : "");
+      g_string_append (s, "backpressure, backpressure-policy, backpressure-ramp-factor");
       bp = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_bp);
       for (guint i = 0; i < n_bp; i++)
         if (is_detector_property (bp[i]))

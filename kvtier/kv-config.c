@@ -261,7 +261,7 @@ kv_config_get_registry (KvConfig *self)
 /**
  * kv_config_set_value:
  * @self: a configuration
- * @section: `primary`, `device` or `tier NAME`
+ * @section: `primary`, `device`, `backpressure` or `tier NAME`
  * @key: a key of the section (`type`, or a property name)
  * @value: the value, in the text syntax
  * @error: return location for a #GError
@@ -269,7 +269,8 @@ kv_config_get_registry (KvConfig *self)
  * Sets one key, replacing its value, and checks it as loading would.
  * Setting `type` of a `device` or `tier NAME` section that does not exist
  * yet adds it (a new tier goes last); the type of an existing section
- * cannot change.
+ * cannot change. The `backpressure` section has no type: setting any of
+ * its keys adds it, and every tier is checked again with it.
  *
  * Returns: %TRUE on success, %FALSE with @error set (%KV_CONFIG_ERROR)
  */
@@ -295,14 +296,19 @@ kv_config_set_value (KvConfig    *self,
   if (!kv_config_section_parse_title (section, &kind, &name))
     {
       kv_config_set_error (error, KV_CONFIG_ERROR_UNKNOWN_SECTION, &loc, NULL, NULL,
-                           "unknown section [%s] (accepted: [primary], [device], [tier NAME])",
-                           section);
+                           "unknown section [%s] (accepted: [primary], [device], [backpressure],"
+                           " [tier NAME])", section);
       return FALSE;
     }
 
-  target = kind == KV_CONFIG_SECTION_PRIMARY ? self->document->primary
-           : kind == KV_CONFIG_SECTION_DEVICE ? self->document->device
-           : kv_config_document_find_tier (self->document, name);
+  g_clear_pointer (&name, g_free);
+  target = kv_config_document_find_section (self->document, section, &kind, &name);
+  if (target == NULL && kind == KV_CONFIG_SECTION_BACKPRESSURE)
+    {
+      KvConfigRawKey raw = { key, value, NULL, 0 };
+
+      return kv_config_document_add_section (self->document, kind, NULL, 0, &raw, 1, error);
+    }
   if (target == NULL)
     {
       KvConfigRawKey raw = { "type", value, NULL, 0 };
@@ -333,13 +339,16 @@ kv_config_set_value (KvConfig    *self,
 
   if (!kv_config_section_set (target, key, value, NULL, &loc, error))
     return FALSE;
-  return kv_config_section_validate (target, loc.origin, error);
+  if (kind == KV_CONFIG_SECTION_BACKPRESSURE)
+    return kv_config_section_validate (target, NULL, loc.origin, error) &&
+           kv_config_document_validate_tiers (self->document, error);
+  return kv_config_section_validate (target, self->document->backpressure, loc.origin, error);
 }
 
 /**
  * kv_config_get_value:
  * @self: a configuration
- * @section: `primary`, `device` or `tier NAME`
+ * @section: `primary`, `device`, `backpressure` or `tier NAME`
  * @key: a key of the section
  *
  * Gets a key that the configuration sets, in canonical text form (sizes

@@ -212,7 +212,7 @@ static void
 test_error_unknown_section (void)
 {
   expect_error ("[primary]\n\n[tiers fs]\ntype = test\n", KV_CONFIG_ERROR_UNKNOWN_SECTION,
-                "test.conf:3: unknown section [tiers fs] (accepted: [primary], [device], [tier NAME]",
+                "test.conf:3: unknown section [tiers fs] (accepted: [primary], [device], [backpressure], [tier NAME]",
                 NULL);
   expect_error ("[tier]\ntype = test\n", KV_CONFIG_ERROR_UNKNOWN_SECTION,
                 "test.conf:1: unknown section [tier]", NULL);
@@ -225,7 +225,8 @@ test_error_unknown_key (void)
 {
   expect_error ("[primary]\nsize = 1GiB\ncolour = red\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
                 "test.conf:3: [primary] key 'colour': unknown key"
-                " (accepted: size, slot-size, policy, shared, file, events)", NULL);
+                " (accepted: size, slot-size, policy, shared, file, events, enable-metrics,"
+                " hit-pending-deadline)", NULL);
   expect_error ("[tier a]\ntype = test\n\nrooot = /tmp\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
                 "test.conf:4: [tier a] key 'rooot': unknown key for tier type 'test' (accepted: type,",
                 "max-size", "n-threads", "locality", "backpressure-high-water-s", NULL);
@@ -503,7 +504,7 @@ test_variant_errors (void)
 {
   expect_variant_error ("{'primary': <{'size': <'1GiB'>}>, 'extra': <1>}",
                         KV_CONFIG_ERROR_UNKNOWN_SECTION,
-                        "configuration dictionary: unknown section 'extra' (accepted: primary, device, tiers)");
+                        "configuration dictionary: unknown section 'extra' (accepted: primary, device, backpressure, tiers)");
   expect_variant_error ("{'tiers': <'fs'>}", KV_CONFIG_ERROR_INVALID_VALUE,
                         "'tiers' must be an array of dictionaries (aa{sv}), not 's'");
   expect_variant_error ("{'tiers': <[{'type': <'test'>}]>}", KV_CONFIG_ERROR_MISSING_KEY,
@@ -525,6 +526,142 @@ test_variant_errors (void)
                         "'primary' must be a dictionary (a{sv}), not 's'");
   expect_variant_error ("[1, 2]", KV_CONFIG_ERROR_INVALID_VALUE,
                         "a configuration is a dictionary (a{sv}), not 'ai'");
+}
+
+/* A top-level [backpressure] section is merged into each tier's
+ * backpressure keys, key by key, the tier's winning (vLLM's top-level
+ * `backpressure` dictionary); a tier that says `backpressure = none` gets
+ * no detector; where the section comes in the file does not matter. */
+static const char inherited_config[] =
+  "[primary]\nsize = 1MiB\nslot-size = 64KiB\nhit-pending-deadline = 12.5\n"
+  "[tier plain]\ntype = test\n"
+  "[tier own]\ntype = test\nbackpressure-high-water-s = 0.2\nbackpressure-policy = throttled\n"
+  "[tier off]\ntype = test\nbackpressure = none\n"
+  "[backpressure]\nbackpressure = ema\nbackpressure-high-water-s = 0.05\n"
+  "backpressure-low-water-s = 0.01\nbackpressure-policy = drop\n";
+
+static KvEmaBackpressureDetector *
+tier_detector (KvTieringManager *manager,
+               guint             index)
+{
+  return (KvEmaBackpressureDetector *)
+    kv_secondary_tier_get_backpressure_detector (kv_tiering_manager_get_tier (manager, index));
+}
+
+static void
+test_backpressure_section (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = parse (inherited_config, &error);
+  g_autoptr(KvTieringManager) manager = NULL;
+  g_autofree char *deadline = NULL;
+  KvEmaBackpressureDetector *plain, *own;
+
+  g_assert_no_error (error);
+  g_assert_true (kv_config_check (config, &error));
+  g_assert_no_error (error);
+  deadline = kv_config_get_value (config, "primary", "hit-pending-deadline");
+  g_assert_cmpstr (deadline, ==, "12.5");
+  manager = kv_config_create_manager (config, &error);
+  g_assert_no_error (error);
+  g_assert_cmpfloat (kv_tiering_manager_get_hit_pending_deadline (manager), ==, 12.5);
+
+  /* every key from [backpressure] */
+  plain = tier_detector (manager, 0);
+  g_assert_true (KV_IS_EMA_BACKPRESSURE_DETECTOR (plain));
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_high_water_s (plain), ==, 0.05);
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_low_water_s (plain), ==, 0.01);
+  g_assert_true (KV_IS_DROP_STORE_POLICY (kv_backpressure_detector_get_policy (KV_BACKPRESSURE_DETECTOR (plain))));
+  /* the tier's own win, the others are inherited */
+  own = tier_detector (manager, 1);
+  g_assert_true (KV_IS_EMA_BACKPRESSURE_DETECTOR (own));
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_high_water_s (own), ==, 0.2);
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_low_water_s (own), ==, 0.01);
+  g_assert_true (KV_IS_THROTTLED_DROP_POLICY (kv_backpressure_detector_get_policy (KV_BACKPRESSURE_DETECTOR (own))));
+  /* none wins over the section */
+  g_assert_null (tier_detector (manager, 2));
+  g_assert_true (kv_tiering_manager_shutdown (manager, &error));
+  g_assert_no_error (error);
+
+  /* the section is kept through both written forms */
+  assert_round_trip (config);
+}
+
+/* The dictionary form: 'backpressure' beside 'primary' and 'tiers', in
+ * any order. */
+static void
+test_backpressure_section_variant (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTierRegistry) registry = new_registry ();
+  g_autoptr(KvConfig) config = NULL;
+  g_autoptr(KvTieringManager) manager = NULL;
+  g_autoptr(GVariant) variant = NULL;
+  g_autoptr(GVariant) written = NULL;
+  g_autoptr(GVariant) section = NULL;
+  KvEmaBackpressureDetector *detector;
+
+  variant = g_variant_ref_sink (g_variant_parse (
+    G_VARIANT_TYPE_VARDICT,
+    "{'primary': <{'size': <'1MiB'>, 'slot-size': <'64KiB'>, 'hit-pending-deadline': <0.0>}>,"
+    " 'tiers': <[{'name': <'a'>, 'type': <'test'>,"
+    "             'backpressure-low-water-s': <0.02>}]>,"
+    " 'backpressure': <{'backpressure-high-water-s': <0.5>, 'backpressure-alpha': <0.5>}>}",
+    NULL, NULL, &error));
+  g_assert_no_error (error);
+  config = kv_config_new_from_variant (registry, variant, &error);
+  g_assert_no_error (error);
+  manager = kv_config_create_manager (config, &error);
+  g_assert_no_error (error);
+  g_assert_cmpfloat (kv_tiering_manager_get_hit_pending_deadline (manager), ==, 0.0);
+  detector = tier_detector (manager, 0);
+  g_assert_true (KV_IS_EMA_BACKPRESSURE_DETECTOR (detector));
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_high_water_s (detector), ==, 0.5);
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_low_water_s (detector), ==, 0.02);
+  g_assert_cmpfloat (kv_ema_backpressure_detector_get_alpha (detector), ==, 0.5);
+  g_assert_true (kv_tiering_manager_shutdown (manager, &error));
+
+  written = g_variant_ref_sink (kv_config_to_variant (config));
+  section = g_variant_lookup_value (written, "backpressure", G_VARIANT_TYPE_VARDICT);
+  g_assert_nonnull (section);
+  g_assert_cmpuint (g_variant_n_children (section), ==, 2);
+}
+
+static void
+test_backpressure_section_errors (void)
+{
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvConfig) config = NULL;
+  g_autofree char *value = NULL;
+
+  /* only backpressure keys */
+  expect_error ("[backpressure]\ntype = ema\n", KV_CONFIG_ERROR_UNKNOWN_KEY,
+                "test.conf:2: [backpressure] key 'type': unknown key (accepted: backpressure,"
+                " backpressure-policy, backpressure-ramp-factor, backpressure-", NULL);
+  expect_error ("[backpressure]\nbackpressure = ema\n[backpressure]\nbackpressure-alpha = 0.5\n",
+                KV_CONFIG_ERROR_DUPLICATE, NULL);
+  expect_error ("[backpressure]\nbackpressure = none\nbackpressure-alpha = 0.5\n",
+                KV_CONFIG_ERROR_INVALID_VALUE,
+                "test.conf:3: [backpressure] key 'backpressure-alpha': backpressure keys need"
+                " 'backpressure = ema'", NULL);
+  /* a tier checked with what it inherits, even from a later section */
+  expect_error ("[tier a]\ntype = test\nbackpressure-low-water-s = 0.5\n"
+                "[backpressure]\nbackpressure-high-water-s = 0.1\n",
+                KV_CONFIG_ERROR_INVALID_VALUE, "[tier a]", "low-water-s",
+                "(with the keys of [backpressure])", NULL);
+  expect_error ("[primary]\nhit-pending-deadline = -1\n", KV_CONFIG_ERROR_INVALID_VALUE,
+                "test.conf:2: [primary] key 'hit-pending-deadline'", NULL);
+
+  /* set_value adds the section and checks every tier again */
+  config = parse ("[tier a]\ntype = test\nbackpressure-low-water-s = 0.004\n", &error);
+  g_assert_no_error (error);
+  g_assert_true (kv_config_set_value (config, "backpressure", "backpressure-alpha", "0.25", &error));
+  g_assert_no_error (error);
+  value = kv_config_get_value (config, "backpressure", "backpressure-alpha");
+  g_assert_cmpstr (value, ==, "0.25");
+  g_assert_false (kv_config_set_value (config, "backpressure", "backpressure-high-water-s", "0.001",
+                                       &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE);
 }
 
 static void
@@ -1023,6 +1160,9 @@ main (int   argc,
   g_test_add_func ("/kvtier/config/backpressure", test_backpressure);
   g_test_add_func ("/kvtier/config/backpressure-presets", test_backpressure_presets);
   g_test_add_func ("/kvtier/config/backpressure-errors", test_backpressure_errors);
+  g_test_add_func ("/kvtier/config/backpressure-section", test_backpressure_section);
+  g_test_add_func ("/kvtier/config/backpressure-section-variant", test_backpressure_section_variant);
+  g_test_add_func ("/kvtier/config/backpressure-section-errors", test_backpressure_section_errors);
   g_test_add_func ("/kvtier/config/round-trip", test_round_trip);
   g_test_add_func ("/kvtier/config/variant", test_variant);
   g_test_add_func ("/kvtier/config/variant-errors", test_variant_errors);

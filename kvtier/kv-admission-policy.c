@@ -67,8 +67,7 @@ kv_admission_policy_tier_added (KvAdmissionPolicy *self,
 /**
  * kv_admission_policy_should_admit: (virtual should_admit)
  * @self: a policy
- * @keys: (array length=n_keys): the chunks of the job
- * @n_keys: the number of keys
+ * @keys: (array zero-terminated=1): the chunks of the job
  * @tier_index: the secondary tier, from 0: the store's destination or the
  *   promotion's source
  * @is_promotion: %TRUE for a promotion (secondary → primary), %FALSE for a
@@ -83,18 +82,17 @@ kv_admission_policy_tier_added (KvAdmissionPolicy *self,
 gboolean
 kv_admission_policy_should_admit (KvAdmissionPolicy *self,
                                   KvKey            **keys,
-                                  guint              n_keys,
                                   guint              tier_index,
                                   gboolean           is_promotion)
 {
   KvAdmissionPolicyInterface *iface;
 
   g_return_val_if_fail (KV_IS_ADMISSION_POLICY (self), TRUE);
-  g_return_val_if_fail (keys != NULL || n_keys == 0, TRUE);
+  g_return_val_if_fail (keys != NULL, TRUE);
 
   iface = KV_ADMISSION_POLICY_GET_IFACE (self);
   g_return_val_if_fail (iface->should_admit != NULL, TRUE);
-  return iface->should_admit (self, keys, n_keys, tier_index, is_promotion);
+  return iface->should_admit (self, keys, tier_index, is_promotion);
 }
 
 /**

@@ -44,7 +44,6 @@ struct _KvAdmissionPolicyInterface
                                 KvSecondaryTier   *tier);
   gboolean (*should_admit)     (KvAdmissionPolicy *self,
                                 KvKey            **keys,
-                                guint              n_keys,
                                 guint              tier_index,
                                 gboolean           is_promotion);
   void     (*on_admitted)      (KvAdmissionPolicy *self,
@@ -71,7 +70,6 @@ void     kv_admission_policy_tier_added       (KvAdmissionPolicy *self,
 KVTIER_AVAILABLE_IN_ALL
 gboolean kv_admission_policy_should_admit     (KvAdmissionPolicy *self,
                                                KvKey            **keys,
-                                               guint              n_keys,
                                                guint              tier_index,
                                                gboolean           is_promotion);
 KVTIER_AVAILABLE_IN_ALL

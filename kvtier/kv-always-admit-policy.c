@@ -24,7 +24,6 @@ G_DEFINE_FINAL_TYPE_WITH_CODE (KvAlwaysAdmitPolicy, kv_always_admit_policy, G_TY
 static gboolean
 kv_always_admit_policy_should_admit (KvAdmissionPolicy  *policy,
                                      KvKey             **keys,
-                                     guint               n_keys,
                                      guint               tier_index,
                                      gboolean            is_promotion)
 {

@@ -107,18 +107,20 @@ kv_backpressure_admission_policy_tier_added (KvAdmissionPolicy *policy,
 static gboolean
 kv_backpressure_admission_policy_should_admit (KvAdmissionPolicy  *policy,
                                                KvKey             **keys,
-                                               guint               n_keys,
                                                guint               tier_index,
                                                gboolean            is_promotion)
 {
   KvBackpressureAdmissionPolicy *self = (KvBackpressureAdmissionPolicy *) policy;
   TierEntry *entry;
+  guint n_keys = 0;
 
   if (is_promotion)
     return TRUE;
   entry = tier_entry (self, tier_index);
   if (entry == NULL || entry->detector == NULL)
     return TRUE;
+  while (keys[n_keys] != NULL)
+    n_keys++;
   return kv_backpressure_detector_should_store (entry->detector, n_keys);
 }
 

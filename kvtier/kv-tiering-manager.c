@@ -5,6 +5,7 @@
 #include "kv-tiering-manager-private.h"
 
 #include <errno.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -797,19 +798,37 @@ register_job (KvTieringManager *self,
   return entry->job;
 }
 
-/* The admission policy's verdict, asked before anything is pinned,
- * allocated or numbered. */
+/* The admission policy's verdict on @terminated (NULL-terminated keys),
+ * asked before anything is pinned, allocated or numbered. */
 static inline gboolean
 policy_admits (KvTieringManager *self,
-               KvKey * const    *keys,
-               guint             n_keys,
+               KvKey * const    *terminated,
                guint             tier,
                gboolean          is_promotion)
 {
   if (G_UNLIKELY (self->admission_iface->should_admit == NULL))
     return TRUE;
-  return self->admission_iface->should_admit (self->admission, (KvKey **) keys, n_keys,
+  return self->admission_iface->should_admit (self->admission, (KvKey **) terminated,
                                               tier, is_promotion);
+}
+
+/* @keys NULL-terminated for the policy (binding-friendly): in @room when
+ * it holds @n_keys + 1, else in *@heap, which the caller frees. */
+static inline KvKey **
+terminate_keys (KvKey * const *keys,
+                guint          n_keys,
+                KvKey        **room,
+                guint          room_size,
+                KvKey       ***heap)
+{
+  KvKey **terminated = room;
+
+  if (n_keys + 1 > room_size)
+    terminated = *heap = g_new (KvKey *, n_keys + 1);
+  if (n_keys > 0)
+    memcpy (terminated, keys, n_keys * sizeof (KvKey *));
+  terminated[n_keys] = NULL;
+  return terminated;
 }
 
 /* A tier that refuses a submission still gets its job reported exactly
@@ -863,9 +882,13 @@ _kv_tiering_manager_create_store_job (KvTieringManager  *self,
                                       guint              tier,
                                       GError           **error)
 {
+  KvKey *room[65];
+  g_autofree KvKey **heap = NULL;
+
   g_return_val_if_fail (tier < self->tiers->len, NULL);
 
-  if (!policy_admits (self, keys, n_keys, tier, FALSE))
+  if (!policy_admits (self, terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap),
+                      tier, FALSE))
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
                    "The admission policy (%s) refused a store of %u chunks to tier #%u (%s); "
@@ -893,13 +916,12 @@ submit_store_job (KvTieringManager *self,
  * pins nothing (reference §6.5; the tier or the policy counts the drop). */
 static gboolean
 cascade_admitted (KvTieringManager *self,
-                  KvKey * const    *keys,
-                  guint             n_keys,
+                  KvKey * const    *terminated,
                   guint             tier)
 {
   if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
     return FALSE;
-  return policy_admits (self, keys, n_keys, tier, FALSE);
+  return policy_admits (self, terminated, tier, FALSE);
 }
 
 /* Pins @keys (ready in the primary tier) and submits their store job to
@@ -935,7 +957,11 @@ cascade_to_tier (KvTieringManager *self,
                  KvRequest        *request,
                  guint             tier)
 {
-  if (cascade_admitted (self, keys, n_keys, tier))
+  KvKey *room[65];
+  g_autofree KvKey **heap = NULL;
+
+  if (cascade_admitted (self, terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap),
+                        tier))
     cascade_admitted_to_tier (self, keys, n_keys, request, tier);
 }
 
@@ -955,10 +981,17 @@ complete_store_and_cascade (KvTieringManager *self,
   guint32 stack_ids[64];
   g_autofree guint32 *heap_ids = NULL;
   guint32 *chunk_ids = stack_ids;
+  KvKey *room[65];
+  g_autofree KvKey **heap_keys = NULL;
+  KvKey **terminated = NULL;
 
   for (guint i = 0; i < self->tiers->len; i++)
-    if (cascade_admitted (self, keys, n_keys, i))
-      admitted[n_admitted++] = i;
+    {
+      if (terminated == NULL)
+        terminated = terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap_keys);
+      if (cascade_admitted (self, terminated, i))
+        admitted[n_admitted++] = i;
+    }
 
   if (n_keys > G_N_ELEMENTS (stack_ids))
     chunk_ids = heap_ids = g_new (guint32, n_keys);
@@ -1359,8 +1392,12 @@ initiate_promotion (KvTieringManager *self,
   PendingPromotion *p;
   gboolean stored;
 
-  if (!policy_admits (self, &key, 1, tier, TRUE))
-    return FALSE;
+  {
+    KvKey *one[2] = { key, NULL };
+
+    if (!policy_admits (self, one, tier, TRUE))
+      return FALSE;
+  }
 
   if (tier_slot (self, tier)->lazy)
     {

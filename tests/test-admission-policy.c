@@ -53,13 +53,13 @@ test_policy_tier_added (KvAdmissionPolicy *policy,
 static gboolean
 test_policy_should_admit (KvAdmissionPolicy  *policy,
                           KvKey             **keys,
-                          guint               n_keys,
                           guint               tier_index,
                           gboolean            is_promotion)
 {
   TestPolicy *self = TEST_POLICY (policy);
   gint ref = G_MININT;
   gboolean admit;
+  guint n_keys = g_strv_length ((char **) keys);
 
   /* What the primary tier says of the first key when asked: a cascade's
    * chunk is still being written (−1, nothing pinned yet), a promotion's
@@ -616,6 +616,19 @@ bp_teardown (Bp            *b,
   g_clear_object (&b->clock);
 }
 
+/* The first @n keys of @b, NULL-terminated (valid until the next call). */
+static KvKey **
+first_keys (Bp   *b,
+            guint n)
+{
+  static KvKey *terminated[G_N_ELEMENTS (((Bp *) NULL)->keys) + 1];
+
+  g_assert_cmpuint (n, <=, G_N_ELEMENTS (b->keys));
+  memcpy (terminated, b->keys, n * sizeof (KvKey *));
+  terminated[n] = NULL;
+  return terminated;
+}
+
 static void
 test_always_admits_under_pressure (Bp            *b,
                                    gconstpointer  data)
@@ -628,7 +641,7 @@ test_always_admits_under_pressure (Bp            *b,
   guint64 stores = 0, chunks = 0;
 
   pressurize (b->detector);
-  g_assert_true (kv_admission_policy_should_admit (KV_ADMISSION_POLICY (always), b->keys, 3, 0, FALSE));
+  g_assert_true (kv_admission_policy_should_admit (KV_ADMISSION_POLICY (always), first_keys (b, 3), 0, FALSE));
   g_assert_null (kv_admission_policy_get_stats (KV_ADMISSION_POLICY (always)));
 
   /* through a manager: the pressured tier still gets the cascade */
@@ -660,17 +673,17 @@ test_backpressure_should_admit (Bp            *b,
   kv_admission_policy_tier_added (policy, 0, b->pressured);
   kv_admission_policy_tier_added (policy, 1, b->plain);
 
-  g_assert_true (kv_admission_policy_should_admit (policy, b->keys, 3, 0, FALSE));
+  g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 3), 0, FALSE));
   pressurize (b->detector);
   /* stores to the pressured tier are dropped and counted by its detector */
-  g_assert_false (kv_admission_policy_should_admit (policy, b->keys, 3, 0, FALSE));
+  g_assert_false (kv_admission_policy_should_admit (policy, first_keys (b, 3), 0, FALSE));
   kv_backpressure_policy_pop_stores_dropped (drops, &stores, &chunks);
   g_assert_cmpuint (stores, ==, 1);
   g_assert_cmpuint (chunks, ==, 3);
   /* promotions always, a tier without detector always, an unknown tier always */
-  g_assert_true (kv_admission_policy_should_admit (policy, b->keys, 1, 0, TRUE));
-  g_assert_true (kv_admission_policy_should_admit (policy, b->keys, 3, 1, FALSE));
-  g_assert_true (kv_admission_policy_should_admit (policy, b->keys, 3, 7, FALSE));
+  g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 1), 0, TRUE));
+  g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 3), 1, FALSE));
+  g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 3), 7, FALSE));
   kv_backpressure_policy_pop_stores_dropped (drops, &stores, &chunks);
   g_assert_cmpuint (stores, ==, 0);
   g_assert_cmpuint (chunks, ==, 0);
@@ -760,8 +773,8 @@ test_backpressure_metrics (Bp            *b,
 
   kv_admission_policy_tier_added (policy, 1, b->pressured);
   pressurize (b->detector);
-  g_assert_false (kv_admission_policy_should_admit (policy, b->keys, 1, 1, FALSE));
-  g_assert_false (kv_admission_policy_should_admit (policy, b->keys, 2, 1, FALSE));
+  g_assert_false (kv_admission_policy_should_admit (policy, first_keys (b, 1), 1, FALSE));
+  g_assert_false (kv_admission_policy_should_admit (policy, first_keys (b, 2), 1, FALSE));
 
   /* vLLM's labels: "<index + 1>:<tier-type>" */
   stats = kv_admission_policy_get_stats (policy);

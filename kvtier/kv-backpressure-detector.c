@@ -29,11 +29,12 @@ static GParamSpec *properties[N_PROPS];
  * A slow tier must not lock the primary tier: every cascade pins its primary
  * slots until the tier finishes, so a tier that stores at a fraction of the
  * rate the GPU produces chunks ends up pinning the whole primary tier. The
- * manager asks the tier's detector before every cascade
- * ([method@Kv.BackpressureDetector.should_store]) and drops the cascade when
- * it refuses (no job, nothing pinned; the chunk stays in the primary tier
- * only). Promotions (loads) are never gated. The manager feeds every
- * successful store back with [method@Kv.BackpressureDetector.update].
+ * manager's default admission policy, [class@Kv.BackpressureAdmissionPolicy],
+ * asks the tier's detector before every cascade
+ * ([method@Kv.BackpressureDetector.should_store]) and the manager drops the
+ * cascade when it refuses (no job, nothing pinned; the chunk stays in the
+ * primary tier only). Promotions (loads) are never gated. The policy feeds
+ * every successful store back with [method@Kv.BackpressureDetector.update].
  *
  * Subclasses implement `on_store_completed` and `is_under_pressure`;
  * [class@Kv.EmaBackpressureDetector] is the one kvtier ships. What is
@@ -305,8 +306,9 @@ kv_backpressure_detector_should_store (KvBackpressureDetector *self,
  * kv_backpressure_detector_reset: (virtual reset)
  * @self: a detector
  *
- * Forgets all state; the default resets the policy. The manager calls this
- * from `reset_cache`. An override must chain up.
+ * Forgets all state; the default resets the policy. The manager's
+ * [class@Kv.BackpressureAdmissionPolicy] calls this from `reset_cache`. An
+ * override must chain up.
  *
  * Owner thread only.
  */

@@ -20,8 +20,9 @@ typedef struct
  * A policy is asked only by its detector (through
  * [method@Kv.BackpressureDetector.should_store]); when it refuses a store the
  * detector reports the skipped store with
- * [method@Kv.BackpressurePolicy.on_store_skipped], and the tiering manager
- * collects the counts once per `get_stats` with
+ * [method@Kv.BackpressurePolicy.on_store_skipped], and the tiering manager's
+ * [class@Kv.BackpressureAdmissionPolicy] collects the counts once per
+ * `get_stats` with
  * [method@Kv.BackpressurePolicy.pop_stores_dropped].
  *
  * Subclasses implement `should_store`; kvtier ships
@@ -124,7 +125,7 @@ kv_backpressure_policy_on_store_skipped (KvBackpressurePolicy *self,
  * @out_chunks: (out) (optional): chunks those stores carried
  *
  * Returns the drop counters and zeroes them, so each drop is reported once
- * (the tiering manager calls this from `get_stats`).
+ * (the [class@Kv.BackpressureAdmissionPolicy] calls this from `get_stats`).
  *
  * Owner thread only.
  */

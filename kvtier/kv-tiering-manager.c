@@ -1592,15 +1592,20 @@ _kv_tiering_manager_lookup_excluding (KvTieringManager *self,
  * @request: the request looking it up
  *
  * Looks @key up in the primary tier and then, in order, in the secondary
- * tiers that @request's load tier filter allows. A secondary hit allocates a
- * primary slot and queues a promotion that is submitted at the end of the
- * step; the chunk then answers %KV_LOOKUP_RESULT_HIT_PENDING until the tier
- * has loaded it, and %KV_LOOKUP_RESULT_HIT from the step after that.
+ * tiers that @request's load tier filter allows. A secondary hit that the
+ * admission policy admits allocates a primary slot (or, for a tier with
+ * [property@Kv.SecondaryTier:lazy-promotion-allocation], leaves that to the
+ * tier) and queues a promotion that is submitted at the end of the step;
+ * the chunk then answers %KV_LOOKUP_RESULT_HIT_PENDING until the tier has
+ * loaded it, and %KV_LOOKUP_RESULT_HIT from the step after that. A request
+ * that waited [property@Kv.TieringManager:hit-pending-deadline] on a
+ * pending chunk gets %KV_LOOKUP_RESULT_MISS for it.
  *
  * The primary-hit path does no allocation and no system call.
  *
  * Returns: HIT, HIT_PENDING, RETRY (some tier does not know yet; ask again
- *   next step) or MISS (also when the primary tier has no room to promote)
+ *   next step) or MISS (also when the primary tier has no room to promote,
+ *   or the admission policy refuses the promotion)
  */
 KvLookupResult
 kv_tiering_manager_lookup (KvTieringManager *self,
@@ -1992,8 +1997,8 @@ kv_tiering_manager_prepare_store (KvTieringManager  *self,
  * @success: whether the device copied the chunks into their slots
  *
  * Makes the chunks readable (or frees their slots on failure) and, on
- * success, cascades them to every secondary tier whose backpressure
- * detector admits the store: one job per tier, each pinning the chunks until
+ * success, cascades them to every secondary tier for which the admission
+ * policy admits the store: one job per tier, each pinning the chunks until
  * the tier reports it.
  */
 void

@@ -601,13 +601,13 @@ test_backpressure_section_variant (void)
   g_autoptr(GVariant) section = NULL;
   KvEmaBackpressureDetector *detector;
 
-  variant = g_variant_ref_sink (g_variant_parse (
+  variant = g_variant_parse (
     G_VARIANT_TYPE_VARDICT,
     "{'primary': <{'size': <'1MiB'>, 'slot-size': <'64KiB'>, 'hit-pending-deadline': <0.0>}>,"
     " 'tiers': <[{'name': <'a'>, 'type': <'test'>,"
     "             'backpressure-low-water-s': <0.02>}]>,"
     " 'backpressure': <{'backpressure-high-water-s': <0.5>, 'backpressure-alpha': <0.5>}>}",
-    NULL, NULL, &error));
+    NULL, NULL, &error);
   g_assert_no_error (error);
   config = kv_config_new_from_variant (registry, variant, &error);
   g_assert_no_error (error);

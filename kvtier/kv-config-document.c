@@ -686,11 +686,21 @@ kv_config_document_add_section (KvConfigDocument     *self,
         }
       if (!kv_config_section_set (section, keys[i].key, keys[i].text, keys[i].variant,
                                   &key_loc, error))
-        return FALSE;
+        {
+          if (kind == KV_CONFIG_SECTION_BACKPRESSURE)
+            g_clear_pointer (&self->backpressure, section_free);
+          return FALSE;
+        }
     }
 
   if (kind == KV_CONFIG_SECTION_BACKPRESSURE)
-    return kv_config_section_validate (section, NULL, origin, error) &&
-           kv_config_document_validate_tiers (self, error);
+    {
+      if (kv_config_section_validate (section, NULL, origin, error) &&
+          kv_config_document_validate_tiers (self, error))
+        return TRUE;
+      /* the tiers go on without it */
+      g_clear_pointer (&self->backpressure, section_free);
+      return FALSE;
+    }
   return kv_config_section_validate (section, self->backpressure, origin, error);
 }

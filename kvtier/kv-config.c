@@ -266,7 +266,8 @@ kv_config_get_registry (KvConfig *self)
  * @value: the value, in the text syntax
  * @error: return location for a #GError
  *
- * Sets one key, replacing its value, and checks it as loading would.
+ * Sets one key, replacing its value, and checks it as loading would; a
+ * refused value leaves the configuration as it was.
  * Setting `type` of a `device` or `tier NAME` section that does not exist
  * yet adds it (a new tier goes last); the type of an existing section
  * cannot change. The `backpressure` section has no type: setting any of
@@ -285,6 +286,10 @@ kv_config_set_value (KvConfig    *self,
   KvConfigSectionKind kind;
   KvConfigSection *target;
   KvConfigLocation loc = { NULL, 0 };
+  KvConfigEntry *old;
+  GValue saved = G_VALUE_INIT;
+  guint saved_line = 0;
+  gboolean valid;
 
   g_return_val_if_fail (KV_IS_CONFIG (self), FALSE);
   g_return_val_if_fail (section != NULL, FALSE);
@@ -337,12 +342,37 @@ kv_config_set_value (KvConfig    *self,
       return kv_config_document_set_type (self->document, target, type_name, &loc, error);
     }
 
+  old = kv_config_section_find_entry (target, key);
+  if (old != NULL)
+    {
+      g_value_init (&saved, G_VALUE_TYPE (&old->value));
+      g_value_copy (&old->value, &saved);
+      saved_line = old->line;
+    }
   if (!kv_config_section_set (target, key, value, NULL, &loc, error))
     return FALSE;
   if (kind == KV_CONFIG_SECTION_BACKPRESSURE)
-    return kv_config_section_validate (target, NULL, loc.origin, error) &&
-           kv_config_document_validate_tiers (self->document, error);
-  return kv_config_section_validate (target, self->document->backpressure, loc.origin, error);
+    valid = kv_config_section_validate (target, NULL, loc.origin, error) &&
+            kv_config_document_validate_tiers (self->document, error);
+  else
+    valid = kv_config_section_validate (target, self->document->backpressure, loc.origin, error);
+  if (!valid)
+    {
+      /* refused: the configuration is as it was */
+      KvConfigEntry *entry = kv_config_section_find_entry (target, key);
+
+      if (old != NULL)
+        {
+          g_value_unset (&entry->value);
+          entry->value = saved;
+          entry->line = saved_line;
+          return FALSE;
+        }
+      g_ptr_array_remove (target->entries, entry);
+    }
+  if (G_IS_VALUE (&saved))
+    g_value_unset (&saved);
+  return valid;
 }
 
 /**

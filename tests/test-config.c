@@ -662,6 +662,30 @@ test_backpressure_section_errors (void)
   g_assert_false (kv_config_set_value (config, "backpressure", "backpressure-high-water-s", "0.001",
                                        &error));
   g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE);
+  g_clear_error (&error);
+  /* refused: as it was (no such key), and a replaced value comes back */
+  g_clear_pointer (&value, g_free);
+  value = kv_config_get_value (config, "backpressure", "backpressure-high-water-s");
+  g_assert_null (value);
+  g_assert_false (kv_config_set_value (config, "tier a", "backpressure-low-water-s", "0.5", &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE);
+  g_clear_error (&error);
+  value = kv_config_get_value (config, "tier a", "backpressure-low-water-s");
+  g_assert_cmpstr (value, ==, "0.004");
+  g_clear_pointer (&value, g_free);
+
+  /* a new [backpressure] section that a tier refuses is not kept */
+  g_clear_object (&config);
+  config = parse ("[tier a]\ntype = test\nbackpressure-low-water-s = 0.004\n", &error);
+  g_assert_no_error (error);
+  g_assert_false (kv_config_set_value (config, "backpressure", "backpressure-high-water-s", "0.001",
+                                       &error));
+  g_assert_error (error, KV_CONFIG_ERROR, KV_CONFIG_ERROR_INVALID_VALUE);
+  g_clear_error (&error);
+  value = kv_config_get_value (config, "backpressure", "backpressure-high-water-s");
+  g_assert_null (value);
+  g_assert_true (kv_config_check (config, &error));
+  g_assert_no_error (error);
 }
 
 static void

@@ -160,7 +160,7 @@ struct _KvTieringManager
   guint n_lazy_tiers;
 
   /* addresses used as request-state owners */
-  guint8 pending_wait_tag;      /* GHashTable KvKey → gint64* first HIT_PENDING */
+  guint8 pending_wait_tag;      /* GHashTable KvKey → first HIT_PENDING time */
   guint8 promotion_failed_tag;  /* a lazy promotion of the request failed */
 };
 
@@ -1488,14 +1488,27 @@ lookup_secondary (KvTieringManager *self,
  * it for hit-pending-deadline already: then MISS, and the request
  * recomputes the chunk. The wait runs from the first HIT_PENDING answer
  * the request got for the key; a release is counted once. */
+/* A wait's start in a hash table value, without an allocation where a
+ * pointer holds 64 bits; WAIT_RELEASED once the request was released. */
+#if GLIB_SIZEOF_VOID_P == 8
+#define WAIT_TO_POINTER(t) ((gpointer) (guintptr) (t))
+#define WAIT_FROM_POINTER(p) ((gint64) (guintptr) (p))
+#define WAIT_FREE NULL
+#else
+#define WAIT_TO_POINTER(t) ((gpointer) g_memdup2 (&(gint64) { (t) }, sizeof (gint64)))
+#define WAIT_FROM_POINTER(p) (*(gint64 *) (p))
+#define WAIT_FREE g_free
+#endif
+#define WAIT_RELEASED G_MININT64
+
 static KvLookupResult
 pending_or_released (KvTieringManager *self,
                      KvKey            *key,
                      KvRequest        *request)
 {
   GHashTable *waits;
-  gint64 *since;
-  gint64 now;
+  gpointer value;
+  gint64 now, since;
 
   if (self->hit_pending_deadline_us <= 0)
     return KV_LOOKUP_RESULT_HIT_PENDING;
@@ -1505,30 +1518,29 @@ pending_or_released (KvTieringManager *self,
   if (waits == NULL)
     {
       waits = g_hash_table_new_full (kv_key_hash, kv_key_equal,
-                                     (GDestroyNotify) kv_key_unref, g_free);
+                                     (GDestroyNotify) kv_key_unref, WAIT_FREE);
       kv_request_set_state (request, &self->pending_wait_tag, waits,
                             (GDestroyNotify) g_hash_table_unref);
     }
-  since = g_hash_table_lookup (waits, key);
-  if (since == NULL)
+  if (!g_hash_table_lookup_extended (waits, key, NULL, &value))
     {
-      since = g_new (gint64, 1);
-      *since = now;
-      g_hash_table_insert (waits, kv_key_ref (key), since);
+      g_hash_table_insert (waits, kv_key_ref (key), WAIT_TO_POINTER (now));
       return KV_LOOKUP_RESULT_HIT_PENDING;
     }
-  if (*since == G_MININT64)
+  since = WAIT_FROM_POINTER (value);
+  if (since == WAIT_RELEASED)
     return KV_LOOKUP_RESULT_MISS;
-  if (now - *since < self->hit_pending_deadline_us)
+  if (now - since < self->hit_pending_deadline_us)
     return KV_LOOKUP_RESULT_HIT_PENDING;
 
   {
     g_autofree char *hex = kv_key_to_string (key);
 
     g_debug ("Request %s waited %.3f s on chunk %s, still pending: released to recompute it",
-             kv_request_get_id (request), (now - *since) / (gdouble) G_USEC_PER_SEC, hex);
+             kv_request_get_id (request), (now - since) / (gdouble) G_USEC_PER_SEC, hex);
   }
-  *since = G_MININT64;
+  /* counted once; the request recomputes the chunk */
+  g_hash_table_insert (waits, kv_key_ref (key), WAIT_TO_POINTER (WAIT_RELEASED));
   HOOK (self, hit_pending_released, kv_request_get_id (request));
   return KV_LOOKUP_RESULT_MISS;
 }

@@ -1545,6 +1545,38 @@ pending_or_released (KvTieringManager *self,
   return KV_LOOKUP_RESULT_MISS;
 }
 
+/* A key the primary tier did not answer HIT for: out of line, so that the
+ * primary-hit path inlined into each entry point stays small. */
+static G_GNUC_NO_INLINE KvLookupResult
+lookup_beyond_primary_hit (KvTieringManager *self,
+                           KvKey            *key,
+                           KvRequest        *request,
+                           guint             exclude_tier,
+                           KvLookupResult    primary_result)
+{
+  KvLookupResult result;
+
+  /* A pending primary key is being written or promoted already: asking the
+   * secondary tiers again would promote it twice. */
+  if (primary_result == KV_LOOKUP_RESULT_HIT_PENDING)
+    return pending_or_released (self, key, request);
+
+  /* So is a lazy promotion's key, which holds no primary slot yet; a
+   * request whose lazy promotion found no room recomputes. */
+  if (self->n_lazy_tiers > 0 && g_hash_table_size (self->lazy_promoting) > 0 &&
+      g_hash_table_contains (self->lazy_promoting, key))
+    {
+      if (kv_request_get_state (request, &self->promotion_failed_tag) != NULL)
+        return KV_LOOKUP_RESULT_MISS;
+      return pending_or_released (self, key, request);
+    }
+
+  result = lookup_secondary (self, key, request, exclude_tier);
+  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
+    return pending_or_released (self, key, request);
+  return result;
+}
+
 /* The lookup of one key, inlined into each entry point: a primary hit is
  * one hash probe and, with metrics, one call to the hook. */
 static inline KvLookupResult
@@ -1567,25 +1599,7 @@ lookup_one (KvTieringManager *self,
     self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
   if (G_LIKELY (result == KV_LOOKUP_RESULT_HIT))
     return result;
-  /* A pending primary key is being written or promoted already: asking the
-   * secondary tiers again would promote it twice. */
-  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
-    return pending_or_released (self, key, request);
-
-  /* So is a lazy promotion's key, which holds no primary slot yet; a
-   * request whose lazy promotion found no room recomputes. */
-  if (self->n_lazy_tiers > 0 && g_hash_table_size (self->lazy_promoting) > 0 &&
-      g_hash_table_contains (self->lazy_promoting, key))
-    {
-      if (kv_request_get_state (request, &self->promotion_failed_tag) != NULL)
-        return KV_LOOKUP_RESULT_MISS;
-      return pending_or_released (self, key, request);
-    }
-
-  result = lookup_secondary (self, key, request, exclude_tier);
-  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
-    return pending_or_released (self, key, request);
-  return result;
+  return lookup_beyond_primary_hit (self, key, request, exclude_tier, result);
 }
 
 KvLookupResult

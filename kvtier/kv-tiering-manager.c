@@ -559,10 +559,13 @@ kv_tiering_manager_class_init (KvTieringManagerClass *klass)
    * %KV_LOOKUP_RESULT_HIT_PENDING (a store or a promotion in flight) before
    * the chunk answers %KV_LOOKUP_RESULT_MISS to that request, which then
    * recomputes it instead of waiting on a write that may never finish
-   * (vLLM's `hit_pending_deadline_s`). The wait starts at the first
-   * HIT_PENDING answer the request got for the chunk, on the manager's
-   * [property@Kv.TieringManager:clock]. Each release is counted in the
-   * `kvtier:hit_pending_deadline_releases` metric. 0 turns the deadline off.
+   * (vLLM's `hit_pending_deadline_s`). The wait starts at the first lookup
+   * of the request that finds the chunk pending, on the manager's
+   * [property@Kv.TieringManager:clock]; a lookup that starts the chunk's
+   * promotion starts no wait (the request's next lookup, a step later at
+   * most, does), so that finding chunks in a tier costs nothing more. Each
+   * release is counted in the `kvtier:hit_pending_deadline_releases`
+   * metric. 0 turns the deadline off.
    */
   properties[PROP_HIT_PENDING_DEADLINE] =
     g_param_spec_double ("hit-pending-deadline", NULL, NULL,
@@ -1486,8 +1489,9 @@ lookup_secondary (KvTieringManager *self,
 
 /* @key answers HIT_PENDING to @request, unless the request has waited on
  * it for hit-pending-deadline already: then MISS, and the request
- * recomputes the chunk. The wait runs from the first HIT_PENDING answer
- * the request got for the key; a release is counted once. */
+ * recomputes the chunk. The wait runs from the first lookup that found the
+ * key pending (not the one that started its promotion); a release is
+ * counted once. */
 /* A wait's start in a hash table value, without an allocation where a
  * pointer holds 64 bits; WAIT_RELEASED once the request was released. */
 #if GLIB_SIZEOF_VOID_P == 8
@@ -1554,8 +1558,6 @@ lookup_beyond_primary_hit (KvTieringManager *self,
                            guint             exclude_tier,
                            KvLookupResult    primary_result)
 {
-  KvLookupResult result;
-
   /* A pending primary key is being written or promoted already: asking the
    * secondary tiers again would promote it twice. */
   if (primary_result == KV_LOOKUP_RESULT_HIT_PENDING)
@@ -1571,10 +1573,10 @@ lookup_beyond_primary_hit (KvTieringManager *self,
       return pending_or_released (self, key, request);
     }
 
-  result = lookup_secondary (self, key, request, exclude_tier);
-  if (result == KV_LOOKUP_RESULT_HIT_PENDING)
-    return pending_or_released (self, key, request);
-  return result;
+  /* A promotion that starts now starts no wait: the request's next lookup
+   * of the chunk, a step later at most, does. The lookup that finds a chunk
+   * in a tier stays free of the bookkeeping. */
+  return lookup_secondary (self, key, request, exclude_tier);
 }
 
 /* The lookup of one key, inlined into each entry point: a primary hit is

@@ -1668,6 +1668,9 @@ test_hit_pending_deadline_promotion (void)
   g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   deadline_step (&d);
   g_assert_cmpuint (kv_delayed_tier_count_calls (d.tier, "submit_load"), ==, 1);
+  /* the lookup that started the promotion started no wait: this one does */
+  kv_clock_advance (d.clock, 10000000);
+  g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   kv_clock_advance (d.clock, 2499999);
   g_assert_cmpint (kv_tiering_manager_lookup (d.manager, d.keys[1], reader), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   kv_clock_advance (d.clock, 1);

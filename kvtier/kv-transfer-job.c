@@ -222,7 +222,10 @@ kv_transfer_job_get_key (const KvTransferJob *self,
  * @n_chunk_ids: (out) (optional): return location for the number of chunk
  *   ids, the same as the number of keys
  *
- * Gets the primary slot of each key, in key order.
+ * Gets the primary slot of each key, in key order. A load of a tier with
+ * [property@Kv.SecondaryTier:lazy-promotion-allocation] has no slot
+ * (%G_MAXUINT32) until the tier reserves them with
+ * [method@Kv.SecondaryTier.reserve_load_slots].
  *
  * May be called from any thread.
  *

@@ -1280,9 +1280,12 @@ kv_secondary_tier_get_lazy_promotion_allocation (KvSecondaryTier *self)
  * On success the job's keys and chunk ids are final: the keys are those
  * still to load (a chunk that reached the primary tier meanwhile is
  * dropped from the job, which may end with no key at all), each with its
- * slot. On failure the job has no key left: the tier reports it (any
- * result; the manager counts it failed) and the request's lookups of its
- * chunks answer %KV_LOOKUP_RESULT_MISS, so it recomputes them.
+ * slot; when only part of the job fits, the longest prefix of its keys
+ * that does (the request's lookups of the others answer
+ * %KV_LOOKUP_RESULT_MISS). On failure (no room at all) the job has no key
+ * left: the tier reports it (any result: nothing was allocated) and the
+ * request's lookups of its chunks answer %KV_LOOKUP_RESULT_MISS, so it
+ * recomputes them.
  *
  * Idempotent: a job that has its slots (every job of a tier that is not
  * lazy) returns %TRUE at once. Owner thread only, before the tier hands

@@ -158,6 +158,10 @@ struct _KvTieringManager
    * though the primary tier does not know them. KvKey (owned) → itself. */
   GHashTable *lazy_promoting;
   guint n_lazy_tiers;
+  /* Lazy promotions found by this step's lookups, submitted at its end:
+   * until then the step's stores leave them room, as they would a slot
+   * allocated at lookup time. */
+  guint n_lazy_claims;
 
   /* addresses used as request-state owners */
   guint8 pending_wait_tag;      /* GHashTable KvKey → first HIT_PENDING time */
@@ -1408,6 +1412,7 @@ initiate_promotion (KvTieringManager *self,
       guint32 no_slot = G_MAXUINT32;
 
       g_hash_table_add (self->lazy_promoting, kv_key_ref (key));
+      self->n_lazy_claims++;
       p = pending_promotion_for (tier_slot (self, tier), request);
       g_ptr_array_add (p->keys, kv_key_ref (key));
       g_array_append_val (p->chunk_ids, no_slot);
@@ -1685,6 +1690,8 @@ kv_tiering_manager_lookup_many (KvTieringManager *self,
 static void
 flush_pending_promotions (KvTieringManager *self)
 {
+  /* from now on each lazy load competes for room when its tier starts it */
+  self->n_lazy_claims = 0;
   for (guint i = 0; i < self->tiers->len; i++)
     {
       TierSlot *slot = tier_slot (self, i);
@@ -1715,8 +1722,9 @@ flush_pending_promotions (KvTieringManager *self)
 /* A lazy tier starts the load of @job: reserve its primary slots now
  * (kv_secondary_tier_reserve_load_slots()). Keys that reached the primary
  * tier meanwhile leave the job; when the rest does not fit, the job keeps
- * no key, the allocation failure is counted and the request's lookups
- * answer MISS, so it recomputes. */
+ * the longest prefix of its keys that does (none: the reservation fails),
+ * the allocation failure is counted and the request's lookups of the keys
+ * left out answer MISS, so it recomputes them. */
 static gboolean
 reserve_lazy_promotion (gpointer          user_data,
                         KvSecondaryTier  *tier,
@@ -1726,7 +1734,7 @@ reserve_lazy_promotion (gpointer          user_data,
   KvTieringManager *self = user_data;
   guint64 id = kv_transfer_job_get_id (job);
   JobEntry *entry;
-  guint n_keys, n_to_store = 0, n_evicted = 0;
+  guint n_keys, n_fit, n_to_store = 0, n_evicted = 0;
   KvKey * const *keys;
   g_autofree KvKey **to_store = NULL;
   g_autofree guint32 *chunk_ids = NULL;
@@ -1772,26 +1780,54 @@ reserve_lazy_promotion (gpointer          user_data,
   to_store = g_new (KvKey *, MAX (n_keys, 1));
   chunk_ids = g_new (guint32, MAX (n_keys, 1));
   evicted = evicted_room = g_new (KvKey *, n_keys + 1);
+  n_fit = n_keys;
   stored = _kv_primary_tier_prepare_store_into (self->primary, keys, n_keys, to_store, chunk_ids,
                                                 &n_to_store, &evicted, &n_evicted, &local_error);
+  if (!stored)
+    {
+      /* A request uses its chunks in order: load the longest prefix that
+       * fits (nothing changed when the whole job did not), recompute the
+       * rest. */
+      guint room = kv_primary_tier_get_n_free (self->primary) +
+                   kv_primary_tier_get_n_evictable (self->primary);
+      guint absent = 0;
+
+      for (n_fit = 0; n_fit < n_keys; n_fit++)
+        {
+          if (kv_primary_tier_lookup (self->primary, keys[n_fit]) == KV_LOOKUP_RESULT_MISS &&
+              ++absent > room)
+            break;
+        }
+      if (n_fit > 0 && n_fit < n_keys)
+        stored = _kv_primary_tier_prepare_store_into (self->primary, keys, n_fit, to_store,
+                                                      chunk_ids, &n_to_store, &evicted,
+                                                      &n_evicted, NULL);
+    }
   for (guint i = 0; i < n_evicted; i++)
     kv_key_unref (evicted[i]);
   if (evicted != evicted_room)
     g_free (evicted);
 
-  if (!stored)
+  if (!stored || n_fit < n_keys)
     {
       KvRequest *request = kv_transfer_job_get_request (job);
 
       if (self->hooks != NULL)
         self->hooks->promotion_allocation_failed (self->hooks_data);
+      /* its chunks not loaded answer MISS to it from now on */
       kv_request_set_state (request, &self->promotion_failed_tag, GINT_TO_POINTER (1), NULL);
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
-                   "No room in the primary tier for the %u chunks of load job %" G_GUINT64_FORMAT
-                   " (request %s, which recomputes them): %s",
-                   n_keys, id, kv_request_get_id (request), local_error->message);
-      _kv_transfer_job_set_slots (job, NULL, NULL, 0);
-      return FALSE;
+      if (!stored)
+        {
+          g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+                       "No room in the primary tier for the %u chunks of load job %"
+                       G_GUINT64_FORMAT " (request %s, which recomputes them): %s",
+                       n_keys, id, kv_request_get_id (request), local_error->message);
+          _kv_transfer_job_set_slots (job, NULL, NULL, 0);
+          return FALSE;
+        }
+      g_debug ("Load job %" G_GUINT64_FORMAT " of request %s: room for its first %u chunks of %u "
+               "in the primary tier; the request recomputes the rest",
+               id, kv_request_get_id (request), n_fit, n_keys);
     }
 
   _kv_transfer_job_set_slots (job, to_store, chunk_ids, n_to_store);
@@ -1940,6 +1976,32 @@ cascade_existing_chunks (KvTieringManager *self,
                      g_array_index (state->request_level_tiers, guint, t));
 }
 
+/* Whether storing @keys leaves room for the lazy promotions this step's
+ * lookups found: they would have had their slots already had their tier
+ * not been lazy, and the step's stores must not take them (the tier
+ * reserves them at the step's end, when its loads start). */
+static gboolean
+room_beside_claims (KvTieringManager  *self,
+                    KvKey * const     *keys,
+                    guint              n_keys,
+                    GError           **error)
+{
+  guint room = kv_primary_tier_get_n_free (self->primary) +
+               kv_primary_tier_get_n_evictable (self->primary);
+  guint absent = 0;
+
+  for (guint i = 0; i < n_keys; i++)
+    if (kv_primary_tier_lookup (self->primary, keys[i]) == KV_LOOKUP_RESULT_MISS)
+      absent++;
+  if ((guint64) absent + self->n_lazy_claims <= room)
+    return TRUE;
+  g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE,
+               "prepare_store: no room for %u chunks in the primary tier beside the %u that "
+               "this step's lookups are promoting (%u slots free or evictable)",
+               absent, self->n_lazy_claims, room);
+  return FALSE;
+}
+
 /**
  * kv_tiering_manager_prepare_store:
  * @self: a manager
@@ -1949,8 +2011,11 @@ cascade_existing_chunks (KvTieringManager *self,
  * @error: return location for an error
  *
  * Allocates primary slots for the keys not stored yet, evicting unpinned
- * chunks if needed. Completions that arrived since the last step are
- * applied first, so their unpinned chunks can be evicted. Call
+ * chunks if needed, and leaving room for the chunks this step's lookups
+ * found in a tier with [property@Kv.SecondaryTier:lazy-promotion-allocation]
+ * (their slots would have been allocated at lookup otherwise).
+ * Completions that arrived since the last step are applied first, so their
+ * unpinned chunks can be evicted. Call
  * [method@Kv.TieringManager.complete_store] exactly once for every result
  * whose keys to store are not empty.
  *
@@ -1988,6 +2053,8 @@ kv_tiering_manager_prepare_store (KvTieringManager  *self,
       return NULL;
     }
 
+  if (G_UNLIKELY (self->n_lazy_claims > 0) && !room_beside_claims (self, keys, n_keys, error))
+    return NULL;
   prepared = kv_primary_tier_prepare_store (self->primary, keys, n_keys, error);
   if (prepared == NULL)
     return NULL;
@@ -2458,6 +2525,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
       g_ptr_array_set_size (slot->pending_loads, 0);
     }
   g_hash_table_remove_all (self->lazy_promoting);
+  self->n_lazy_claims = 0;
 
   finished = g_ptr_array_new ();
   g_hash_table_iter_init (&iter, self->requests);

@@ -154,26 +154,45 @@ assert_unpinned (Fixture *f,
 
 /* A prefix of 10 chunks, longer than the 4-slot primary, waits in the slow
  * tier without holding a slot; other requests wait on it too, and one load
- * is submitted. When the tier starts it, it does not fit: the job fails
- * cleanly, the failure is counted, and the first request recomputes while
- * a later one may promote again. */
+ * is submitted. When the tier starts it, every slot is being written: the
+ * job fails cleanly, the failure is counted, and the first request
+ * recomputes while a later one may promote again. */
 static void
 test_long_prefix_holds_no_slot (Fixture       *f,
                                 gconstpointer  data)
 {
   g_autoptr(KvRequest) r1 = kv_request_new ("r1", NULL);
   g_autoptr(KvRequest) r2 = kv_request_new ("r2", NULL);
+  g_autoptr(KvRequest) writer = kv_request_new ("w", NULL);
+  g_autoptr(KvPrepareStoreResult) held = NULL;
+  g_autoptr(KvKey) k12 = make_key (12);
+  g_autoptr(KvKey) k13 = make_key (13);
+  KvKey *others[4];
   g_autoptr(KvStats) stats = NULL;
+  g_autoptr(GError) error = NULL;
   KvTransferJob *job;
   const guint32 *chunk_ids;
   guint n_chunk_ids, n_lookups;
+  KvKey * const *held_keys;
+  guint n_held;
+
+  /* the engine writes 4 other chunks: every slot is taken for now */
+  others[0] = f->keys[10];
+  others[1] = f->keys[11];
+  others[2] = k12;
+  others[3] = k13;
+  kv_tiering_manager_on_new_request (f->manager, writer);
+  held = kv_tiering_manager_prepare_store (f->manager, others, 4, writer, &error);
+  g_assert_no_error (error);
+  g_assert_cmpuint (kv_primary_tier_get_n_write_pending (f->primary), ==, 4);
 
   kv_tiering_manager_on_new_request (f->manager, r1);
   kv_tiering_manager_on_new_request (f->manager, r2);
   for (guint i = 0; i < 10; i++)
     g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[i], r1), ==,
                      KV_LOOKUP_RESULT_HIT_PENDING);
-  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
+  /* nothing allocated for them: the 4 slots are the writer's */
+  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 4);
   step (f);
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier, "submit_load"), ==, 1);
   job = kv_delayed_tier_get_pending (f->tier, 0);
@@ -181,7 +200,7 @@ test_long_prefix_holds_no_slot (Fixture       *f,
   chunk_ids = kv_transfer_job_get_chunk_ids (job, &n_chunk_ids);
   for (guint i = 0; i < n_chunk_ids; i++)
     g_assert_cmpuint (chunk_ids[i], ==, G_MAXUINT32);
-  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
+  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 4);
 
   /* another request waits on the same load, without asking the tier */
   n_lookups = kv_delayed_tier_count_calls (f->tier, "lookup");
@@ -192,10 +211,10 @@ test_long_prefix_holds_no_slot (Fixture       *f,
   step (f);
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier, "submit_load"), ==, 1);
 
-  /* the tier starts the load (and finishes it): 10 chunks in 4 slots */
+  /* the tier starts the load (and finishes it): no slot to be had */
   kv_delayed_tier_complete_all (f->tier, TRUE);
   g_assert_cmpuint (kv_transfer_job_get_n_keys (job), ==, 0);
-  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
+  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 4);
   step (f);
   g_assert_cmpuint (kv_tiering_manager_get_n_active_jobs (f->manager), ==, 0);
 
@@ -207,7 +226,12 @@ test_long_prefix_holds_no_slot (Fixture       *f,
   g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES,
                                (const char * const[]) { "1:slow", NULL }), ==, 1);
 
-  /* r2 did not fail: its lookup promotes key 0 anew, and that one fits */
+  /* the writes fail and free their slots; r2 did not fail: its lookup
+   * promotes key 0 anew, and that one fits */
+  held_keys = kv_prepare_store_result_get_keys_to_store (held, &n_held);
+  kv_tiering_manager_complete_store (f->manager, held_keys, n_held, writer, FALSE);
+  kv_tiering_manager_on_request_finished (f->manager, writer);
+  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], r2), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   step (f);
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier, "submit_load"), ==, 2);
@@ -379,6 +403,136 @@ test_failed_before_start (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, other);
 }
 
+/* Stores the keys @first .. @first + @n - 1 for @request without
+ * completing them: they hold their slots as writes in flight. Returns the
+ * result (NULL with @error when refused). */
+static KvPrepareStoreResult *
+start_store (Fixture    *f,
+             KvRequest  *request,
+             guint       first,
+             guint       n,
+             GError    **error)
+{
+  return kv_tiering_manager_prepare_store (f->manager, &f->keys[first], n, request, error);
+}
+
+static void
+finish_store (Fixture              *f,
+              KvRequest            *request,
+              KvPrepareStoreResult *prepared)
+{
+  KvKey * const *to_store;
+  guint n_to_store;
+
+  to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
+  kv_tiering_manager_complete_store (f->manager, to_store, n_to_store, request, FALSE);
+}
+
+/* Room for part of the job when the tier starts it: the longest prefix
+ * that fits loads, the request recomputes the rest. */
+static void
+test_prefix_that_fits (Fixture       *f,
+                       gconstpointer  data)
+{
+  g_autoptr(KvRequest) writer = kv_request_new ("w", NULL);
+  g_autoptr(KvRequest) req = kv_request_new ("r1", NULL);
+  g_autoptr(KvPrepareStoreResult) held = NULL;
+  g_autoptr(KvStats) stats = NULL;
+  g_autoptr(GError) error = NULL;
+  KvTransferJob *job;
+
+  /* 2 of the 4 slots are being written */
+  kv_tiering_manager_on_new_request (f->manager, writer);
+  held = start_store (f, writer, 8, 2, &error);
+  g_assert_no_error (error);
+  kv_tiering_manager_on_new_request (f->manager, req);
+  for (guint i = 0; i < 4; i++)
+    g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[i], req), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  step (f);
+  job = kv_delayed_tier_get_pending (f->tier, 0);
+  g_assert_true (kv_secondary_tier_reserve_load_slots (KV_SECONDARY_TIER (f->tier), job, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (kv_transfer_job_get_n_keys (job), ==, 2);
+  g_assert_true (kv_key_equal (kv_transfer_job_get_key (job, 0), f->keys[0]));
+  g_assert_true (kv_key_equal (kv_transfer_job_get_key (job, 1), f->keys[1]));
+  kv_delayed_tier_complete_all (f->tier, TRUE);
+  step (f);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], req), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[1], req), ==, KV_LOOKUP_RESULT_HIT);
+  assert_slot_holds (f, 0);
+  assert_slot_holds (f, 1);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[2], req), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[3], req), ==, KV_LOOKUP_RESULT_MISS);
+  stats = kv_tiering_manager_get_stats (f->manager);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 1);
+
+  finish_store (f, writer, held);
+  kv_tiering_manager_on_request_finished (f->manager, writer);
+  kv_tiering_manager_on_request_finished (f->manager, req);
+  assert_unpinned (f, 4);
+}
+
+/* The chunks this step's lookups found in the lazy tier keep their room
+ * until the step ends, as slots allocated at lookup would; from the next
+ * step on, a load waiting in the tier holds nothing. */
+static void
+test_room_kept_until_step_end (Fixture       *f,
+                               gconstpointer  data)
+{
+  g_autoptr(KvRequest) writer = kv_request_new ("w", NULL);
+  g_autoptr(KvRequest) req = kv_request_new ("r1", NULL);
+  g_autoptr(KvPrepareStoreResult) refused = NULL;
+  g_autoptr(KvPrepareStoreResult) five = NULL;
+  g_autoptr(KvPrepareStoreResult) later = NULL;
+  g_autoptr(GError) error = NULL;
+  KvTransferJob *job;
+
+  kv_tiering_manager_on_new_request (f->manager, writer);
+  kv_tiering_manager_on_new_request (f->manager, req);
+  for (guint i = 0; i < 3; i++)
+    g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[i], req), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
+  /* 6 + 3 > 8: refused, nothing changed; 5 + 3 fit */
+  refused = start_store (f, writer, 4, 6, &error);
+  g_assert_null (refused);
+  g_assert_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NO_SPACE);
+  g_clear_error (&error);
+  g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
+  five = start_store (f, writer, 4, 5, &error);
+  g_assert_no_error (error);
+  finish_store (f, writer, five);
+  step (f);
+
+  /* the tier starts the load: the room is there */
+  job = kv_delayed_tier_get_pending (f->tier, 0);
+  g_assert_true (kv_secondary_tier_reserve_load_slots (KV_SECONDARY_TIER (f->tier), job, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (kv_transfer_job_get_n_keys (job), ==, 3);
+  kv_delayed_tier_complete_all (f->tier, TRUE);
+  step (f);
+  for (guint i = 0; i < 3; i++)
+    g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[i], req), ==, KV_LOOKUP_RESULT_HIT);
+  kv_tiering_manager_on_request_finished (f->manager, req);
+  step (f);
+
+  /* a new load waits in the tier past its step: stores take every slot */
+  {
+    g_autoptr(KvRequest) waiting = kv_request_new ("r2", NULL);
+
+    kv_tiering_manager_on_new_request (f->manager, waiting);
+    g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[10], waiting), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+    step (f);
+    later = start_store (f, writer, 0, 8, &error);
+    g_assert_no_error (error);
+    g_assert_nonnull (later);
+    finish_store (f, writer, later);
+    kv_delayed_tier_complete_all (f->tier, TRUE);
+    step (f);
+    kv_tiering_manager_on_request_finished (f->manager, waiting);
+  }
+  kv_tiering_manager_on_request_finished (f->manager, writer);
+}
+
 /* Bad calls get a clear error and change nothing. */
 static void
 test_reserve_errors (Fixture       *f,
@@ -471,16 +625,9 @@ test_fs_tier_is_lazy (void)
   kv_tiering_manager_on_request_finished (s.manager, req);
   fs_stack_step (&s);
 
-  /* keys 8-11 now: looked up, then every slot is taken by writes in flight */
+  /* keys 8-11 now, while every slot is taken by writes in flight */
   g_assert_cmpuint (fs_stack_store (&s, 12, 4), ==, 4);
   g_assert_cmpuint (fs_stack_store (&s, 16, 4), ==, 4);
-  kv_tiering_manager_on_new_request (s.manager, req);
-  for (guint i = 0; i < 4; i++)
-    {
-      kv_key_unref (keys[i]);
-      keys[i] = fs_test_key (8 + i);
-      g_assert_cmpint (kv_tiering_manager_lookup (s.manager, keys[i], req), ==, KV_LOOKUP_RESULT_HIT_PENDING);
-    }
   for (guint i = 0; i < 8; i++)
     g_ptr_array_add (fill, fs_test_key (100 + i));
   kv_tiering_manager_on_new_request (s.manager, filler);
@@ -488,6 +635,13 @@ test_fs_tier_is_lazy (void)
   g_assert_no_error (error);
   to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
   g_assert_cmpuint (n_to_store, ==, 8);
+  kv_tiering_manager_on_new_request (s.manager, req);
+  for (guint i = 0; i < 4; i++)
+    {
+      kv_key_unref (keys[i]);
+      keys[i] = fs_test_key (8 + i);
+      g_assert_cmpint (kv_tiering_manager_lookup (s.manager, keys[i], req), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+    }
   fs_stack_step (&s);           /* the load starts: no room */
   g_assert_true (kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s.tier), NULL));
   fs_stack_step (&s);
@@ -519,6 +673,8 @@ main (int    argc,
   ADD ("reserved-when-started", fixture_setup_8, test_reserved_when_started);
   ADD ("key-stored-meanwhile", fixture_setup_8, test_key_stored_meanwhile);
   ADD ("failed-before-start", fixture_setup_8, test_failed_before_start);
+  ADD ("prefix-that-fits", fixture_setup_4, test_prefix_that_fits);
+  ADD ("room-kept-until-step-end", fixture_setup_8, test_room_kept_until_step_end);
   ADD ("reserve-errors", fixture_setup_8, test_reserve_errors);
 #undef ADD
   g_test_add_func ("/kvtier/lazy-promotion/fs-tier", test_fs_tier_is_lazy);

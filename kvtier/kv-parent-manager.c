@@ -125,8 +125,9 @@ kv_parent_manager_lookup (KvParentManager *self,
  * [method@Kv.SecondaryTier.complete_job]; the slots are unpinned then.
  * Owner thread only.
  *
- * The tiering manager asks its [iface@Kv.AdmissionPolicy] first: when the
- * policy refuses the store, nothing is pinned, no job id is used, and this
+ * The tiering manager asks its [iface@Kv.AdmissionPolicy] first
+ * ([method@Kv.AdmissionPolicy.should_admit_external]): when the policy
+ * refuses the store, nothing is pinned, no job id is used, and this
  * fails with %KV_TIER_ERROR_BUSY; the tier then answers its peer with a
  * miss for @keys (as vLLM's p2p server does when `create_store_job`
  * returns `None`).

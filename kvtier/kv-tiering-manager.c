@@ -894,8 +894,11 @@ _kv_tiering_manager_create_store_job (KvTieringManager  *self,
 
   g_return_val_if_fail (tier < self->tiers->len, NULL);
 
-  if (!policy_admits (self, terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap),
-                      tier, FALSE))
+  if (self->admission_iface->should_admit_external != NULL &&
+      !self->admission_iface->should_admit_external (self->admission,
+                                                     terminate_keys (keys, n_keys, room,
+                                                                     G_N_ELEMENTS (room), &heap),
+                                                     tier))
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
                    "The admission policy (%s) refused a store of %u chunks to tier #%u (%s); "

@@ -27,6 +27,7 @@ struct _TestPolicy
   GPtrArray *log;            /* shared with the tiers */
   KvPrimaryTier *primary;    /* to look at pins when asked */
   gboolean refuse_stores_to[4];
+  gboolean refuse_external;
   gboolean refuse_promotions;
   GHashTable *admitted;      /* job id → tier, admitted and not completed */
   guint n_admitted;
@@ -73,6 +74,23 @@ test_policy_should_admit (KvAdmissionPolicy  *policy,
                                                ref == G_MININT ? "none" : ref == -1 ? "-1" : ref == 0 ? "0" : "pinned",
                                                admit ? "yes" : "no"));
   return admit;
+}
+
+static gboolean
+test_policy_should_admit_external (KvAdmissionPolicy  *policy,
+                                   KvKey             **keys,
+                                   guint               tier_index)
+{
+  TestPolicy *self = TEST_POLICY (policy);
+  gint ref = G_MININT;
+
+  if (!kv_primary_tier_get_ref_count (self->primary, keys[0], &ref))
+    ref = G_MININT;
+  g_ptr_array_add (self->log, g_strdup_printf ("policy: should_admit_external tier=%u n=%u ref=%s -> %s",
+                                               tier_index, g_strv_length ((char **) keys),
+                                               ref == G_MININT ? "none" : ref == -1 ? "-1" : ref == 0 ? "0" : "pinned",
+                                               self->refuse_external ? "no" : "yes"));
+  return !self->refuse_external;
 }
 
 static void
@@ -129,6 +147,7 @@ test_policy_iface_init (KvAdmissionPolicyInterface *iface)
 {
   iface->tier_added = test_policy_tier_added;
   iface->should_admit = test_policy_should_admit;
+  iface->should_admit_external = test_policy_should_admit_external;
   iface->on_admitted = test_policy_on_admitted;
   iface->on_completed = test_policy_on_completed;
   iface->reset = test_policy_reset;
@@ -512,6 +531,7 @@ test_refused_external_store_is_miss (Fixture       *f,
   kv_tiering_manager_on_new_request (f->manager, local);
   f->policy->refuse_stores_to[0] = TRUE;
   f->policy->refuse_stores_to[1] = TRUE;
+  f->policy->refuse_external = TRUE;
   store_keys (f->manager, f->buffer, &f->keys[0], 2, local);
   kv_tiering_manager_on_request_finished (f->manager, local);
   g_ptr_array_set_size (f->log, 0);
@@ -523,7 +543,7 @@ test_refused_external_store_is_miss (Fixture       *f,
   g_assert_error (ctx.error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY);
   g_assert_nonnull (strstr (ctx.error->message, "miss"));
   log = job_log (f);
-  g_assert_cmpstr (log, ==, "policy: should_admit store tier=0 n=2 ref=0 -> no");
+  g_assert_cmpstr (log, ==, "policy: should_admit_external tier=0 n=2 ref=0 -> no");
   g_assert_cmpint (ref_count (f, 0), ==, 0);
   g_assert_cmpint (ref_count (f, 1), ==, 0);
   g_assert_cmpuint (kv_tiering_manager_get_n_active_jobs (f->manager), ==, 0);
@@ -531,7 +551,7 @@ test_refused_external_store_is_miss (Fixture       *f,
   g_clear_error (&ctx.error);
 
   /* admitted: a job under the serving tier, id 0, pinning both */
-  f->policy->refuse_stores_to[0] = FALSE;
+  f->policy->refuse_external = FALSE;
   ctx.step = 0;
   step (f->manager);
   g_assert_no_error (ctx.error);
@@ -684,6 +704,8 @@ test_backpressure_should_admit (Bp            *b,
   g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 1), 0, TRUE));
   g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 3), 1, FALSE));
   g_assert_true (kv_admission_policy_should_admit (policy, first_keys (b, 3), 7, FALSE));
+  /* the detector measures the tier's own stores: serving peers is not one */
+  g_assert_true (kv_admission_policy_should_admit_external (policy, first_keys (b, 3), 0));
   kv_backpressure_policy_pop_stores_dropped (drops, &stores, &chunks);
   g_assert_cmpuint (stores, ==, 0);
   g_assert_cmpuint (chunks, ==, 0);

@@ -76,6 +76,8 @@ store_range_with (Fixture     *f,
     {
       slots[i] = i;
       redis_test_fill (slot (f, i), REDIS_TEST_SLOT, first + i);
+      /* a new writer of the slot: its old checksum no longer holds */
+      kv_host_buffer_clear_slot_checksum (f->buffer, i);
     }
   return redis_test_run_job (tier, FALSE, &f->keys[first], slots, n);
 }
@@ -172,6 +174,43 @@ test_round_trip (Fixture       *f,
     g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 3);
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_BYTES_READ), ==, 3 * REDIS_TEST_SLOT);
+}
+
+/* A store takes the checksum its slot carries instead of hashing the
+ * bytes again: a deliberately wrong carried checksum reaches the value's
+ * header as it is, and the load refuses the value. A verified load leaves
+ * the checksum from the header with its slot, for the next tier. */
+static void
+test_carried_checksum (Fixture       *f,
+                       gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = NULL;
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvJobResult) loaded_good = NULL;
+  guint32 slot0 = 0;
+  guint32 slot9 = 9;
+  guint64 carried = 0;
+
+  redis_test_fill (slot (f, 0), REDIS_TEST_SLOT, 0);
+  kv_host_buffer_set_slot_checksum (f->buffer, 0,
+                                    kv_chunk_checksum (slot (f, 0), REDIS_TEST_SLOT) ^ 1);
+  stored = redis_test_run_job (f->tier, FALSE, &f->keys[0], &slot0, 1);
+  g_assert_true (kv_job_result_get_success (stored));
+  g_clear_pointer (&stored, kv_job_result_unref);
+  stored = store_range (f, 1, 1);
+  g_assert_true (kv_job_result_get_success (stored));
+
+  loaded = load_range (f, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_true (kv_job_result_get_checksum_failed (loaded));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+
+  kv_host_buffer_clear_slot_checksum (f->buffer, 9);
+  loaded_good = redis_test_run_job (f->tier, TRUE, &f->keys[1], &slot9, 1);
+  g_assert_true (kv_job_result_get_success (loaded_good));
+  g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+  g_assert_true (kv_host_buffer_get_slot_checksum (f->buffer, 9, &carried));
+  g_assert_cmphex (carried, ==, kv_chunk_checksum (slot (f, 9), REDIS_TEST_SLOT));
 }
 
 /* Many keys through one pipeline, loaded back in batches. */
@@ -867,6 +906,7 @@ typedef struct
   const char *get_reply;     /* sent for a GET */
   const char *exists_reply;  /* sent for an EXISTS */
   GThread    *thread;
+  gboolean    client_left_open; /* a client kept its socket 10 s unused */
 } FakeServer;
 
 /* Answers PING with PONG, GET and EXISTS with the canned replies, one
@@ -882,9 +922,12 @@ fake_server_main (gpointer data)
       char buf[4096];
       gssize n;
 
+      g_autoptr(GError) error = NULL;
+
       if (client == NULL)
         return NULL;
-      while ((n = g_socket_receive (client, buf, sizeof buf - 1, NULL, NULL)) > 0)
+      g_socket_set_timeout (client, 10);
+      while ((n = g_socket_receive (client, buf, sizeof buf - 1, NULL, &error)) > 0)
         {
           buf[n] = '\0';
           /* every command of the chunk read answered, in order */
@@ -902,6 +945,8 @@ fake_server_main (gpointer data)
                 g_socket_send (client, reply, strlen (reply), NULL, NULL);
             }
         }
+      if (g_error_matches (error, G_IO_ERROR, G_IO_ERROR_TIMED_OUT))
+        fake->client_left_open = TRUE;
     }
 }
 
@@ -1115,6 +1160,8 @@ test_tls (Fixture       *f,
                     (g_get_monotonic_time () - start) / 1000);
     g_clear_error (&error);
     fake_server_stop (&fake);
+    /* the failed tier released its half-made TLS connection */
+    g_assert_false (fake.client_left_open);
   }
 
   /* plain TCP to a TLS port: no answer that passes */
@@ -1146,6 +1193,7 @@ main (int argc, char **argv)
   g_test_add ("/redis-tier/" path, Fixture, NULL, setup, func, teardown)
   ADD ("round-trip", test_round_trip);
   ADD ("many-keys", test_many_keys);
+  ADD ("carried-checksum", test_carried_checksum);
   ADD ("set-nx-skip", test_set_nx_skip);
   ADD ("missing-key", test_missing_key);
   ADD_BARE ("ttl", test_ttl);

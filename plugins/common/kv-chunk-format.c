@@ -215,6 +215,12 @@ kv_chunk_header_check (const guint8 *header,
   return KV_CHUNK_CHECK_OK;
 }
 
+guint64
+kv_chunk_header_get_payload_checksum (const guint8 *header)
+{
+  return get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
+}
+
 /* Checks a chunk read back from disk. @header is NULL for headerless
  * (vLLM layout) files, whose only check is their length. */
 KvChunkCheck

@@ -73,6 +73,10 @@ void        kv_chunk_header_encode_with_checksum (guint8       *header,
                                         guint64       payload_checksum,
                                         gint64        created_unix_us);
 
+/* The payload checksum a header records; meaningful once the header
+ * checked out (kv_chunk_check() or kv_chunk_header_check()). */
+guint64     kv_chunk_header_get_payload_checksum (const guint8 *header);
+
 KvChunkCheck   kv_chunk_header_check         (const guint8 *header,
                                         const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
                                         const KvKey  *key,

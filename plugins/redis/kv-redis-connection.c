@@ -145,6 +145,20 @@ fail_op (KvRedisConnection *self,
   complete (self, op);
 }
 
+/* A TLS stream's close runs on a thread and reports back here; until it
+ * does, the socket stays open. */
+static void
+stream_closed (GObject      *source,
+               GAsyncResult *result,
+               gpointer      user_data)
+{
+  gint *n_unfinished_io = user_data;
+
+  g_io_stream_close_finish (G_IO_STREAM (source), result, NULL);
+  if (n_unfinished_io != NULL)
+    g_atomic_int_add (n_unfinished_io, -1);
+}
+
 /* Closes the connection: every op not completed yet fails with @error,
  * except one whose value a read is still filling, which fails when that
  * read returns (its destination must not be written after it completes). */
@@ -170,7 +184,12 @@ close_with_error (KvRedisConnection *self,
       g_clear_pointer (&self->connect_timeout, g_source_unref);
     }
   if (self->stream != NULL)
-    g_io_stream_close_async (self->stream, G_PRIORITY_DEFAULT, NULL, NULL, NULL);
+    {
+      if (self->config.n_unfinished_io != NULL)
+        g_atomic_int_inc (self->config.n_unfinished_io);
+      g_io_stream_close_async (self->stream, G_PRIORITY_DEFAULT, NULL, stream_closed,
+                               self->config.n_unfinished_io);
+    }
 
   /* Taken first: a done callback may send more ops, which fail at once. */
   while ((link = g_queue_pop_head_link (&self->sent)) != NULL)
@@ -746,6 +765,8 @@ connected (GObject      *source,
   GSocketConnection *connection;
 
   connection = g_socket_client_connect_to_host_finish (G_SOCKET_CLIENT (source), result, &error);
+  if (self->config.n_unfinished_io != NULL)
+    g_atomic_int_add (self->config.n_unfinished_io, -1);
   if (self->state == KV_REDIS_CONNECTION_CLOSED)
     {
       g_clear_object (&connection);
@@ -810,6 +831,9 @@ start_connect (KvRedisConnection *self)
 {
   g_autoptr(GSocketClient) client = g_socket_client_new ();
 
+  /* straight to the server: no system proxy between a cache and its store */
+  g_socket_client_set_enable_proxy (client, FALSE);
+
   if (self->config.tls)
     {
       g_socket_client_set_tls (client, TRUE);
@@ -821,6 +845,8 @@ start_connect (KvRedisConnection *self)
       g_source_set_callback (self->connect_timeout, connect_timed_out, self, NULL);
       g_source_attach (self->connect_timeout, self->context);
     }
+  if (self->config.n_unfinished_io != NULL)
+    g_atomic_int_inc (self->config.n_unfinished_io);
   g_socket_client_connect_to_host_async (client, self->host, self->port, self->cancellable,
                                          connected, g_object_ref (self));
 }

@@ -82,6 +82,10 @@ typedef struct
   gboolean    tls;
   GTlsDatabase *tls_database;  /* nullable: the system's */
   guint       connect_timeout_ms;
+  /* nullable: counts this connection's connects and closes still running
+   * on the context, so its owner can let them finish (and release their
+   * sockets) before it stops iterating the context */
+  gint       *n_unfinished_io;
 } KvRedisConnectionConfig;
 
 typedef enum {

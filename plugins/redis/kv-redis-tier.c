@@ -63,6 +63,9 @@ typedef struct
   guint         attempts;
   gsize         bytes;      /* counted against the node's budget */
   guint8       *header;     /* KV_CHUNK_HEADER_SIZE, loads and stores */
+  guint32       primary_slot;
+  gboolean      has_payload_checksum; /* stores: carried by the primary slot */
+  guint64       payload_checksum;
   char          suffix[64];
   guint64       probe_id;
   gboolean      healthy;
@@ -139,6 +142,7 @@ struct _KvRedisTier
   gboolean         read_from_replicas;
   guint64          node_inflight_bytes;
   guint            connect_timeout_ms;
+  gint             n_unfinished_io;  /* connects and closes still running */
   gboolean         enable_events;
 
   /* set up by init(), then read-only */
@@ -385,6 +389,7 @@ node_connection (KvRedisTier *self,
   config.tls = self->tls;
   config.tls_database = self->tls_database;
   config.connect_timeout_ms = self->connect_timeout_ms;
+  config.n_unfinished_io = &self->n_unfinished_io;
   node->connection = kv_redis_connection_new (node->host, node->port, &config, self->context);
   g_signal_connect (node->connection, "ready", G_CALLBACK (connection_ready), node);
   g_signal_connect (node->connection, "closed", G_CALLBACK (connection_closed), node);
@@ -1050,6 +1055,10 @@ key_op_done (KvRedisOp *op,
             if (check == KV_CHUNK_CHECK_OK)
               {
                 state = KEY_OK;
+                /* verified: tiers storing the promoted chunk need not
+                 * hash it again (the slot is still this load's) */
+                kv_host_buffer_set_slot_checksum (self->primary, kop->primary_slot,
+                                                  kv_chunk_header_get_payload_checksum (kop->header));
                 count (self, KV_REDIS_COUNTER_LOADED_CHUNKS, 1);
                 count (self, KV_REDIS_COUNTER_BYTES_READ, self->block_size);
               }
@@ -1132,8 +1141,14 @@ store_prepare (KvRedisOp *op,
 
   if (g_atomic_int_get (&kop->job->cancelled))
     return FALSE;
-  kv_chunk_header_encode (kop->header, self->namespace_digest, kop->key, op->payload,
-                          self->block_size, g_get_real_time ());
+  /* the checksum computed once, as the chunk came into the primary */
+  if (kop->has_payload_checksum)
+    kv_chunk_header_encode_with_checksum (kop->header, self->namespace_digest, kop->key,
+                                          self->block_size, kop->payload_checksum,
+                                          g_get_real_time ());
+  else
+    kv_chunk_header_encode (kop->header, self->namespace_digest, kop->key, op->payload,
+                            self->block_size, g_get_real_time ());
   if (kop->job->first_start == 0)
     kop->job->first_start = g_get_monotonic_time ();
   return TRUE;
@@ -1267,6 +1282,7 @@ redis_job_new (KvRedisTier   *self,
       kop->header = g_malloc (KV_CHUNK_HEADER_SIZE);
       kop->bytes = KV_CHUNK_HEADER_SIZE + self->block_size;
       kop->to_replica = is_load && self->read_from_replicas;
+      kop->primary_slot = slot;
       kop->op.header_len = KV_CHUNK_HEADER_SIZE;
       kop->op.payload_len = self->block_size;
       kop->op.done = key_op_done;
@@ -1282,6 +1298,8 @@ redis_job_new (KvRedisTier   *self,
 
           kop->op.header = kop->header;
           kop->op.payload = kv_host_buffer_peek_slot (self->primary, slot);
+          kop->has_payload_checksum = kv_host_buffer_get_slot_checksum (self->primary, slot,
+                                                                        &kop->payload_checksum);
           kop->op.prepare = store_prepare;
           if (self->ttl_ms > 0)
             {
@@ -1630,6 +1648,12 @@ kv_redis_tier_get_stats (KvSecondaryTier *tier)
 
 /* ---- the I/O thread, start and shutdown ---------------------------------- */
 
+static gboolean
+keep_ticking (gpointer user_data)
+{
+  return G_SOURCE_CONTINUE;
+}
+
 static gpointer
 io_thread_main (gpointer user_data)
 {
@@ -1637,6 +1661,25 @@ io_thread_main (gpointer user_data)
 
   g_main_context_push_thread_default (self->context);
   g_main_loop_run (self->loop);
+  /* Cancelled connects and TLS closes report back on this context, which
+   * nobody iterates after this thread: until they do, they hold their
+   * sockets open. Bounded: a stuck TLS thread must not hang shutdown. */
+  if (g_atomic_int_get (&self->n_unfinished_io) > 0)
+    {
+      gint64 give_up = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+      GSource *tick = g_timeout_source_new (50);
+
+      g_source_set_callback (tick, keep_ticking, NULL, NULL);
+      g_source_attach (tick, self->context);
+      while (g_atomic_int_get (&self->n_unfinished_io) > 0 &&
+             g_get_monotonic_time () < give_up)
+        g_main_context_iteration (self->context, TRUE);
+      if (g_atomic_int_get (&self->n_unfinished_io) > 0)
+        g_warning ("redis tier: %d connects or closes did not finish at shutdown",
+                   g_atomic_int_get (&self->n_unfinished_io));
+      g_source_destroy (tick);
+      g_source_unref (tick);
+    }
   /* the callbacks of cancelled I/O, which hold the connections */
   while (g_main_context_pending (self->context))
     g_main_context_iteration (self->context, FALSE);

@@ -540,6 +540,7 @@ read_data (KvPeerClient  *self,
            KvKey         *key,
            guint8        *slot,
            gboolean      *landed,
+           guint64       *payload_checksum,
            GCancellable  *cancellable,
            GError       **error)
 {
@@ -604,20 +605,23 @@ read_data (KvPeerClient  *self,
       return TRUE;
     }
   *landed = TRUE;
+  *payload_checksum = kv_chunk_header_get_payload_checksum (link->record_header);
   kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCHED_CHUNKS, 1);
   kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCHED_BYTES, block_size);
   return TRUE;
 }
 
 /* Fetches @keys into @slots (one primary slot each, block-size bytes):
- * @landed says which arrived and checked out. FALSE when the transfer
- * failed; the slots of keys not landed hold undefined bytes. */
+ * @landed says which arrived and checked out, @payload_checksums (as
+ * verified against the chunk) holds their checksums. FALSE when the
+ * transfer failed; the slots of keys not landed hold undefined bytes. */
 gboolean
 kv_peer_client_fetch (KvPeerClient   *self,
                       KvKey * const  *keys,
                       guint           n_keys,
                       guint8 * const *slots,
                       gboolean       *landed,
+                      guint64        *payload_checksums,
                       GCancellable   *cancellable,
                       GError        **error)
 {
@@ -655,7 +659,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
            * is found out, a long batch is not */
           deadline_restart (&deadline);
           ok = read_data (self, link, id, i, keys[done + i], slots[done + i], &landed[done + i],
-                          deadline.cancellable, error);
+                          &payload_checksums[done + i], deadline.cancellable, error);
         }
       if (ok)
         ok = read_message (link, 8, 0, &trailer, deadline.cancellable, error);

@@ -46,6 +46,7 @@ gboolean      kv_peer_client_fetch        (KvPeerClient               *self,
                                            guint                       n_keys,
                                            guint8 * const             *slots,
                                            gboolean                   *landed,
+                                           guint64                    *payload_checksums,
                                            GCancellable               *cancellable,
                                            GError                    **error);
 void          kv_peer_client_close        (KvPeerClient               *self);

@@ -76,7 +76,7 @@ struct _Conn
 
   /* the FETCH being answered */
   KvPeerServeRequest  *fetch;
-  const guint8       **payloads;
+  KvPeerServedChunk   *chunks;
   GCancellable        *fetch_cancellable;
   KvPeerFetchDoneFunc  fetch_done;
   gpointer             fetch_done_data;
@@ -178,7 +178,7 @@ finish_fetch (Conn     *conn,
     count (conn->server, KV_PEER_COUNTER_SERVE_FAILURES);
   if (done != NULL)
     done (success, conn->fetch_done_data);
-  g_clear_pointer (&conn->payloads, g_free);
+  g_clear_pointer (&conn->chunks, g_free);
   g_clear_object (&conn->fetch_cancellable);
   kv_peer_serve_request_free (request);
 }
@@ -715,15 +715,24 @@ send_next_data (Conn *conn)
   if (conn->data_head == NULL)
     conn->data_head = g_malloc (KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE +
                                 KV_CHUNK_HEADER_SIZE);
-  if (conn->payloads[i] != NULL)
+  if (conn->chunks[i].payload != NULL)
     {
+      const KvPeerServedChunk *chunk = &conn->chunks[i];
+      guint8 *record_header = conn->data_head + KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE;
+
       kv_peer_frame_encode_data_prefix (conn->data_head, request->request_id, i, KV_PEER_DATA_OK,
                                         KV_CHUNK_HEADER_SIZE + block_size);
-      kv_chunk_header_encode (conn->data_head + KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE,
-                              self->settings.namespace_digest, request->keys->pdata[i],
-                              conn->payloads[i], block_size, g_get_real_time ());
+      /* the checksum computed once, as the chunk came into the primary */
+      if (chunk->has_payload_checksum)
+        kv_chunk_header_encode_with_checksum (record_header, self->settings.namespace_digest,
+                                              request->keys->pdata[i], block_size,
+                                              chunk->payload_checksum, g_get_real_time ());
+      else
+        kv_chunk_header_encode (record_header, self->settings.namespace_digest,
+                                request->keys->pdata[i], chunk->payload, block_size,
+                                g_get_real_time ());
       head_len = KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE + KV_CHUNK_HEADER_SIZE;
-      conn->vectors[1].buffer = conn->payloads[i];
+      conn->vectors[1].buffer = conn->chunks[i].payload;
       conn->vectors[1].size = block_size;
       conn->fetch_sent++;
     }
@@ -748,7 +757,7 @@ send_next_data (Conn *conn)
 typedef struct
 {
   KvPeerServeRequest  *request;
-  const guint8       **payloads;
+  KvPeerServedChunk   *chunks;
   GCancellable        *cancellable;
   KvPeerFetchDoneFunc  done;
   gpointer             done_data;
@@ -765,13 +774,13 @@ send_fetch_answer (gpointer data)
       count (conn->server, KV_PEER_COUNTER_SERVE_FAILURES);
       answer->done (FALSE, answer->done_data);
       kv_peer_serve_request_free (answer->request);
-      g_free (answer->payloads);
+      g_free (answer->chunks);
       g_clear_object (&answer->cancellable);
       g_free (answer);
       return G_SOURCE_REMOVE;
     }
   conn->fetch = answer->request;
-  conn->payloads = answer->payloads;
+  conn->chunks = answer->chunks;
   conn->fetch_cancellable = answer->cancellable;
   conn->fetch_done = answer->done;
   conn->fetch_done_data = answer->done_data;
@@ -1174,12 +1183,12 @@ kv_peer_serve_request_answer_lookup (KvPeerServeRequest *request,
     }
 }
 
-/* Answers a FETCH (takes @request): @payloads holds the pinned primary slot
- * of each key, or NULL for a miss. @done_func runs once, on the I/O thread
+/* Answers a FETCH (takes @request): @chunks holds the pinned primary slot
+ * of each key (NULL for a miss) and its carried checksum. @done_func runs once, on the I/O thread
  * or (if the server stopped) here, when the slots are no longer read. */
 void
 kv_peer_serve_request_answer_fetch (KvPeerServeRequest  *request,
-                                    const guint8 * const *payloads,
+                                    const KvPeerServedChunk *chunks,
                                     GCancellable        *cancellable,
                                     KvPeerFetchDoneFunc  done_func,
                                     gpointer             done_data)
@@ -1188,7 +1197,7 @@ kv_peer_serve_request_answer_fetch (KvPeerServeRequest  *request,
   FetchAnswer *answer = g_new (FetchAnswer, 1);
 
   answer->request = request;
-  answer->payloads = g_memdup2 (payloads, sizeof (guint8 *) * request->keys->len);
+  answer->chunks = g_memdup2 (chunks, sizeof (KvPeerServedChunk) * request->keys->len);
   answer->cancellable = cancellable != NULL ? g_object_ref (cancellable) : NULL;
   answer->done = done_func;
   answer->done_data = done_data;
@@ -1197,7 +1206,7 @@ kv_peer_serve_request_answer_fetch (KvPeerServeRequest  *request,
       count (self, KV_PEER_COUNTER_SERVE_FAILURES);
       done_func (FALSE, done_data);
       kv_peer_serve_request_free (request);
-      g_free (answer->payloads);
+      g_free (answer->chunks);
       g_clear_object (&answer->cancellable);
       g_free (answer);
     }

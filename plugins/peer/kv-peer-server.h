@@ -55,6 +55,16 @@ guint           kv_peer_server_get_n_busy       (KvPeerServer               *sel
 void            kv_peer_server_stop_accepting   (KvPeerServer               *self);
 void            kv_peer_server_stop             (KvPeerServer               *self);
 
+/* One key of a FETCH answer: its pinned primary slot (NULL: a miss) and
+ * the payload checksum the slot carries, when known, so the server need
+ * not hash the bytes it sends. */
+typedef struct
+{
+  const guint8 *payload;
+  guint64       payload_checksum;
+  gboolean      has_payload_checksum;
+} KvPeerServedChunk;
+
 GPtrArray      *kv_peer_server_take_requests    (KvPeerServer               *self);
 gboolean        kv_peer_server_has_requests     (KvPeerServer               *self);
 
@@ -65,7 +75,7 @@ KvKey * const  *kv_peer_serve_request_get_keys  (KvPeerServeRequest         *req
 void            kv_peer_serve_request_answer_lookup (KvPeerServeRequest     *request,
                                                  const guint8               *answers);
 void            kv_peer_serve_request_answer_fetch  (KvPeerServeRequest     *request,
-                                                 const guint8 * const       *payloads,
+                                                 const KvPeerServedChunk    *chunks,
                                                  GCancellable               *cancellable,
                                                  KvPeerFetchDoneFunc         done_func,
                                                  gpointer                    done_data);

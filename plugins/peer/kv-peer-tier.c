@@ -549,6 +549,7 @@ fetch_group (gpointer data,
   g_autofree KvKey **keys = g_new (KvKey *, n);
   g_autofree guint8 **slots = g_new (guint8 *, n);
   g_autofree gboolean *landed = g_new0 (gboolean, n);
+  g_autofree guint64 *checksums = g_new0 (guint64, n);
   g_autoptr(GCancellable) cancellable = NULL;
   g_autoptr(GError) error = NULL;
 
@@ -568,13 +569,24 @@ fetch_group (gpointer data,
   else
     {
       cancellable = kv_secondary_tier_get_job_cancellable (KV_SECONDARY_TIER (self), task->job);
-      if (!kv_peer_client_fetch (client, keys, n, slots, landed, cancellable, &error))
+      if (!kv_peer_client_fetch (client, keys, n, slots, landed, checksums, cancellable, &error))
         {
           g_message ("peer tier: %s", error->message);
           g_atomic_int_set (&task->faulted, TRUE);
         }
       for (guint j = 0; j < n; j++)
-        task->landed[g_array_index (group->indices, guint, j)] = landed[j];
+        {
+          guint i = g_array_index (group->indices, guint, j);
+
+          task->landed[i] = landed[j];
+          /* verified: tiers storing the fetched chunk need not hash it
+           * again (before the job is reported, while the slot is this
+           * load's) */
+          if (landed[j])
+            kv_host_buffer_set_slot_checksum (self->primary,
+                                              kv_transfer_job_get_chunk_id (task->job, i),
+                                              checksums[j]);
+        }
     }
 
   g_array_unref (group->indices);
@@ -738,6 +750,18 @@ add_served_job (KvPeerTier    *self,
   g_array_append_val (served->handlers, handler);
 }
 
+/* A pinned slot as the server sends it: its bytes do not change while the
+ * store job holds it, so neither does the checksum it carries. */
+static void
+serve_chunk (KvPeerTier        *self,
+             KvPeerServedChunk *chunk,
+             guint32            slot)
+{
+  chunk->payload = kv_host_buffer_peek_slot (self->primary, slot);
+  chunk->has_payload_checksum = kv_host_buffer_get_slot_checksum (self->primary, slot,
+                                                                  &chunk->payload_checksum);
+}
+
 /* Pins the keys a peer fetches (all in one job, or one by one when some
  * cannot be pinned: those are misses for the peer) and hands the slots to
  * the server. */
@@ -750,7 +774,7 @@ serve_fetch (KvPeerTier         *self,
   guint n_keys;
   KvKey * const *keys = kv_peer_serve_request_get_keys (serve, &n_keys);
   g_autofree KvKey **terminated = g_new0 (KvKey *, n_keys + 1);
-  g_autofree const guint8 **payloads = g_new0 (const guint8 *, n_keys);
+  g_autofree KvPeerServedChunk *chunks = g_new0 (KvPeerServedChunk, n_keys);
   ServedFetch *served = g_new0 (ServedFetch, 1);
   KvTransferJob *job;
 
@@ -765,7 +789,7 @@ serve_fetch (KvPeerTier         *self,
   if (job != NULL)
     {
       for (guint i = 0; i < n_keys; i++)
-        payloads[i] = kv_host_buffer_peek_slot (self->primary, kv_transfer_job_get_chunk_id (job, i));
+        serve_chunk (self, &chunks[i], kv_transfer_job_get_chunk_id (job, i));
       add_served_job (self, served, job);
     }
   else
@@ -776,11 +800,11 @@ serve_fetch (KvPeerTier         *self,
         job = kv_parent_manager_create_store_job (parent, one, request, NULL);
         if (job == NULL)
           continue;
-        payloads[i] = kv_host_buffer_peek_slot (self->primary, kv_transfer_job_get_chunk_id (job, 0));
+        serve_chunk (self, &chunks[i], kv_transfer_job_get_chunk_id (job, 0));
         add_served_job (self, served, job);
       }
 
-  kv_peer_serve_request_answer_fetch (serve, payloads, served->cancellable, served_fetch_done, served);
+  kv_peer_serve_request_answer_fetch (serve, chunks, served->cancellable, served_fetch_done, served);
 }
 
 static void

@@ -3,6 +3,8 @@
 
 #include "peer-harness.h"
 
+#include "kv-chunk-format.h"
+
 #include <glib/gstdio.h>
 #include <signal.h>
 #include <string.h>
@@ -355,6 +357,15 @@ client_chunk_is (KvTieringManager *manager,
   g_assert_cmpuint (n, ==, 1);
   synthetic_fill (expected, size, index);
   equal = memcmp (kv_host_buffer_peek_slot (buffer, ids[0]), expected, size) == 0;
+  if (equal)
+    {
+      guint64 carried = 0;
+
+      /* a fetched chunk keeps the checksum it was verified with, so the
+       * tiers that store it next need not hash it again */
+      g_assert_true (kv_host_buffer_get_slot_checksum (buffer, ids[0], &carried));
+      g_assert_cmphex (carried, ==, kv_chunk_checksum (expected, size));
+    }
   kv_tiering_manager_complete_load (manager, &key, 1, request);
   return equal;
 }

@@ -13,6 +13,7 @@
 #include <kvtier.h>
 
 #include "kv-chunk-format.h"
+#include "test-chunk-data.h"
 #include "kv-fs-config.h"
 #include "kv-fs-tier.h"
 
@@ -76,35 +77,6 @@ fs_test_make_parent (const char *path)
   "[\"model.layers.0.self_attn.attn\", \"model.layers.1.self_attn.attn\"]}], " \
   "\"inference_engine\": \"vllm\"}"
 
-G_GNUC_UNUSED static KvKey *
-fs_test_key (guint i)
-{
-  guint8 hash[32];
-
-  for (guint b = 0; b < sizeof hash; b++)
-    hash[b] = (guint8) (i * 131 + b * 7 + 3);
-  hash[0] = (guint8) (i >> 8);
-  hash[1] = (guint8) i;
-  return kv_key_new (hash, sizeof hash, i % 3);
-}
-
-/* The bytes of chunk @i: a deterministic function of the index. */
-G_GNUC_UNUSED static void
-fs_test_fill (guint8 *slot,
-              gsize   len,
-              guint   i)
-{
-  guint32 x = 0x9e3779b9u * (i + 1);
-
-  for (gsize o = 0; o < len; o += 4)
-    {
-      x ^= x << 13;
-      x ^= x >> 17;
-      x ^= x << 5;
-      memcpy (slot + o, &x, 4);
-    }
-}
-
 /* Fills slot @slot of @buffer with chunk @i's bytes as the slot's new
  * writer would: the checksum a verified load left with the slot (see
  * kv_host_buffer_get_slot_checksum()) is of its old bytes. */
@@ -115,18 +87,7 @@ fs_test_fill_slot (KvHostBuffer *buffer,
                    guint         i)
 {
   kv_host_buffer_clear_slot_checksum (buffer, slot);
-  fs_test_fill (kv_host_buffer_peek_slot (buffer, slot), len, i);
-}
-
-G_GNUC_UNUSED static gboolean
-fs_test_check (const guint8 *slot,
-               gsize         len,
-               guint         i)
-{
-  g_autofree guint8 *expected = g_malloc (len);
-
-  fs_test_fill (expected, len, i);
-  return memcmp (slot, expected, len) == 0;
+  test_chunk_fill (kv_host_buffer_peek_slot (buffer, slot), len, i);
 }
 
 G_GNUC_UNUSED static char *
@@ -297,7 +258,7 @@ fs_test_tier_new (KvHostBuffer    *buffer,
   return tier;
 }
 
-/* Submits a job of @n keys (fs_test_key (first + i)) on @slots and waits
+/* Submits a job of @n keys (test_chunk_key (first + i)) on @slots and waits
  * for its result. Stores fill the slots with each key's pattern first. */
 G_GNUC_UNUSED static KvJobResult *
 fs_test_run_job (KvFsTier       *tier,
@@ -425,7 +386,7 @@ fs_stack_settle (FsStack *s)
 }
 
 /* The engine's path for a GPU → primary store: prepare, fill each new
- * slot with its key's bytes (fs_test_key (first + i)), complete; the
+ * slot with its key's bytes (test_chunk_key (first + i)), complete; the
  * manager then cascades to the fs tier. Returns how many keys were new. */
 G_GNUC_UNUSED static guint
 fs_stack_store (FsStack *s,
@@ -442,7 +403,7 @@ fs_stack_store (FsStack *s,
   guint n_to_store = 0;
 
   for (guint i = 0; i < n; i++)
-    g_ptr_array_add (keys, fs_test_key (first + i));
+    g_ptr_array_add (keys, test_chunk_key (first + i));
   kv_tiering_manager_on_new_request (s->manager, request);
   prepared = kv_tiering_manager_prepare_store (s->manager, (KvKey * const *) keys->pdata, n,
                                                request, &error);
@@ -453,7 +414,7 @@ fs_stack_store (FsStack *s,
   for (guint i = 0; i < n_to_store; i++)
     for (guint k = 0; k < n; k++)
       if (kv_key_equal (to_store[i], keys->pdata[k]))
-        fs_test_fill (kv_host_buffer_peek_slot (s->buffer, chunk_ids[i]), FS_TEST_SLOT, first + k);
+        test_chunk_fill (kv_host_buffer_peek_slot (s->buffer, chunk_ids[i]), FS_TEST_SLOT, first + k);
   if (n_to_store > 0)
     kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
   kv_tiering_manager_on_request_finished (s->manager, request);
@@ -470,7 +431,7 @@ fs_stack_promote (FsStack *s,
   g_autoptr(GError) error = NULL;
   g_autofree char *id = g_strdup_printf ("load-%u", s->n_requests++);
   g_autoptr(KvRequest) request = kv_request_new (id, NULL);
-  g_autoptr(KvKey) key = fs_test_key (index);
+  g_autoptr(KvKey) key = test_chunk_key (index);
   KvLookupResult r;
   guint32 chunk = 0;
 
@@ -492,7 +453,7 @@ fs_stack_promote (FsStack *s,
       g_assert_nonnull (chunks);
       g_assert_cmpuint (n_chunks, ==, 1);
       chunk = chunks[0];
-      g_assert_true (fs_test_check (kv_host_buffer_peek_slot (s->buffer, chunk), FS_TEST_SLOT, index));
+      g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (s->buffer, chunk), FS_TEST_SLOT, index));
       kv_tiering_manager_complete_load (s->manager, &key, 1, request);
     }
   kv_tiering_manager_on_request_finished (s->manager, request);
@@ -507,7 +468,7 @@ fs_stack_assert_no_pins (FsStack *s,
 {
   for (guint i = 0; i < n_keys; i++)
     {
-      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autoptr(KvKey) key = test_chunk_key (i);
       gint ref = 0;
 
       if (kv_primary_tier_get_ref_count (s->primary, key, &ref))

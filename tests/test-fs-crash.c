@@ -52,7 +52,7 @@ static const char *self_path;
 static KvKey *
 crash_key (guint i)
 {
-  return fs_test_key (i);
+  return test_chunk_key (i);
 }
 
 /* ---- child -------------------------------------------------------------- */
@@ -247,7 +247,7 @@ test_crash (gconstpointer data)
           memset (kv_host_buffer_peek_slot (buffer, 0), 0, FS_TEST_SLOT);
           result = fs_test_run_job (tier, i + 1, TRUE, &key, &s, 1, request);
           g_assert_true (kv_job_result_get_success (result));
-          g_assert_true (fs_test_check (kv_host_buffer_peek_slot (buffer, 0), FS_TEST_SLOT, i));
+          g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (buffer, 0), FS_TEST_SLOT, i));
           present++;
           checked++;
           high = i + 1;

@@ -102,7 +102,7 @@ setup (Fixture       *f,
   kv_chunk_namespace_digest ("engine-test", FS_TEST_SLOT, f->ns);
   f->flags = KV_FS_OP_FLAG_HEADER | (v->o_direct ? KV_FS_OP_FLAG_O_DIRECT : 0);
   for (guint i = 0; i < N_SLOTS; i++)
-    f->keys[i] = fs_test_key (i);
+    f->keys[i] = test_chunk_key (i);
   g_mutex_init (&f->lock);
   g_cond_init (&f->cond);
   f->order = g_ptr_array_new ();
@@ -189,7 +189,7 @@ store (Fixture *f,
 {
   KvFsOp *op = new_op (f, KV_FS_OP_STORE, key, slot_index, 0);
 
-  fs_test_fill (slot (f, slot_index), FS_TEST_SLOT, key);
+  test_chunk_fill (slot (f, slot_index), FS_TEST_SLOT, key);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
   free_op (op);
 }
@@ -219,7 +219,7 @@ test_round_trip (Fixture       *f,
   g_assert_cmpint (kv_chunk_check ((guint8 *) contents, KV_CHUNK_HEADER_SIZE,
                                       contents + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT, FS_TEST_SLOT,
                                       f->ns, f->keys[1], TRUE), ==, KV_CHUNK_CHECK_OK);
-  g_assert_true (fs_test_check ((guint8 *) contents + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check ((guint8 *) contents + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT, 1));
   g_assert_cmpint (g_stat (path, &st), ==, 0);
   g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
   g_assert_cmpuint (fs_test_count_files (f->dir, ".tmp"), ==, 0);
@@ -227,7 +227,7 @@ test_round_trip (Fixture       *f,
   /* into another slot */
   op = new_op (f, KV_FS_OP_LOAD, 1, 5, KV_FS_OP_FLAG_VERIFY);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
-  g_assert_true (fs_test_check (slot (f, 5), FS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check (slot (f, 5), FS_TEST_SLOT, 1));
   g_assert_cmpint (op->got_payload, ==, FS_TEST_SLOT);
   free_op (op);
 
@@ -254,11 +254,11 @@ test_headerless (Fixture       *f,
   store (f, 2, 1);
   g_assert_true (g_file_get_contents (path, &contents, &length, NULL));
   g_assert_cmpuint (length, ==, FS_TEST_SLOT);
-  g_assert_true (fs_test_check ((guint8 *) contents, FS_TEST_SLOT, 2));
+  g_assert_true (test_chunk_check ((guint8 *) contents, FS_TEST_SLOT, 2));
 
   op = new_op (f, KV_FS_OP_LOAD, 2, 6, KV_FS_OP_FLAG_VERIFY);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
-  g_assert_true (fs_test_check (slot (f, 6), FS_TEST_SLOT, 2));
+  g_assert_true (test_chunk_check (slot (f, 6), FS_TEST_SLOT, 2));
   free_op (op);
 
   /* a short headerless file: deleted */
@@ -347,13 +347,13 @@ test_durability (Fixture       *f,
 {
   KvFsOp *op;
 
-  fs_test_fill (slot (f, 2), FS_TEST_SLOT, 6);
+  test_chunk_fill (slot (f, 2), FS_TEST_SLOT, 6);
   op = new_op (f, KV_FS_OP_STORE, 6, 2, KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
   free_op (op);
   op = new_op (f, KV_FS_OP_LOAD, 6, 3, KV_FS_OP_FLAG_VERIFY);
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
-  g_assert_true (fs_test_check (slot (f, 3), FS_TEST_SLOT, 6));
+  g_assert_true (test_chunk_check (slot (f, 3), FS_TEST_SLOT, 6));
   free_op (op);
 }
 
@@ -459,7 +459,7 @@ test_unaligned_fallback (Fixture       *f,
 
   op->payload = slot (f, 1) + 512;
   op->payload_len = FS_TEST_SLOT - 1024;
-  fs_test_fill (op->payload, op->payload_len, 7);
+  test_chunk_fill (op->payload, op->payload_len, 7);
   g_assert_false (kv_fs_op_is_aligned (op));
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
   free_op (op);
@@ -468,7 +468,7 @@ test_unaligned_fallback (Fixture       *f,
   op->payload = slot (f, 4) + 512;
   op->payload_len = FS_TEST_SLOT - 1024;
   g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
-  g_assert_true (fs_test_check (slot (f, 4) + 512, FS_TEST_SLOT - 1024, 7));
+  g_assert_true (test_chunk_check (slot (f, 4) + 512, FS_TEST_SLOT - 1024, 7));
   free_op (op);
 }
 

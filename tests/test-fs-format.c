@@ -23,14 +23,14 @@ encode (guint8 *header,
         guint8 *payload,
         KvKey  *key)
 {
-  fs_test_fill (payload, PAYLOAD, 7);
+  test_chunk_fill (payload, PAYLOAD, 7);
   kv_chunk_header_encode (header, ns, key, payload, PAYLOAD, 1234);
 }
 
 static void
 test_header_round_trip (void)
 {
-  g_autoptr(KvKey) key = fs_test_key (1);
+  g_autoptr(KvKey) key = test_chunk_key (1);
   g_autofree guint8 *header = g_malloc0 (KV_CHUNK_HEADER_SIZE);
   g_autofree guint8 *payload = g_malloc (PAYLOAD);
   guint32 v32;
@@ -68,8 +68,8 @@ test_header_round_trip (void)
 static void
 test_header_detects_damage (void)
 {
-  g_autoptr(KvKey) key = fs_test_key (1);
-  g_autoptr(KvKey) other = fs_test_key (2);
+  g_autoptr(KvKey) key = test_chunk_key (1);
+  g_autoptr(KvKey) other = test_chunk_key (2);
   g_autofree guint8 *header = g_malloc0 (KV_CHUNK_HEADER_SIZE);
   g_autofree guint8 *payload = g_malloc (PAYLOAD);
   guint8 other_ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
@@ -207,7 +207,7 @@ test_vllm_paths (void)
   g_autofree char *digest = NULL;
   g_autofree char *model = NULL;
   g_autofree char *root = fs_test_make_dir ();
-  g_autoptr(KvKey) key = fs_test_key (5);
+  g_autoptr(KvKey) key = test_chunk_key (5);
   g_autofree char *hex = NULL;
   g_autofree char *path = NULL;
   g_autofree char *expected = NULL;
@@ -269,13 +269,13 @@ test_vllm_paths (void)
     gsize length = 0;
     guint32 slot = 2;
 
-    fs_test_fill (kv_host_buffer_peek_slot (buffer, slot), FS_TEST_SLOT, 5);
+    test_chunk_fill (kv_host_buffer_peek_slot (buffer, slot), FS_TEST_SLOT, 5);
     result = fs_test_run_job (tier, 1, FALSE, &key, &slot, 1, NULL);
     g_assert_true (kv_job_result_get_success (result));
     g_assert_true (g_file_get_contents (expected, &contents, &length, &error));
     g_assert_no_error (error);
     g_assert_cmpuint (length, ==, FS_TEST_SLOT);
-    g_assert_true (fs_test_check ((guint8 *) contents, length, 5));
+    g_assert_true (test_chunk_check ((guint8 *) contents, length, 5));
     fs_test_shutdown (tier);
   }
   fs_test_rm_rf (root);
@@ -310,7 +310,7 @@ test_kvtier_paths (void)
 {
   g_autoptr(GError) error = NULL;
   g_autofree char *root = fs_test_make_dir ();
-  g_autoptr(KvKey) key = fs_test_key (9);
+  g_autoptr(KvKey) key = test_chunk_key (9);
   g_autofree char *path = NULL;
   g_autofree char *ns_file = NULL;
   g_autofree char *base = NULL;
@@ -382,7 +382,7 @@ test_multi_root_sharding (void)
   g_assert_cmpstr (kv_fs_layout_get_root (layout, 1), ==, b);
   for (guint i = 0; i < 60; i++)
     {
-      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autoptr(KvKey) key = test_chunk_key (i);
       const guint8 *hash = kv_key_get_hash (key, NULL);
       guint root;
       g_autofree char *path = kv_fs_layout_chunk_path (layout, key, &root);
@@ -463,7 +463,7 @@ scan_layout (KvFsLayoutKind kind)
   g_assert_true (kv_fs_layout_create_dirs (layout, &error));
   for (guint i = 0; i < 5; i++)
     {
-      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autoptr(KvKey) key = test_chunk_key (i);
       g_autofree char *path = kv_fs_layout_chunk_path (layout, key, NULL);
 
       fs_test_make_parent (path);
@@ -488,7 +488,7 @@ scan_layout (KvFsLayoutKind kind)
   g_assert_cmpuint (r.keys->len, ==, 5);
   for (guint i = 0; i < 5; i++)
     {
-      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autoptr(KvKey) key = test_chunk_key (i);
       g_autofree char *s = kv_key_to_string (key);
       gboolean found = FALSE;
 

@@ -114,7 +114,7 @@ full_disk_body (const char      *root,
   /* the tier made room by evicting its oldest chunks... */
   g_assert_cmpuint (kv_fs_tier_get_counter (s.tier, KV_FS_COUNTER_EVICTED_CHUNKS), >=, 1);
   {
-    g_autoptr(KvKey) oldest = fs_test_key (0);
+    g_autoptr(KvKey) oldest = test_chunk_key (0);
     g_autofree char *path = kv_fs_tier_get_chunk_path (s.tier, oldest);
 
     g_assert_false (g_file_test (path, G_FILE_TEST_EXISTS));
@@ -129,7 +129,7 @@ full_disk_body (const char      *root,
   /* chunks still on disk load (they left the 8-slot primary long ago) */
   for (guint i = 0; i < next; i++)
     {
-      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autoptr(KvKey) key = test_chunk_key (i);
       g_autofree char *path = kv_fs_tier_get_chunk_path (s.tier, key);
 
       if (g_file_test (path, G_FILE_TEST_EXISTS) &&

@@ -62,7 +62,7 @@ setup (Fixture       *f,
   g_assert_cmpint (chmod (f->pub, 01777), ==, 0);
   f->root = g_build_filename (f->base, "root", NULL);
   for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
-    f->keys[i] = fs_test_key (i);
+    f->keys[i] = test_chunk_key (i);
   f->next_id = 1;
 }
 
@@ -463,7 +463,7 @@ test_trusted_group_chunk (Fixture       *f,
     g_autoptr(KvJobResult) loaded = run_job (f, TRUE, 0, 1);
 
     g_assert_true (kv_job_result_get_success (loaded));
-    g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 0));
+    g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 0));
   }
   /* ... but never a file anyone may write */
   g_assert_cmpint (chmod (path, 0666), ==, 0);
@@ -668,7 +668,7 @@ test_root_removed (Fixture       *f,
     loaded = run_job (f, TRUE, 2, 3);
     g_assert_true (kv_job_result_get_success (loaded));
     for (guint i = 0; i < 3; i++)
-      g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, i), FS_TEST_SLOT, 2 + i));
+      g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, i), FS_TEST_SLOT, 2 + i));
   }
   g_assert_true (g_file_test (meta, G_FILE_TEST_IS_REGULAR));
   {

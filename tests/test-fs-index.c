@@ -314,7 +314,7 @@ main (int argc, char **argv)
 
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
   for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
-    keys[i] = fs_test_key (i);
+    keys[i] = test_chunk_key (i);
 
   g_test_add_func ("/kvtier/fs/index/lookup-states", test_lookup_states);
   g_test_add_func ("/kvtier/fs/index/lru-order", test_lru_order);

@@ -45,7 +45,7 @@ test_cascade_and_promotion (gconstpointer data)
   g_assert_cmpuint (fs_stack_store (&a, 4, 4), ==, 4);
   g_assert_cmpuint (fs_stack_store (&a, 8, 4), ==, 4);
   {
-    g_autoptr(KvKey) k0 = fs_test_key (0);
+    g_autoptr(KvKey) k0 = test_chunk_key (0);
 
     g_assert_cmpint (kv_primary_tier_lookup (a.primary, k0), ==, KV_LOOKUP_RESULT_MISS);
   }
@@ -110,8 +110,8 @@ static void
 damage_file (KvFsTier *tier,
              Damage    damage)
 {
-  g_autoptr(KvKey) victim = fs_test_key (0);
-  g_autoptr(KvKey) other = fs_test_key (1);
+  g_autoptr(KvKey) victim = test_chunk_key (0);
+  g_autoptr(KvKey) other = test_chunk_key (1);
   g_autofree char *path = kv_fs_tier_get_chunk_path (tier, victim);
   g_autofree char *other_path = kv_fs_tier_get_chunk_path (tier, other);
   g_autofree char *contents = NULL;
@@ -158,7 +158,7 @@ test_corruption (gconstpointer data)
       g_autofree char *root = fs_test_make_dir ();
       TierSpec spec = { *(const FsVariant *) data, root, NULL, TRUE };
       FsStack s = { 0 };
-      g_autoptr(KvKey) key = fs_test_key (0);
+      g_autoptr(KvKey) key = test_chunk_key (0);
       g_autofree char *path = NULL;
       KvEvent **events;
       gboolean removed_event = FALSE;
@@ -220,7 +220,7 @@ test_stalled_cascade_unpins (gconstpointer data)
   g_autoptr(KvRequest) request = kv_request_new ("stalled", NULL);
   g_autoptr(GError) error = NULL;
   g_autoptr(KvPrepareStoreResult) prepared = NULL;
-  KvKey *keys[2] = { fs_test_key (0), fs_test_key (1) };
+  KvKey *keys[2] = { test_chunk_key (0), test_chunk_key (1) };
   KvKey * const *to_store;
   guint n_to_store = 0;
   gint ref = -5;

@@ -19,7 +19,7 @@ test_failed_load_marks_every_key (gconstpointer data)
   g_autoptr(KvJobResult) stored = NULL;
   g_autoptr(KvJobResult) loaded = NULL;
   KvSecondaryTier *st;
-  KvKey *keys[3] = { fs_test_key (0), fs_test_key (1), fs_test_key (2) };
+  KvKey *keys[3] = { test_chunk_key (0), test_chunk_key (1), test_chunk_key (2) };
   guint32 slots[3] = { 0, 1, 2 };
   guint32 load_slots[3] = { 3, 4, 5 };
   g_autofree char *path = NULL;

@@ -45,7 +45,7 @@ lookup_all (FsStack   *s,
 
   for (guint i = 0; i < N_CHUNKS; i++)
     {
-      g_autoptr(KvKey) key = fs_test_key (i);
+      g_autoptr(KvKey) key = test_chunk_key (i);
 
       n_retry += kv_tiering_manager_lookup (s->manager, key, request) == KV_LOOKUP_RESULT_RETRY;
     }

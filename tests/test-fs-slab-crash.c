@@ -57,7 +57,7 @@ static const char *self_path;
 static KvKey *
 crash_key (guint i)
 {
-  return fs_test_key (i);
+  return test_chunk_key (i);
 }
 
 /* ---- child -------------------------------------------------------------- */
@@ -279,7 +279,7 @@ test_crash (gconstpointer data)
               kv_key_unref (key);
               continue;
             }
-          g_assert_true (fs_test_check (kv_host_buffer_peek_slot (buffer, 0), CRASH_SLOT, i));
+          g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (buffer, 0), CRASH_SLOT, i));
           present++;
           checked++;
           high = i + 1;

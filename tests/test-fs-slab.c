@@ -75,7 +75,7 @@ store_keys (Fixture  *f,
   g_assert_cmpuint (n, <=, 16);
   for (guint i = 0; i < n; i++)
     {
-      keys[i] = fs_test_key (first + i);
+      keys[i] = test_chunk_key (first + i);
       slots[i] = i;
       fs_test_fill_slot (f->buffer, i, FS_TEST_SLOT, first + i);
     }
@@ -94,7 +94,7 @@ load_key (Fixture  *f,
           guint     i,
           guint32   slot)
 {
-  g_autoptr(KvKey) key = fs_test_key (i);
+  g_autoptr(KvKey) key = test_chunk_key (i);
   g_autoptr(KvJobResult) result = NULL;
   g_autoptr(KvRequest) request = kv_request_new ("load", NULL);
 
@@ -102,7 +102,7 @@ load_key (Fixture  *f,
   result = fs_test_run_job (tier, f->next_id++, TRUE, &key, &slot, 1, request);
   if (!kv_job_result_get_success (result))
     return FALSE;
-  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, slot), FS_TEST_SLOT, i));
+  g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, slot), FS_TEST_SLOT, i));
   return TRUE;
 }
 
@@ -110,7 +110,7 @@ static KvLookupResult
 lookup (KvFsTier *tier,
         guint     i)
 {
-  g_autoptr(KvKey) key = fs_test_key (i);
+  g_autoptr(KvKey) key = test_chunk_key (i);
   g_autoptr(KvRequest) request = kv_request_new ("lookup", NULL);
 
   return kv_secondary_tier_lookup (KV_SECONDARY_TIER (tier), key, request);
@@ -135,7 +135,7 @@ locate (KvFsTier *tier,
         guint     i,
         guint64  *offset)
 {
-  g_autoptr(KvKey) key = fs_test_key (i);
+  g_autoptr(KvKey) key = test_chunk_key (i);
   char *path = NULL;
 
   g_assert_true (kv_fs_tier_get_slab_location (tier, key, &path, offset));
@@ -187,7 +187,7 @@ flip_byte (const char *path,
 static void
 test_format (void)
 {
-  g_autoptr(KvKey) key = fs_test_key (42);
+  g_autoptr(KvKey) key = test_chunk_key (42);
   g_autoptr(KvKey) parsed = NULL;
   guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
   guint8 other_ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
@@ -199,7 +199,7 @@ test_format (void)
 
   kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
   kv_chunk_namespace_digest ("other", FS_TEST_SLOT, other_ns);
-  fs_test_fill (payload, FS_TEST_SLOT, 42);
+  test_chunk_fill (payload, FS_TEST_SLOT, 42);
   kv_chunk_slot_header_encode (header, ns, key, FS_TEST_SLOT,
                                kv_chunk_checksum (payload, FS_TEST_SLOT), 123, 0x0102030405060708);
   g_assert_cmpint (kv_chunk_slot_header_parse (header, ns, FS_TEST_SLOT, &parsed, &sequence,
@@ -297,7 +297,7 @@ test_round_trip (Fixture       *f,
     g_autofree char *path = locate (tier, 3, &offset);
     g_autofree guint8 *header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
     g_autofree guint8 *payload = read_file_at (path, offset + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT);
-    g_autoptr(KvKey) expected = fs_test_key (3);
+    g_autoptr(KvKey) expected = test_chunk_key (3);
     KvKey *key = NULL;
     guint64 sequence = 0;
     guint64 checksum = 0;
@@ -310,7 +310,7 @@ test_round_trip (Fixture       *f,
     g_assert_true (kv_key_equal (key, expected));
     g_assert_cmpuint (sequence, >, 0);
     g_assert_cmpuint (checksum, ==, kv_chunk_checksum (payload, FS_TEST_SLOT));
-    g_assert_true (fs_test_check (payload, FS_TEST_SLOT, 3));
+    g_assert_true (test_chunk_check (payload, FS_TEST_SLOT, 3));
     kv_key_unref (key);
   }
   close_tier (tier);
@@ -353,7 +353,7 @@ test_carried_checksum (Fixture       *f,
   kv_host_buffer_set_slot_checksum (f->buffer, 0, right);
   kv_host_buffer_set_slot_checksum (f->buffer, 1, wrong);
   {
-    KvKey *keys[3] = { fs_test_key (40), fs_test_key (41), fs_test_key (42) };
+    KvKey *keys[3] = { test_chunk_key (40), test_chunk_key (41), test_chunk_key (42) };
     const guint32 slots[3] = { 0, 1, 2 };
     g_autoptr(KvJobResult) stored = fs_test_run_job (tier, f->next_id++, FALSE, keys, slots, 3,
                                                      f->request);
@@ -480,7 +480,7 @@ test_pinned_slot_not_reused (Fixture       *f,
                                      "max-size", 2 * SLOT_BYTES, NULL);
   KvSecondaryTier *st = KV_SECONDARY_TIER (tier);
   KvFsEngine *engine = kv_fs_tier_get_engine (tier);
-  g_autoptr(KvKey) key0 = fs_test_key (0);
+  g_autoptr(KvKey) key0 = test_chunk_key (0);
   g_autoptr(KvTransferJob) load = NULL;
   g_autoptr(GError) error = NULL;
   KvJobResult **results;
@@ -498,8 +498,8 @@ test_pinned_slot_not_reused (Fixture       *f,
   /* key 1 goes, its slot takes key 50; then only the pinned slot and
    * key 50's (storing, then the newest) are left */
   {
-    g_autoptr(KvKey) k50 = fs_test_key (50);
-    g_autoptr(KvKey) k51 = fs_test_key (51);
+    g_autoptr(KvKey) k50 = test_chunk_key (50);
+    g_autoptr(KvKey) k51 = test_chunk_key (51);
     KvKey *keys[2] = { k50, k51 };
     guint32 slots[2] = { 0, 1 };
     g_autoptr(KvTransferJob) store = kv_transfer_job_new (f->next_id++, keys, slots, 2, FALSE,
@@ -522,7 +522,7 @@ test_pinned_slot_not_reused (Fixture       *f,
   /* the load succeeded; the store only in part (key 51 found no slot) */
   g_assert_cmpuint (n, ==, 2);
   g_assert_cmpuint (n_ok, ==, 1);
-  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 15), FS_TEST_SLOT, 0));
+  g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, 15), FS_TEST_SLOT, 0));
   g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_STORE_FAILURES), ==, 1);
   g_assert_true (load_key (f, tier, 0, 2));
   g_assert_true (load_key (f, tier, 50, 3));
@@ -663,7 +663,7 @@ test_restart_large (Fixture       *f,
   const FsVariant *v = data;
   KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, "max-size", 2100 * SLOT_BYTES,
                                      "slab-size", (guint64) 64 << 20, NULL);
-  g_autoptr(KvKey) key0 = fs_test_key (0);
+  g_autoptr(KvKey) key0 = test_chunk_key (0);
   g_autofree char *path = NULL;
   g_autofree guint8 *header = NULL;
   g_autofree guint8 *payload = g_malloc (FS_TEST_SLOT);
@@ -676,7 +676,7 @@ test_restart_large (Fixture       *f,
   close_tier (tier);
 
   header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
-  fs_test_fill (payload, FS_TEST_SLOT, 7777);
+  test_chunk_fill (payload, FS_TEST_SLOT, 7777);
   kv_chunk_slot_header_encode (copy, header + KV_CHUNK_OFF_NAMESPACE, key0, FS_TEST_SLOT,
                                kv_chunk_checksum (payload, FS_TEST_SLOT), 0,
                                kv_chunk_slot_header_get_sequence (header) + 1);
@@ -698,7 +698,7 @@ test_restart_large (Fixture       *f,
     g_autoptr(KvJobResult) result = fs_test_run_job (tier, f->next_id++, TRUE, &key0, &s, 1, NULL);
 
     g_assert_true (kv_job_result_get_success (result));
-    g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7777));
+    g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7777));
   }
   /* 2100 - 1104 slots free, the older copy's among them */
   for (guint b = 0; b < 996; b += 12)
@@ -757,7 +757,7 @@ test_newest_copy_wins (Fixture       *f,
     {
       g_autofree char *root = g_strdup_printf ("%s/r%u", f->root, newer_first);
       KvFsTier *tier = fs_test_tier_new (f->buffer, root, v, NULL);
-      g_autoptr(KvKey) key = fs_test_key (5);
+      g_autoptr(KvKey) key = test_chunk_key (5);
       g_autofree char *path = NULL;
       g_autofree guint8 *header = NULL;
       g_autofree guint8 *payload = g_malloc (FS_TEST_SLOT);
@@ -773,7 +773,7 @@ test_newest_copy_wins (Fixture       *f,
        * other bytes (key 6's pattern), older or newer */
       header = read_file_at (path, offset, KV_CHUNK_HEADER_SIZE);
       sequence = kv_chunk_slot_header_get_sequence (header);
-      fs_test_fill (payload, FS_TEST_SLOT, 6);
+      test_chunk_fill (payload, FS_TEST_SLOT, 6);
       kv_chunk_slot_header_encode (copy, header + KV_CHUNK_OFF_NAMESPACE, key, FS_TEST_SLOT,
                                    kv_chunk_checksum (payload, FS_TEST_SLOT), 0,
                                    newer_first ? sequence - 1 : sequence + 1);
@@ -793,7 +793,7 @@ test_newest_copy_wins (Fixture       *f,
       }
       /* newer first: the original (sequence) beats the copy (sequence - 1);
        * else the copy (sequence + 1) wins */
-      g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT,
+      g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT,
                                     newer_first ? 5 : 6));
       close_tier (tier);
     }
@@ -826,8 +826,8 @@ test_aborted_store_invalid (Fixture       *f,
   fd = open (path, O_RDWR);
   g_assert_cmpint (fd, >=, 0);
   kv_fs_op_init (&op, KV_FS_OP_STORE, KV_FS_OP_FLAG_SLAB | KV_FS_OP_FLAG_HEADER, 0, NULL,
-                 fs_test_key (7));
-  fs_test_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7);
+                 test_chunk_key (7));
+  test_chunk_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7);
   op.payload = kv_host_buffer_peek_slot (f->buffer, 0);
   op.payload_len = FS_TEST_SLOT;
   op.namespace_digest = ns;

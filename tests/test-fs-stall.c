@@ -40,7 +40,7 @@ setup (Fixture       *f,
   f->engine = kv_fs_tier_get_engine (f->tier);
   f->request = kv_request_new ("stall", NULL);
   for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
-    f->keys[i] = fs_test_key (i);
+    f->keys[i] = test_chunk_key (i);
 }
 
 static void
@@ -172,7 +172,7 @@ test_deadline_trips_breaker (Fixture       *f,
   drain (f);
   g_assert_cmpuint (take (f, &n_ok), ==, 2);
   g_assert_cmpuint (n_ok, ==, 2);
-  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 0));
+  g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 0));
 }
 
 /* A probe that stalls too fails at its deadline; the breaker stays open
@@ -275,7 +275,7 @@ test_watchdog_real_clock (void)
   g_autofree char *root = fs_test_make_dir ();
   FsVariant v = { KV_FS_IO_ENGINE_AUTO, KV_FS_O_DIRECT_AUTO, KV_FS_LAYOUT_KIND_KVTIER };
   g_autoptr(KvFsTier) tier = NULL;
-  g_autoptr(KvKey) key = fs_test_key (0);
+  g_autoptr(KvKey) key = test_chunk_key (0);
   g_autoptr(KvJobResult) result = NULL;
   gint64 start;
   guint32 s = 0;

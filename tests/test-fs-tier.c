@@ -32,7 +32,7 @@ setup (Fixture       *f,
   g_assert_no_error (error);
   f->root = fs_test_make_dir ();
   for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
-    f->keys[i] = fs_test_key (i);
+    f->keys[i] = test_chunk_key (i);
   f->next_id = 1;
 }
 
@@ -201,7 +201,7 @@ test_round_trip (Fixture       *f,
     {
       g_autofree char *path = chunk_path (f, i);
 
-      g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+      g_assert_true (test_chunk_check (slot (f, 8 + i), FS_TEST_SLOT, i));
       /* loads keep the files */
       g_assert_true (g_file_test (path, G_FILE_TEST_EXISTS));
     }
@@ -223,7 +223,7 @@ test_integrity_batch_sizes (Fixture       *f,
       loaded = load_range (f, first, sizes[s], NULL);
       g_assert_true (kv_job_result_get_success (loaded));
       for (guint i = 0; i < sizes[s]; i++)
-        g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, first + i));
+        g_assert_true (test_chunk_check (slot (f, 8 + i), FS_TEST_SLOT, first + i));
       first += sizes[s];
     }
 }
@@ -275,7 +275,7 @@ test_partial_load (Fixture       *f,
           g_assert_cmpint (kv_job_result_get_transfer_bytes (loaded), ==, missing * FS_TEST_SLOT);
         }
       for (guint i = 0; i < missing; i++)
-        g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+        g_assert_true (test_chunk_check (slot (f, 8 + i), FS_TEST_SLOT, i));
     }
 }
 
@@ -514,7 +514,7 @@ test_carried_checksum (Fixture       *f,
   kv_host_buffer_clear_slot_checksum (f->buffer, 8);
   loaded = load_range (f, 0, 1, NULL);
   g_assert_true (kv_job_result_get_success (loaded));
-  g_assert_true (fs_test_check (slot (f, 8), FS_TEST_SLOT, 0));
+  g_assert_true (test_chunk_check (slot (f, 8), FS_TEST_SLOT, 0));
   if (header)
     {
       g_assert_true (kv_host_buffer_get_slot_checksum (f->buffer, 8, &carried));
@@ -825,7 +825,7 @@ test_buffered_when_off (Fixture       *f,
   store_ok (f, 0, 2);
   loaded = load_range (f, 0, 2, NULL);
   g_assert_true (kv_job_result_get_success (loaded));
-  g_assert_true (fs_test_check (slot (f, 9), FS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check (slot (f, 9), FS_TEST_SLOT, 1));
 }
 
 static void
@@ -856,7 +856,7 @@ test_durability_modes (Fixture       *f,
       store_ok (f, 3 * m, 3);
       loaded = load_range (f, 3 * m, 3, NULL);
       g_assert_true (kv_job_result_get_success (loaded));
-      g_assert_true (fs_test_check (slot (f, 10), FS_TEST_SLOT, 3 * m + 2));
+      g_assert_true (test_chunk_check (slot (f, 10), FS_TEST_SLOT, 3 * m + 2));
       fs_test_shutdown (f->tier);
       g_clear_object (&f->tier);
     }
@@ -936,7 +936,7 @@ test_evicted_file_reused (Fixture       *f,
   g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_MISS);
   loaded = load_range (f, 2, 1, NULL);
   g_assert_true (kv_job_result_get_success (loaded));
-  g_assert_true (fs_test_check (slot (f, 8), FS_TEST_SLOT, 2));
+  g_assert_true (test_chunk_check (slot (f, 8), FS_TEST_SLOT, 2));
   /* the evicted key can be stored again, into a file of its own */
   store_ok (f, 0, 1);
   g_assert_cmpuint (kv_fs_tier_get_counter (f->tier, KV_FS_COUNTER_REUSED_FILES), ==, 2);
@@ -1047,7 +1047,7 @@ test_no_eviction_under_reader (Fixture       *f,
       kv_job_result_unref (results[i]);
     }
   g_free (results);
-  g_assert_true (fs_test_check (slot (f, 12), FS_TEST_SLOT, 0));
+  g_assert_true (test_chunk_check (slot (f, 12), FS_TEST_SLOT, 0));
   g_assert_cmpint (lookup (f, 0, NULL), ==, KV_LOOKUP_RESULT_HIT);
 }
 
@@ -1095,7 +1095,7 @@ test_warm_restart (Fixture       *f,
   loaded = load_range (f, 0, 5, NULL);
   g_assert_true (kv_job_result_get_success (loaded));
   for (guint i = 0; i < 5; i++)
-    g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+    g_assert_true (test_chunk_check (slot (f, 8 + i), FS_TEST_SLOT, i));
   (void) v;
 }
 
@@ -1181,7 +1181,7 @@ test_vllm_cross_instance (Fixture       *f,
   g_assert_cmpstr (wpath, ==, rpath);
   loaded = fs_test_run_job (reader, 1, TRUE, &f->keys[1], &s, 1, request);
   g_assert_true (kv_job_result_get_success (loaded));
-  g_assert_true (fs_test_check (kv_host_buffer_peek_slot (other, 3), FS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (other, 3), FS_TEST_SLOT, 1));
   fs_test_shutdown (reader);
 }
 
@@ -1283,7 +1283,7 @@ test_vllm_file_checksum (Fixture       *f,
     g_autoptr(KvJobResult) loaded = load_range (f, 0, 1, NULL);
 
     g_assert_true (kv_job_result_get_success (loaded));
-    g_assert_true (fs_test_check (slot (f, 8), FS_TEST_SLOT, 0));
+    g_assert_true (test_chunk_check (slot (f, 8), FS_TEST_SLOT, 0));
   }
 
   /* a wrong checksum: deleted, load failed, counted */
@@ -1332,7 +1332,7 @@ test_vllm_written_checksum (Fixture       *f,
     {
       const char *path = k == 0 ? good : bad;
 
-      fs_test_fill (payload, FS_TEST_SLOT, 6 + k);
+      test_chunk_fill (payload, FS_TEST_SLOT, 6 + k);
       fs_test_make_parent (path);
       g_assert_true (g_file_set_contents (path, (const char *) payload, FS_TEST_SLOT, NULL));
       g_assert_cmpint (chmod (path, 0600), ==, 0);
@@ -1344,7 +1344,7 @@ test_vllm_written_checksum (Fixture       *f,
                                                      &slots[0], 1, request);
 
     g_assert_true (kv_job_result_get_success (loaded));
-    g_assert_true (fs_test_check (slot (f, 4), FS_TEST_SLOT, 6));
+    g_assert_true (test_chunk_check (slot (f, 4), FS_TEST_SLOT, 6));
   }
   {
     g_autoptr(KvJobResult) loaded = fs_test_run_job (f->tier, f->next_id++, TRUE, &f->keys[7],
@@ -1493,7 +1493,7 @@ test_preallocated_spares_taken_over (Fixture       *f,
   loaded = load_range (f, 0, 3, NULL);
   g_assert_true (kv_job_result_get_success (loaded));
   for (guint i = 0; i < 3; i++)
-    g_assert_true (fs_test_check (slot (f, 8 + i), FS_TEST_SLOT, i));
+    g_assert_true (test_chunk_check (slot (f, 8 + i), FS_TEST_SLOT, i));
 
   /* the last spare, then the full tier evicts and takes the victim's file */
   store_ok (f, 3, 1);

@@ -600,7 +600,7 @@ test_fs_tier_is_lazy (void)
   g_assert_cmpuint (fs_stack_store (&s, 8, 4), ==, 4);
   for (guint i = 0; i < 4; i++)
     {
-      keys[i] = fs_test_key (i);
+      keys[i] = test_chunk_key (i);
       g_assert_cmpint (kv_primary_tier_lookup (s.primary, keys[i]), ==, KV_LOOKUP_RESULT_MISS);
     }
 
@@ -620,7 +620,7 @@ test_fs_tier_is_lazy (void)
 
       g_assert_cmpint (kv_tiering_manager_lookup (s.manager, keys[i], req), ==, KV_LOOKUP_RESULT_HIT);
       g_assert_true (kv_primary_tier_get_chunk_id (s.primary, keys[i], &chunk));
-      g_assert_true (fs_test_check (kv_host_buffer_peek_slot (s.buffer, chunk), FS_TEST_SLOT, i));
+      g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (s.buffer, chunk), FS_TEST_SLOT, i));
     }
   kv_tiering_manager_on_request_finished (s.manager, req);
   fs_stack_step (&s);
@@ -629,7 +629,7 @@ test_fs_tier_is_lazy (void)
   g_assert_cmpuint (fs_stack_store (&s, 12, 4), ==, 4);
   g_assert_cmpuint (fs_stack_store (&s, 16, 4), ==, 4);
   for (guint i = 0; i < 8; i++)
-    g_ptr_array_add (fill, fs_test_key (100 + i));
+    g_ptr_array_add (fill, test_chunk_key (100 + i));
   kv_tiering_manager_on_new_request (s.manager, filler);
   prepared = kv_tiering_manager_prepare_store (s.manager, (KvKey * const *) fill->pdata, 8, filler, &error);
   g_assert_no_error (error);
@@ -639,7 +639,7 @@ test_fs_tier_is_lazy (void)
   for (guint i = 0; i < 4; i++)
     {
       kv_key_unref (keys[i]);
-      keys[i] = fs_test_key (8 + i);
+      keys[i] = test_chunk_key (8 + i);
       g_assert_cmpint (kv_tiering_manager_lookup (s.manager, keys[i], req), ==, KV_LOOKUP_RESULT_HIT_PENDING);
     }
   fs_stack_step (&s);           /* the load starts: no room */

@@ -146,7 +146,7 @@ store_keys (KvRedisTier *tier,
   for (guint i = 0; i < n; i++)
     {
       slots[i] = i;
-      redis_test_fill (kv_host_buffer_peek_slot (buffer, i), REDIS_TEST_SLOT, first_index + i);
+      test_chunk_fill (kv_host_buffer_peek_slot (buffer, i), REDIS_TEST_SLOT, first_index + i);
     }
   return redis_test_run_job (tier, FALSE, ks, slots, n);
 }
@@ -174,7 +174,7 @@ load_keys (KvRedisTier *tier,
     kv_job_result_get_successful_keys (result, &n_ok);
   /* nothing wrong is ever loaded: every key reported landed is exact */
   for (guint i = 0; i < n_ok; i++)
-    g_assert_true (redis_test_check (kv_host_buffer_peek_slot (buffer, 8 + i), REDIS_TEST_SLOT,
+    g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (buffer, 8 + i), REDIS_TEST_SLOT,
                                      first_index + i));
   return result;
 }
@@ -251,7 +251,7 @@ two_processes_child (void)
   g_autoptr(KvJobResult) stored = NULL;
 
   for (guint i = 0; i < 8; i++)
-    child_keys[i] = redis_test_key (CHILD_FIRST_KEY + i);
+    child_keys[i] = test_chunk_key (CHILD_FIRST_KEY + i);
   stored = store_keys (tier, child_keys, CHILD_FIRST_KEY, 8);
   g_assert_true (kv_job_result_get_success (stored));
   for (guint i = 0; i < 8; i++)
@@ -274,7 +274,7 @@ test_two_processes (void)
   tier = cluster_tier_new ();
   for (guint i = 0; i < 8; i++)
     {
-      child_keys[i] = redis_test_key (CHILD_FIRST_KEY + i);
+      child_keys[i] = test_chunk_key (CHILD_FIRST_KEY + i);
       g_assert_cmpint (redis_test_lookup (tier, child_keys[i]), ==, KV_LOOKUP_RESULT_MISS);
     }
   g_test_trap_subprocess (NULL, 30 * G_USEC_PER_SEC,
@@ -525,7 +525,7 @@ main (int argc, char **argv)
   buffer = kv_host_buffer_new (16, REDIS_TEST_SLOT, &error);
   g_assert_no_error (error);
   for (guint i = 0; i < N_KEYS; i++)
-    keys[i] = redis_test_key (i);
+    keys[i] = test_chunk_key (i);
 
   g_test_add_func ("/redis-cluster/spread", test_spread);
   g_test_add_func ("/redis-cluster/dead-seed", test_dead_seed);

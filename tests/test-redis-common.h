@@ -19,6 +19,8 @@
 #include <gobject/gvaluecollector.h>
 #include <kvtier.h>
 
+#include "test-chunk-data.h"
+
 #ifndef REDIS_TEST_SERVER_ONLY
 #include "kv-chunk-format.h"
 #include "kv-redis-tier.h"
@@ -291,45 +293,6 @@ redis_test_make_dir (void)
 #ifndef REDIS_TEST_SERVER_ONLY
 
 /* ---- keys and bytes ------------------------------------------------------ */
-
-G_GNUC_UNUSED static KvKey *
-redis_test_key (guint i)
-{
-  guint8 hash[32];
-
-  for (guint b = 0; b < sizeof hash; b++)
-    hash[b] = (guint8) (i * 131 + b * 7 + 3);
-  hash[0] = (guint8) (i >> 8);
-  hash[1] = (guint8) i;
-  return kv_key_new (hash, sizeof hash, i % 3);
-}
-
-G_GNUC_UNUSED static void
-redis_test_fill (guint8 *slot,
-                 gsize   len,
-                 guint   i)
-{
-  guint32 x = 0x9e3779b9u * (i + 1);
-
-  for (gsize o = 0; o < len; o += 4)
-    {
-      x ^= x << 13;
-      x ^= x >> 17;
-      x ^= x << 5;
-      memcpy (slot + o, &x, 4);
-    }
-}
-
-G_GNUC_UNUSED static gboolean
-redis_test_check (const guint8 *slot,
-                  gsize         len,
-                  guint         i)
-{
-  g_autofree guint8 *expected = g_malloc (len);
-
-  redis_test_fill (expected, len, i);
-  return memcmp (slot, expected, len) == 0;
-}
 
 /* ---- the tier ------------------------------------------------------------ */
 

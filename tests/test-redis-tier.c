@@ -32,7 +32,7 @@ setup (Fixture       *f,
   f->buffer = kv_host_buffer_new (N_SLOTS, REDIS_TEST_SLOT, &error);
   g_assert_no_error (error);
   for (guint i = 0; i < G_N_ELEMENTS (f->keys); i++)
-    f->keys[i] = redis_test_key (i);
+    f->keys[i] = test_chunk_key (i);
   f->address = redis_server_address (&shared_server);
 }
 
@@ -75,7 +75,7 @@ store_range_with (Fixture     *f,
   for (guint i = 0; i < n; i++)
     {
       slots[i] = i;
-      redis_test_fill (slot (f, i), REDIS_TEST_SLOT, first + i);
+      test_chunk_fill (slot (f, i), REDIS_TEST_SLOT, first + i);
       /* a new writer of the slot: its old checksum no longer holds */
       kv_host_buffer_clear_slot_checksum (f->buffer, i);
     }
@@ -171,7 +171,7 @@ test_round_trip (Fixture       *f,
   g_assert_true (kv_job_result_get_success (loaded));
   g_assert_cmpint (kv_job_result_get_transfer_bytes (loaded), ==, 3 * REDIS_TEST_SLOT);
   for (guint i = 0; i < 3; i++)
-    g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
+    g_assert_true (test_chunk_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 3);
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_BYTES_READ), ==, 3 * REDIS_TEST_SLOT);
 }
@@ -191,7 +191,7 @@ test_carried_checksum (Fixture       *f,
   guint32 slot9 = 9;
   guint64 carried = 0;
 
-  redis_test_fill (slot (f, 0), REDIS_TEST_SLOT, 0);
+  test_chunk_fill (slot (f, 0), REDIS_TEST_SLOT, 0);
   kv_host_buffer_set_slot_checksum (f->buffer, 0,
                                     kv_chunk_checksum (slot (f, 0), REDIS_TEST_SLOT) ^ 1);
   stored = redis_test_run_job (f->tier, FALSE, &f->keys[0], &slot0, 1);
@@ -208,7 +208,7 @@ test_carried_checksum (Fixture       *f,
   kv_host_buffer_clear_slot_checksum (f->buffer, 9);
   loaded_good = redis_test_run_job (f->tier, TRUE, &f->keys[1], &slot9, 1);
   g_assert_true (kv_job_result_get_success (loaded_good));
-  g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check (slot (f, 9), REDIS_TEST_SLOT, 1));
   g_assert_true (kv_host_buffer_get_slot_checksum (f->buffer, 9, &carried));
   g_assert_cmphex (carried, ==, kv_chunk_checksum (slot (f, 9), REDIS_TEST_SLOT));
 }
@@ -230,7 +230,7 @@ test_many_keys (Fixture       *f,
 
       g_assert_true (kv_job_result_get_success (loaded));
       for (guint i = 0; i < 8; i++)
-        g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, first + i));
+        g_assert_true (test_chunk_check (slot (f, 8 + i), REDIS_TEST_SLOT, first + i));
     }
 }
 
@@ -255,7 +255,7 @@ test_set_nx_skip (Fixture       *f,
   g_assert_cmpstr (value, ==, "someone else's");
   loaded = load_range (f, 0, 1);
   g_assert_true (kv_job_result_get_success (loaded));
-  g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+  g_assert_true (test_chunk_check (slot (f, 8), REDIS_TEST_SLOT, 0));
 }
 
 static void
@@ -350,7 +350,7 @@ test_damaged_value (Fixture       *f,
   g_assert_false (kv_job_result_has_successful_keys (loaded));
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_CORRUPT_CHUNKS), ==, 1);
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 1);
-  g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check (slot (f, 9), REDIS_TEST_SLOT, 1));
   if (damage == DAMAGE_PAYLOAD || damage == DAMAGE_HEADER)
     g_assert_true (kv_job_result_get_checksum_failed (loaded));
   /* deleted: a miss from now on; a data failure, not the server's */
@@ -385,8 +385,8 @@ test_missing_key (Fixture       *f,
   kv_job_result_get_successful_keys (loaded, &n_ok);
   g_assert_cmpuint (n_ok, ==, 2);
   g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_MISSING_CHUNKS), ==, 1);
-  g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
-  g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+  g_assert_true (test_chunk_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+  g_assert_true (test_chunk_check (slot (f, 9), REDIS_TEST_SLOT, 1));
 }
 
 /* A store whose deadline passes is not published: its command still
@@ -414,8 +414,8 @@ test_store_past_deadline (Fixture       *f,
   gint64 end;
 
   g_assert_cmpstr (paused, ==, "OK");
-  redis_test_fill (slot (f, 0), REDIS_TEST_SLOT, 0);
-  redis_test_fill (slot (f, 1), REDIS_TEST_SLOT, 1);
+  test_chunk_fill (slot (f, 0), REDIS_TEST_SLOT, 0);
+  test_chunk_fill (slot (f, 1), REDIS_TEST_SLOT, 1);
   job = kv_transfer_job_new (77, &f->keys[0], slots, 2, FALSE, request);
   g_assert_true (kv_secondary_tier_submit_store (st, job, &error));
   g_assert_no_error (error);
@@ -456,7 +456,7 @@ test_store_past_deadline (Fixture       *f,
     g_autoptr(KvJobResult) loaded = load_range_with (f, reader, 0, 1);
 
     g_assert_true (kv_job_result_get_success (loaded));
-    g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+    g_assert_true (test_chunk_check (slot (f, 8), REDIS_TEST_SLOT, 0));
     redis_test_tier_free (g_steal_pointer (&reader));
   }
   redis_test_tier_free (g_steal_pointer (&tier));
@@ -532,7 +532,7 @@ stack_store (Stack   *s,
   for (guint i = 0; i < n_to_store; i++)
     for (guint k = 0; k < n; k++)
       if (kv_key_equal (to_store[i], f->keys[first + k]))
-        redis_test_fill (kv_host_buffer_peek_slot (s->buffer, chunk_ids[i]), REDIS_TEST_SLOT, first + k);
+        test_chunk_fill (kv_host_buffer_peek_slot (s->buffer, chunk_ids[i]), REDIS_TEST_SLOT, first + k);
   kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
   kv_tiering_manager_on_request_finished (s->manager, request);
   g_assert_true (kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL));
@@ -576,7 +576,7 @@ stack_promote (Stack   *s,
       chunks = kv_tiering_manager_prepare_load (s->manager, &f->keys[i], 1, request, &n_chunks, &error);
       g_assert_no_error (error);
       g_assert_cmpuint (n_chunks, ==, 1);
-      g_assert_true (redis_test_check (kv_host_buffer_peek_slot (s->buffer, chunks[0]),
+      g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (s->buffer, chunks[0]),
                                        REDIS_TEST_SLOT, i));
       kv_tiering_manager_complete_load (s->manager, &f->keys[i], 1, request);
     }
@@ -672,7 +672,7 @@ test_auth (Fixture       *f,
 
     g_assert_true (kv_job_result_get_success (stored));
     g_assert_true (kv_job_result_get_success (loaded));
-    g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+    g_assert_true (test_chunk_check (slot (f, 8), REDIS_TEST_SLOT, 0));
   }
   redis_test_tier_free (g_steal_pointer (&tier));
 
@@ -817,8 +817,8 @@ test_server_dies (Fixture       *f,
     g_autoptr(KvJobResult) loaded = load_range_with (f, tier, 0, 2);
 
     g_assert_true (kv_job_result_get_success (loaded));
-    g_assert_true (redis_test_check (slot (f, 8), REDIS_TEST_SLOT, 0));
-    g_assert_true (redis_test_check (slot (f, 9), REDIS_TEST_SLOT, 1));
+    g_assert_true (test_chunk_check (slot (f, 8), REDIS_TEST_SLOT, 0));
+    g_assert_true (test_chunk_check (slot (f, 9), REDIS_TEST_SLOT, 1));
   }
   redis_test_tier_free (g_steal_pointer (&tier));
   redis_server_clear (&server);
@@ -849,7 +849,7 @@ test_maxmemory_evicts (Fixture       *f,
   g_assert_no_error (error);
   tier = redis_test_tier_new (big, address, NULL);
   for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
-    keys[i] = redis_test_key (1000 + i);
+    keys[i] = test_chunk_key (1000 + i);
 
   /* 64 × 68 KiB into 3 MB */
   for (guint first = 0; first < G_N_ELEMENTS (keys); first += 8)
@@ -858,7 +858,7 @@ test_maxmemory_evicts (Fixture       *f,
       g_autoptr(KvJobResult) stored = NULL;
 
       for (guint i = 0; i < 8; i++)
-        redis_test_fill (kv_host_buffer_peek_slot (big, i), chunk, 1000 + first + i);
+        test_chunk_fill (kv_host_buffer_peek_slot (big, i), chunk, 1000 + first + i);
       stored = redis_test_run_job (tier, FALSE, &keys[first], slots, 8);
       g_assert_true (kv_job_result_get_success (stored));
     }
@@ -878,7 +878,7 @@ test_maxmemory_evicts (Fixture       *f,
         if (kv_job_result_get_success (loaded))
           {
             n_loaded++;
-            g_assert_true (redis_test_check (kv_host_buffer_peek_slot (big, 0), chunk, 1000 + i));
+            g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (big, 0), chunk, 1000 + i));
           }
       }
     }
@@ -1128,7 +1128,7 @@ test_tls (Fixture       *f,
     g_assert_true (kv_job_result_get_success (stored));
     g_assert_true (kv_job_result_get_success (loaded));
     for (guint i = 0; i < 3; i++)
-      g_assert_true (redis_test_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
+      g_assert_true (test_chunk_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
     g_assert_cmpint (redis_test_lookup (tier, f->keys[1]), ==, KV_LOOKUP_RESULT_HIT);
   }
   redis_test_tier_free (g_steal_pointer (&tier));

@@ -335,8 +335,6 @@ connect_link (KvPeerClient  *self,
 
   link->buf = g_byte_array_new ();
   link->record_header = g_malloc (KV_CHUNK_HEADER_SIZE);
-  /* straight to the peer: no system proxy between two cache nodes */
-  g_socket_client_set_enable_proxy (client, FALSE);
   link->socket_conn = g_socket_client_connect (client, self->connectable, cancellable, error);
   if (link->socket_conn == NULL)
     goto failed;

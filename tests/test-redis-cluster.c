@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "test-redis-common.h"
+#include "test-leak-check.h"
 #include "kv-redis-slot-map.h"
 
 /* The redis tier on a Redis Cluster of 3 masters and 3 replicas, made by
@@ -555,5 +556,6 @@ main (int argc, char **argv)
   g_clear_object (&buffer);
   g_free (test_dir);
   g_free (seed);
+  test_leak_check_now ();
   return status;
 }

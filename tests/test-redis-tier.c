@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "test-redis-common.h"
+#include "test-leak-check.h"
 
 /* The redis tier on a standalone redis-server: byte-exact round trips,
  * SET NX, ttl, damaged values (detected, deleted, counted, never loaded),
@@ -1226,5 +1227,6 @@ main (int argc, char **argv)
   redis_server_clear (&shared_server);
   redis_test_rm_rf (test_dir);
   g_free (test_dir);
+  test_leak_check_now ();
   return status;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "peer-harness.h"
+#include "../test-leak-check.h"
 
 /* The peer tier between real processes on 127.0.0.1: `kvtier serve` nodes
  * serving synthetic chunks, and this process as the asking node. */
@@ -490,5 +491,6 @@ main (int   argc,
   g_test_add_func ("/peer/sigterm", test_sigterm);
   status = g_test_run ();
   harness_cleanup ();
+  test_leak_check_now ();
   return status;
 }

@@ -33,8 +33,8 @@ G_DECLARE_INTERFACE (KvAdmissionPolicy, kv_admission_policy, KV, ADMISSION_POLIC
  * @get_stats: the policy's metrics since the last call, or %NULL. Optional.
  * @should_admit_external: whether the tier at @tier_index may serve @keys
  *   to another node (a store it makes through
- *   [method@Kv.ParentManager.create_store_job]). Optional: admitted when
- *   not implemented.
+ *   [method@Kv.ParentManager.create_store_job]). Optional: a policy
+ *   without it admits every such store.
  *
  * The virtual methods of an admission policy; see
  * [iface@Kv.AdmissionPolicy]. Every one runs on the manager's owner thread.

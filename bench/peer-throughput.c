@@ -7,21 +7,32 @@
  *
  *  1. the ceiling: raw loopback TCP, messages the size of one DATA frame
  *     (prefix, chunk header, payload), over 1 and over N connections, no
- *     kvtier (threads of this process, plain sockets);
+ *     kvtier (threads of this process, plain sockets); then the same from
+ *     primary-sized memory into primary-sized memory, the least CPU a
+ *     transfer between two nodes' slots takes; with TLS, that transfer
+ *     through glib-networking's TLS, as the tier uses it;
  *  2. the peer tier: a `kvtier serve` node this program starts (synthetic
- *     chunks) and a peer tier in this process loading them into its primary
- *     slots, N connections, several jobs in flight; without and with TLS.
+ *     chunks, carrying their checksum as a device leaves them) and a peer
+ *     tier in this process loading them into its primary slots over N
+ *     connections, 2N load jobs kept in flight as an engine submits them;
+ *     without and with TLS.
  *
  * For each chunk size (256 KiB, 2 MiB) it prints
- *   fetch 2MiB peer: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
+ *   fetch 2MiB peer: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB = <r>x TCP's <t> s/GB
  * where the ceiling is the better of the two raw runs made right before
  * (each round pairs them; the line is the median round, every round is a
- * `#` line) and cpu counts both processes (user + system) per GB fetched.
+ * `#` line), cpu counts both processes (user + system) per GB fetched and
+ * <t> is the slots-to-slots transfer's; with TLS the line adds the ratio
+ * to the TLS transfer and compares the CPU with it.
  *
  * Usage: peer-throughput [--seconds S] [--rounds R] [--connections N]
+ *                        [--chunk-sizes 256KiB,2MiB] [--tls no|yes|both]
  */
 
 #include <kvtier.h>
+
+#include "bench-util.h"
+#include "kv-secondary-tier-private.h"
 
 #include <arpa/inet.h>
 #include <glib/gstdio.h>
@@ -40,24 +51,55 @@
 static gdouble opt_seconds = 2.0;
 static gint opt_connections = 4;
 static gint opt_rounds = 3;
+static char *opt_chunk_sizes = NULL;
+static char *opt_tls = NULL;
+static gint opt_chunks_per_job = 0;   /* 0: MIN (16, 8 MiB of chunks) */
 
-static gdouble
-now_s (void)
-{
-  return g_get_monotonic_time () / 1e6;
-}
-
-/* ---- the ceiling: raw loopback TCP ------------------------------------------ */
+/* ---- the ceilings: raw loopback TCP, and TLS over it ------------------------ */
 
 typedef struct
 {
-  int      fd;
-  gsize    message;
-  gdouble  until;
-  guint64  bytes;
-  guint8  *slots;     /* NULL: one reused buffer; else n_slots messages in turn */
-  guint    n_slots;
+  int        fd;
+  GIOStream *tls;       /* TLS over @fd, or NULL for plain TCP */
+  gsize      message;
+  gdouble    until;
+  guint64    bytes;
+  guint8    *slots;     /* NULL: one reused buffer; else n_slots messages in turn */
+  guint      n_slots;
 } Flow;
+
+static gboolean
+flow_send (Flow         *flow,
+           const guint8 *buffer,
+           gsize         len)
+{
+  if (flow->tls != NULL)
+    return g_output_stream_write_all (g_io_stream_get_output_stream (flow->tls), buffer, len,
+                                      NULL, NULL, NULL);
+  for (gsize off = 0; off < len; )
+    {
+      ssize_t n = send (flow->fd, buffer + off, len - off, MSG_NOSIGNAL);
+
+      if (n <= 0)
+        return FALSE;
+      off += n;
+    }
+  return TRUE;
+}
+
+static gssize
+flow_receive (Flow   *flow,
+              guint8 *buffer,
+              gsize   len)
+{
+  gsize n = 0;
+
+  if (flow->tls == NULL)
+    return recv (flow->fd, buffer, len, MSG_WAITALL);
+  if (!g_input_stream_read_all (g_io_stream_get_input_stream (flow->tls), buffer, len, &n, NULL, NULL))
+    return -1;
+  return n;
+}
 
 static gpointer
 send_main (gpointer data)
@@ -65,19 +107,16 @@ send_main (gpointer data)
   Flow *flow = data;
   g_autofree guint8 *buffer = g_malloc0 (flow->message);
 
-  while (now_s () < flow->until)
+  for (guint i = 0; bench_now_s () < flow->until; i++)
     {
-      gsize off = 0;
+      const guint8 *source = flow->slots != NULL ? flow->slots + (gsize) (i % flow->n_slots) * flow->message
+                                                 : buffer;
 
-      while (off < flow->message)
-        {
-          ssize_t n = send (flow->fd, buffer + off, flow->message - off, MSG_NOSIGNAL);
-
-          if (n <= 0)
-            return NULL;
-          off += n;
-        }
+      if (!flow_send (flow, source, flow->message))
+        return NULL;
     }
+  if (flow->tls != NULL)
+    g_io_stream_close (flow->tls, NULL, NULL);
   shutdown (flow->fd, SHUT_WR);
   return NULL;
 }
@@ -92,7 +131,7 @@ receive_main (gpointer data)
     {
       guint8 *target = flow->slots != NULL ? flow->slots + (gsize) (i % flow->n_slots) * flow->message
                                            : buffer;
-      ssize_t n = recv (flow->fd, target, flow->message, MSG_WAITALL);
+      gssize n = flow_receive (flow, target, flow->message);
 
       if (n <= 0)
         break;
@@ -101,20 +140,75 @@ receive_main (gpointer data)
   return NULL;
 }
 
-static gdouble self_cpu_s (void);
+static char *dir;
+static GTlsCertificate *server_certificate;
+static GTlsDatabase *ca_database;
+
+static GIOStream *
+socket_stream (int fd)
+{
+  g_autoptr(GSocket) socket = g_socket_new_from_fd (dup (fd), NULL);
+
+  g_assert_nonnull (socket);
+  return G_IO_STREAM (g_socket_connection_factory_create_connection (socket));
+}
+
+static gpointer
+server_handshake (gpointer data)
+{
+  GIOStream *tls = data;
+  g_autoptr(GError) error = NULL;
+
+  if (!g_tls_connection_handshake (G_TLS_CONNECTION (tls), NULL, &error))
+    g_error ("TLS ceiling: server handshake: %s", error->message);
+  return NULL;
+}
+
+/* Wraps the two ends of each connection in TLS (glib-networking, as the peer
+ * tier and `kvtier serve` use it: the same certificates, the same defaults)
+ * and completes the handshakes before anything is timed. */
+static void
+start_tls (Flow  *senders,
+           Flow  *receivers,
+           guint  n_conns)
+{
+  g_autoptr(GError) error = NULL;
+
+  for (guint i = 0; i < n_conns; i++)
+    {
+      g_autoptr(GIOStream) server_base = socket_stream (senders[i].fd);
+      g_autoptr(GIOStream) client_base = socket_stream (receivers[i].fd);
+      g_autoptr(GSocketConnectable) identity = g_network_address_new ("127.0.0.1", 0);
+      GThread *thread;
+
+      senders[i].tls = g_tls_server_connection_new (server_base, server_certificate, &error);
+      g_assert_no_error (error);
+      receivers[i].tls = g_tls_client_connection_new (client_base, identity, &error);
+      g_assert_no_error (error);
+      g_tls_connection_set_database (G_TLS_CONNECTION (receivers[i].tls), ca_database);
+      thread = g_thread_new ("tls-handshake", server_handshake, senders[i].tls);
+      if (!g_tls_connection_handshake (G_TLS_CONNECTION (receivers[i].tls), NULL, &error))
+        g_error ("TLS ceiling: client handshake: %s", error->message);
+      g_thread_join (thread);
+    }
+}
 
 /* GB/s of @n_conns loopback connections each sending @message-sized
- * messages for opt_seconds; the CPU both ends took per GB in @cpu_s_per_gb.
- * With @slots_bytes, the receivers write in turn over that much memory (as
- * the peer tier writes primary slots) instead of one buffer that stays in
- * the CPU's caches. */
+ * messages for opt_seconds (with @tls, through TLS); the CPU both ends took
+ * per GB in @cpu_s_per_gb. With @slots_bytes, the senders read in turn from
+ * that much memory and the receivers write in turn over as much again (as
+ * a serving node sends from its primary slots and the peer tier fills its
+ * own) instead of buffers that stay in the CPU's caches: the least CPU a
+ * transfer between two primaries takes. The server end sends, as a serving
+ * node does. */
 static gdouble
-tcp_ceiling (gsize    message,
-             guint    n_conns,
-             gsize    slots_bytes,
-             gdouble *cpu_s_per_gb)
+tcp_ceiling (gsize     message,
+             guint     n_conns,
+             gsize     slots_bytes,
+             gboolean  tls,
+             gdouble  *cpu_s_per_gb)
 {
-  g_autofree guint8 *slots = slots_bytes > 0 ? g_malloc (slots_bytes) : NULL;
+  g_autofree guint8 *slots = slots_bytes > 0 ? g_malloc (2 * slots_bytes) : NULL;
   struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
   socklen_t len = sizeof addr;
   int listener = socket (AF_INET, SOCK_STREAM, 0);
@@ -130,35 +224,40 @@ tcp_ceiling (gsize    message,
   g_assert_cmpint (getsockname (listener, (struct sockaddr *) &addr, &len), ==, 0);
   for (guint i = 0; i < n_conns; i++)
     {
-      senders[i].fd = socket (AF_INET, SOCK_STREAM, 0);
-      g_assert_cmpint (connect (senders[i].fd, (struct sockaddr *) &addr, sizeof addr), ==, 0);
+      receivers[i].fd = socket (AF_INET, SOCK_STREAM, 0);
+      g_assert_cmpint (connect (receivers[i].fd, (struct sockaddr *) &addr, sizeof addr), ==, 0);
+      senders[i].fd = accept (listener, NULL, NULL);
+      g_assert_cmpint (senders[i].fd, >=, 0);
       setsockopt (senders[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      receivers[i].fd = accept (listener, NULL, NULL);
-      g_assert_cmpint (receivers[i].fd, >=, 0);
     }
+  if (tls)
+    start_tls (senders, receivers, n_conns);
   if (slots != NULL)
-    memset (slots, 0, slots_bytes);   /* faulted in, as warm primary slots are */
-  start = now_s ();
-  cpu = self_cpu_s ();
+    memset (slots, 0, 2 * slots_bytes);   /* faulted in, as warm primary slots are */
+  start = bench_now_s ();
+  cpu = bench_self_cpu_s ();
   for (guint i = 0; i < n_conns; i++)
     {
       senders[i].message = receivers[i].message = message;
       if (slots != NULL)
         {
-          receivers[i].n_slots = MAX (1, slots_bytes / n_conns / message);
+          receivers[i].n_slots = senders[i].n_slots = MAX (1, slots_bytes / n_conns / message);
           receivers[i].slots = slots + (gsize) i * receivers[i].n_slots * message;
+          senders[i].slots = receivers[i].slots + slots_bytes;
         }
       senders[i].until = start + opt_seconds;
-      threads[2 * i] = g_thread_new ("tcp-send", send_main, &senders[i]);
-      threads[2 * i + 1] = g_thread_new ("tcp-recv", receive_main, &receivers[i]);
+      threads[2 * i] = g_thread_new (tls ? "tls-send" : "tcp-send", send_main, &senders[i]);
+      threads[2 * i + 1] = g_thread_new (tls ? "tls-recv" : "tcp-recv", receive_main, &receivers[i]);
     }
   for (guint i = 0; i < 2 * n_conns; i++)
     g_thread_join (threads[i]);
-  elapsed = now_s () - start;
-  cpu = self_cpu_s () - cpu;
+  elapsed = bench_now_s () - start;
+  cpu = bench_self_cpu_s () - cpu;
   for (guint i = 0; i < n_conns; i++)
     {
       total += receivers[i].bytes;
+      g_clear_object (&senders[i].tls);
+      g_clear_object (&receivers[i].tls);
       close (senders[i].fd);
       close (receivers[i].fd);
     }
@@ -168,8 +267,6 @@ tcp_ceiling (gsize    message,
 }
 
 /* ---- the peer tier between two processes -------------------------------------- */
-
-static char *dir;
 
 static char *
 write_file (const char *name,
@@ -215,30 +312,6 @@ child_setup (gpointer data)
   prctl (PR_SET_PDEATHSIG, SIGKILL);
 }
 
-static gdouble
-process_cpu_s (const char *pid)
-{
-  g_autofree char *path = g_strdup_printf ("/proc/%s/stat", pid);
-  g_autofree char *stat = NULL;
-  g_auto(GStrv) fields = NULL;
-
-  if (!g_file_get_contents (path, &stat, NULL, NULL))
-    return 0;
-  fields = g_strsplit (strrchr (stat, ')') + 2, " ", -1);
-  /* utime and stime are fields 14 and 15, the 12th and 13th after ')' */
-  return (g_ascii_strtod (fields[11], NULL) + g_ascii_strtod (fields[12], NULL)) / sysconf (_SC_CLK_TCK);
-}
-
-static gdouble
-self_cpu_s (void)
-{
-  struct rusage usage;
-
-  getrusage (RUSAGE_SELF, &usage);
-  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
-         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
-}
-
 static KvKey *
 synthetic_key (guint64 index)
 {
@@ -262,9 +335,18 @@ typedef struct
 
 /* The chunks the peer run fetches, and their bytes. */
 static guint
+peer_per_job (gsize chunk)
+{
+  if (opt_chunks_per_job > 0)
+    return (guint) opt_chunks_per_job;
+  return (guint) MAX (1, MIN (16, (8u << 20) / chunk));
+}
+
+/* Enough chunks for four jobs per connection: the window is 2N jobs. */
+static guint
 peer_n_chunks (gsize chunk)
 {
-  return (guint) MIN (256, (256u << 20) / chunk);
+  return MAX ((guint) MIN (256, (256u << 20) / chunk), 4 * (guint) opt_connections * peer_per_job (chunk));
 }
 
 static gsize
@@ -273,19 +355,39 @@ peer_slots_bytes (gsize chunk)
   return peer_n_chunks (chunk) * (20 + 4096 + chunk);
 }
 
+typedef struct
+{
+  GMutex   lock;
+  GCond    cond;
+  gboolean queued;
+} Wake;
+
+static void
+results_queued (gpointer data)
+{
+  Wake *wake = data;
+
+  g_mutex_lock (&wake->lock);
+  wake->queued = TRUE;
+  g_cond_signal (&wake->cond);
+  g_mutex_unlock (&wake->lock);
+}
+
 static PeerResult
 peer_fetch (gsize    chunk,
             gboolean tls)
 {
   guint n_chunks = peer_n_chunks (chunk);
-  guint per_job = (guint) MAX (1, MIN (16, (8u << 20) / chunk));
+  guint per_job = peer_per_job (chunk);
   g_autofree char *secret = write_file ("secret", "bench-secret-0123456789abcdef");
   g_autofree char *tls_conf = tls ? g_strdup_printf ("tls = true\ntls-cert-file = %s/server.pem\n"
                                                      "tls-key-file = %s/server-key.pem\n", dir, dir)
                                   : g_strdup ("");
   g_autofree char *conf_text = g_strdup_printf ("[primary]\nsize = %" G_GSIZE_FORMAT "\nslot-size = %" G_GSIZE_FORMAT
                                                 "\n\n[tier peer]\ntype = peer\nlisten = 127.0.0.1:0\n"
-                                                "secret-file = %s\nnamespace = bench\n%s",
+                                                "secret-file = %s\nnamespace = bench\n"
+                                                /* generous, as the client's io-timeout-ms below */
+                                                "handshake-timeout-ms = 30000\n%s",
                                                 (n_chunks + 8) * chunk, chunk, secret, tls_conf);
   g_autofree char *conf = write_file ("server.conf", conf_text);
   g_autofree char *count = g_strdup_printf ("%u", n_chunks);
@@ -302,7 +404,9 @@ peer_fetch (gsize    chunk,
   GVariantBuilder props;
   const char *exe = g_getenv ("KVTIER_EXE") ? g_getenv ("KVTIER_EXE") : KVTIER_EXE_PATH;
   const char *peer;
+  GPid server_pid;
   guint64 job_id = 0, bytes = 0;
+  Wake wake = { 0 };
   gdouble start = 0, elapsed, cpu_self = 0, cpu_server = 0;
   PeerResult result;
 
@@ -310,6 +414,7 @@ peer_fetch (gsize    chunk,
   server = g_subprocess_launcher_spawn (launcher, &error, exe, "serve", "--config", conf, "--http", "",
                                         "--synthetic-chunks", count, NULL);
   g_assert_no_error (error);
+  server_pid = (GPid) g_ascii_strtoll (g_subprocess_get_identifier (server), NULL, 10);
   out = g_data_input_stream_new (g_subprocess_get_stdout_pipe (server));
   line = g_data_input_stream_read_line_utf8 (out, NULL, NULL, &error);
   g_assert_no_error (error);
@@ -328,6 +433,9 @@ peer_fetch (gsize    chunk,
   g_variant_builder_add (&props, "{sv}", "connections-per-peer",
                          g_variant_new_take_string (g_strdup_printf ("%d", opt_connections)));
   g_variant_builder_add (&props, "{sv}", "deadline-ms", g_variant_new_string ("30000"));
+  /* a bench measures throughput, not timeouts: a loaded or sanitized CI
+   * machine may take longer than the defaults to connect and handshake */
+  g_variant_builder_add (&props, "{sv}", "io-timeout-ms", g_variant_new_uint32 (30000));
   if (tls)
     {
       g_variant_builder_add (&props, "{sv}", "tls", g_variant_new_boolean (TRUE));
@@ -339,50 +447,70 @@ peer_fetch (gsize    chunk,
   for (guint i = 0; i < n_chunks; i++)
     g_ptr_array_add (keys, synthetic_key (i));
 
-  /* one warm-up round opens the connections */
-  for (guint round = 0; ; round++)
-    {
-      guint n_jobs = n_chunks / per_job, n_done = 0;
+  /* Load jobs are kept in flight as an engine submits them, step after
+   * step: a window of jobs, each refilled as soon as its result came in
+   * (the tier's completion wakes this thread; it never polls). A job takes
+   * the slots of the job n_jobs before it, long finished. One warm-up pass
+   * over every chunk opens the connections and touches the slots. */
+  {
+    guint n_jobs = n_chunks / per_job;
+    guint window = MIN (n_jobs, 2 * (guint) opt_connections);
+    guint in_flight = 0, next = 0;
+    guint64 warm_jobs = n_jobs, done = 0;
+    gboolean timing = FALSE;
+    gdouble until = 0;
 
-      if (round == 1)
-        {
-          start = now_s ();
-          cpu_self = self_cpu_s ();
-          cpu_server = process_cpu_s (g_subprocess_get_identifier (server));
-        }
-      for (guint j = 0; j < n_jobs; j++)
-        {
-          g_autofree guint32 *ids = g_new (guint32, per_job);
-          g_autoptr(KvTransferJob) job = NULL;
+    _kv_secondary_tier_set_queued_func (tier, results_queued, &wake);
+    for (;;)
+      {
+        g_autofree KvJobResult **results = NULL;
 
-          for (guint k = 0; k < per_job; k++)
-            ids[k] = j * per_job + k;
-          job = kv_transfer_job_new (++job_id, (KvKey * const *) keys->pdata + j * per_job, ids,
-                                     per_job, TRUE, request);
-          g_assert_true (kv_secondary_tier_submit_load (tier, job, NULL));
-        }
-      while (n_done < n_jobs)
-        {
-          g_autofree KvJobResult **results = kv_secondary_tier_get_finished_jobs (tier);
+        while (in_flight < window && (!timing || bench_now_s () < until))
+          {
+            guint j = next++ % n_jobs;
+            g_autofree guint32 *ids = g_new (guint32, per_job);
+            g_autoptr(KvTransferJob) job = NULL;
 
-          for (guint r = 0; results != NULL && results[r] != NULL; r++)
-            {
-              if (!kv_job_result_get_success (results[r]))
-                g_error ("a fetch failed");
-              if (round > 0)
-                bytes += kv_job_result_get_transfer_bytes (results[r]);
-              kv_job_result_unref (results[r]);
-              n_done++;
-            }
-          if (n_done < n_jobs)
-            g_usleep (200);
-        }
-      if (round > 0 && now_s () - start >= opt_seconds)
-        break;
-    }
-  elapsed = now_s () - start;
-  cpu_self = self_cpu_s () - cpu_self;
-  cpu_server = process_cpu_s (g_subprocess_get_identifier (server)) - cpu_server;
+            for (guint k = 0; k < per_job; k++)
+              ids[k] = j * per_job + k;
+            job = kv_transfer_job_new (++job_id, (KvKey * const *) keys->pdata + j * per_job, ids,
+                                       per_job, TRUE, request);
+            g_assert_true (kv_secondary_tier_submit_load (tier, job, NULL));
+            in_flight++;
+          }
+        if (in_flight == 0)
+          break;
+        g_mutex_lock (&wake.lock);
+        while (!wake.queued)
+          g_cond_wait (&wake.cond, &wake.lock);
+        wake.queued = FALSE;
+        g_mutex_unlock (&wake.lock);
+        results = kv_secondary_tier_get_finished_jobs (tier);
+        for (guint r = 0; results != NULL && results[r] != NULL; r++)
+          {
+            if (!kv_job_result_get_success (results[r]))
+              g_error ("a fetch failed (the peer tier's message above says why)");
+            if (timing)
+              bytes += kv_job_result_get_transfer_bytes (results[r]);
+            kv_job_result_unref (results[r]);
+            in_flight--;
+            if (++done == warm_jobs && !timing)
+              {
+                /* the warm-up's last jobs still in flight count, a little
+                 * early: they run while the clock does */
+                timing = TRUE;
+                start = bench_now_s ();
+                until = start + opt_seconds;
+                cpu_self = bench_self_cpu_s ();
+                cpu_server = bench_process_cpu_s (server_pid);
+              }
+          }
+      }
+    _kv_secondary_tier_set_queued_func (tier, NULL, NULL);
+  }
+  elapsed = bench_now_s () - start;
+  cpu_self = bench_self_cpu_s () - cpu_self;
+  cpu_server = bench_process_cpu_s (server_pid) - cpu_server;
 
   g_assert_true (kv_secondary_tier_shutdown (tier, NULL));
   g_subprocess_send_signal (server, SIGTERM);
@@ -406,9 +534,16 @@ main (int   argc,
     { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds, "Rounds per line, the median printed (default 3)", "R" },
     { "connections", 0, 0, G_OPTION_ARG_INT, &opt_connections,
       "Connections (the tier's connections-per-peer; default 4)", "N" },
+    { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunk_sizes,
+      "Chunk sizes, comma-separated (default 256KiB,2MiB)", "LIST" },
+    { "tls", 0, 0, G_OPTION_ARG_STRING, &opt_tls, "Runs without TLS, with it, or both (default both)",
+      "no|yes|both" },
+    { "chunks-per-job", 0, 0, G_OPTION_ARG_INT, &opt_chunks_per_job,
+      "Chunks per load job (default: 16, or fewer so that a job is at most 8 MiB)", "N" },
     { NULL }
   };
-  const gsize sizes[] = { 256 << 10, 2 << 20 };
+  g_autoptr(GArray) sizes = g_array_new (FALSE, FALSE, sizeof (gsize));
+  int tls_first = 0, tls_last = 1;
 
   g_option_context_add_main_entries (context, entries, NULL);
   if (!g_option_context_parse (context, &argc, &argv, &error))
@@ -421,61 +556,120 @@ main (int   argc,
       g_printerr ("--rounds, --connections and --seconds must be positive\n");
       return 2;
     }
+  if (opt_chunks_per_job < 0 || opt_chunks_per_job > 4096 || opt_connections > 64)
+    {
+      g_printerr ("--chunks-per-job is at most 4096 (the tier's max-keys-per-request), --connections at most 64\n");
+      return 2;
+    }
+  {
+    g_auto(GStrv) names = g_strsplit (opt_chunk_sizes != NULL ? opt_chunk_sizes : "256KiB,2MiB", ",", -1);
+
+    for (guint i = 0; names[i] != NULL; i++)
+      {
+        guint64 size = 0;
+
+        if (!bench_parse_size (g_strstrip (names[i]), &size) || size < 4096 || size > (64u << 20) ||
+            size % 4096 != 0)
+          {
+            g_printerr ("--chunk-sizes: %s is not a size of 4 KiB to 64 MiB in whole 4 KiB pages\n", names[i]);
+            return 2;
+          }
+        g_array_append_val (sizes, size);
+        if ((guint64) peer_n_chunks (size) * (20 + 4096 + size) > (4ULL << 30))
+          {
+            g_printerr ("--chunks-per-job: %u chunks of %s per job need more than 4 GiB of slots\n",
+                        peer_per_job (size), names[i]);
+            return 2;
+          }
+      }
+  }
+  if (g_strcmp0 (opt_tls, "no") == 0)
+    tls_last = 0;
+  else if (g_strcmp0 (opt_tls, "yes") == 0)
+    tls_first = 1;
+  else if (opt_tls != NULL && g_strcmp0 (opt_tls, "both") != 0)
+    {
+      g_printerr ("--tls: %s is not no, yes or both\n", opt_tls);
+      return 2;
+    }
   if (g_getenv ("KVTIER_PLUGIN_PATH") == NULL)
     g_setenv ("KVTIER_PLUGIN_PATH", PEER_PLUGIN_DIR, TRUE);
   dir = g_dir_make_tmp ("kvtier-peer-bench-XXXXXX", &error);
   g_assert_no_error (error);
   make_certificates ();
+  {
+    g_autofree char *cert = g_build_filename (dir, "server.pem", NULL);
+    g_autofree char *key = g_build_filename (dir, "server-key.pem", NULL);
+    g_autofree char *ca = g_build_filename (dir, "ca.pem", NULL);
+
+    server_certificate = g_tls_certificate_new_from_files (cert, key, &error);
+    g_assert_no_error (error);
+    ca_database = g_tls_file_database_new (ca, &error);
+    g_assert_no_error (error);
+  }
 
   printf ("peer-throughput: %.1f s per run, %d connections, %u CPUs\n",
           opt_seconds, opt_connections, g_get_num_processors ());
   /* Each peer run is paired with a ceiling run right before it (the
    * machine's load drifts); the line is the median round. */
-  for (guint s = 0; s < G_N_ELEMENTS (sizes); s++)
-    for (int tls = 0; tls <= 1; tls++)
+  for (guint s = 0; s < sizes->len; s++)
+    for (int tls = tls_first; tls <= tls_last; tls++)
       {
-        gsize chunk = sizes[s];
+        gsize chunk = g_array_index (sizes, gsize, s);
         gsize message = 20 + 4096 + chunk;
-        const char *name = chunk == (2 << 20) ? "2MiB" : "256KiB";
+        g_autofree char *name = bench_size_name (chunk);
         g_autofree gdouble *ratios = g_new (gdouble, opt_rounds);
         g_autofree gdouble *peer_rates = g_new (gdouble, opt_rounds);
         g_autofree gdouble *ceilings = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *ceiling_cpus = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *tls_ceilings = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *tls_cpus = g_new (gdouble, opt_rounds);
         g_autofree gdouble *cpus = g_new (gdouble, opt_rounds);
-        g_autofree guint *order = g_new (guint, opt_rounds);
-        guint median;
+        guint m;
+
+        if (tls == tls_first)
+          printf ("# %s: %u chunks served, %u per load job, %u jobs in flight\n", name,
+                  peer_n_chunks (chunk), peer_per_job (chunk),
+                  MIN (peer_n_chunks (chunk) / peer_per_job (chunk), 2 * (guint) opt_connections));
 
         for (gint r = 0; r < opt_rounds; r++)
           {
-            gdouble cpu_one, cpu_many, cpu_slots;
-            gdouble one = tcp_ceiling (message, 1, 0, &cpu_one);
-            gdouble many = tcp_ceiling (message, opt_connections, 0, &cpu_many);
-            gdouble into_slots = tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), &cpu_slots);
+            gdouble cpu_one, cpu_many, cpu_slots, cpu_tls = 0;
+            gdouble one = tcp_ceiling (message, 1, 0, FALSE, &cpu_one);
+            gdouble many = tcp_ceiling (message, opt_connections, 0, FALSE, &cpu_many);
+            gdouble into_slots = tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), FALSE,
+                                              &cpu_slots);
+            gdouble over_tls = tls ? tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), TRUE,
+                                                  &cpu_tls)
+                                   : 0;
             PeerResult result = peer_fetch (chunk, tls);
 
             ceilings[r] = MAX (one, many);
+            /* the CPU a transfer into slot-sized memory takes without
+             * kvtier: what the peer run must at least spend */
+            ceiling_cpus[r] = cpu_slots;
+            tls_ceilings[r] = over_tls;
+            tls_cpus[r] = cpu_tls;
             peer_rates[r] = result.gb_per_s;
             cpus[r] = result.cpu_s_per_gb;
             ratios[r] = peer_rates[r] / ceilings[r];
-            order[r] = r;
             printf ("# round %d: tcp %.2f GB/s (cpu %.2f s/GB) over 1, %.2f GB/s (cpu %.2f s/GB) over %d,"
-                    " %.2f GB/s (cpu %.2f s/GB) into slots; peer%s %.2f GB/s, cpu %.2f s/GB"
-                    " (client %.2f, server %.2f)\n", r + 1, one, cpu_one, many, cpu_many, opt_connections,
-                    into_slots, cpu_slots, tls ? " tls" : "", peer_rates[r], cpus[r],
-                    result.client_cpu_s_per_gb, result.server_cpu_s_per_gb);
+                    " %.2f GB/s (cpu %.2f s/GB) slots to slots", r + 1, one, cpu_one, many, cpu_many,
+                    opt_connections, into_slots, cpu_slots);
+            if (tls)
+              printf (", tls %.2f GB/s (cpu %.2f s/GB) slots to slots", over_tls, cpu_tls);
+            printf ("; peer%s %.2f GB/s, cpu %.2f s/GB (client %.2f, server %.2f)\n", tls ? " tls" : "",
+                    peer_rates[r], cpus[r], result.client_cpu_s_per_gb, result.server_cpu_s_per_gb);
             fflush (stdout);
           }
-        for (gint i = 1; i < opt_rounds; i++)
-          for (gint j = i; j > 0 && ratios[order[j]] < ratios[order[j - 1]]; j--)
-            {
-              guint t = order[j];
-
-              order[j] = order[j - 1];
-              order[j - 1] = t;
-            }
-        median = order[opt_rounds / 2];
-        printf ("fetch %s peer%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.2f s/GB\n",
-                name, tls ? " tls" : "", peer_rates[median], 100 * ratios[median], ceilings[median],
-                cpus[median]);
+        m = bench_median_index (ratios, opt_rounds);
+        printf ("fetch %s peer%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s", name, tls ? " tls" : "",
+                peer_rates[m], 100 * ratios[m], ceilings[m]);
+        if (tls)
+          printf (" (%.0f%% of TLS over it, %.2f GB/s)", 100 * peer_rates[m] / tls_ceilings[m], tls_ceilings[m]);
+        printf (", cpu %.2f s/GB = %.2fx %s's %.2f s/GB\n", cpus[m],
+                cpus[m] / (tls ? tls_cpus[m] : ceiling_cpus[m]), tls ? "TLS" : "TCP",
+                tls ? tls_cpus[m] : ceiling_cpus[m]);
         fflush (stdout);
       }
 
@@ -491,5 +685,7 @@ main (int   argc,
       }
     g_rmdir (dir);
   }
+  g_clear_object (&server_certificate);
+  g_clear_object (&ca_database);
   return 0;
 }

@@ -11,8 +11,11 @@
 #include <netinet/tcp.h>
 
 #include <glib/gstdio.h>
+#include <hiredis/hiredis.h>
 #include <kvtier.h>
 
+#include "bench-stack.h"
+#include "bench-util.h"
 #include "kv-chunk-format.h"
 #include "kv-redis-tier.h"
 
@@ -27,16 +30,19 @@
  *  - the ceiling, the better of two clients moving the tier's values (the
  *    chunk plus its 4096-byte header): `redis-benchmark -t set,get -d
  *    <value bytes> -P <depth> -c <clients>` (--cluster in cluster mode),
- *    and a raw pipelined client in this program, with the tier's shape (one
+ *    a raw pipelined client in this program, with the tier's shape (one
  *    connection per node, the tier's 256 MiB in flight per node, a writer
- *    and a reader thread each, SET from one buffer, GET into one buffer);
+ *    and a reader thread each, SET from one buffer, GET into one buffer),
+ *    and a plain hiredis client with the same pipelining (one blocking
+ *    context per node, as many commands in flight, each written as soon
+ *    as it is appended, every reply taken through redisGetReply);
  *  - store: chunks cascade from a KvTieringManager's primary to the tier
  *    (prepare_store, complete_store), until every SET was answered;
  *  - load: a fresh manager on a fresh primary looks every chunk up (RETRY
  *    until the EXISTS answers come) and promotes it (GET straight into the
  *    slot), until every one landed.
  *
- *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
+ *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s (<h>% of hiredis's <g> GB/s), cpu <c> s/GB = <r>x hiredis's <k> s/GB
  *
  * Each round measures the ceiling, then the store, then the load; with
  * --rounds R (3) the median round by ratio is printed, each round as a `#`
@@ -73,51 +79,6 @@ static GOptionEntry entries[] = {
 static GPid server_pids[N_CLUSTER_NODES];
 static guint server_ports[N_CLUSTER_NODES];
 static char *work_dir;
-
-static double
-now_s (void)
-{
-  return g_get_monotonic_time () / 1e6;
-}
-
-static double
-cpu_s (void)
-{
-  struct rusage ru;
-
-  getrusage (RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-         ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-}
-
-static gboolean
-parse_size (const char *text,
-            guint64    *out)
-{
-  char *end = NULL;
-  guint64 value = g_ascii_strtoull (text, &end, 10);
-
-  if (end == text)
-    return FALSE;
-  if (g_ascii_strcasecmp (end, "KiB") == 0)
-    value <<= 10;
-  else if (g_ascii_strcasecmp (end, "MiB") == 0)
-    value <<= 20;
-  else if (g_ascii_strcasecmp (end, "GiB") == 0)
-    value <<= 30;
-  else if (*end != '\0')
-    return FALSE;
-  *out = value;
-  return value > 0;
-}
-
-static char *
-size_name (gsize bytes)
-{
-  if (bytes % (1 << 20) == 0)
-    return g_strdup_printf ("%" G_GSIZE_FORMAT "MiB", bytes >> 20);
-  return g_strdup_printf ("%" G_GSIZE_FORMAT "KiB", bytes >> 10);
-}
 
 /* ---- servers ------------------------------------------------------------ */
 
@@ -333,6 +294,7 @@ ceiling (const char *servers,
  * reader thread per connection. */
 typedef struct
 {
+  GSocketConnection *connection;   /* owns @socket; closes it when freed */
   GSocket  *socket;
   char      tag[32];     /* a hash tag the node owns ({t<n>}), cluster */
   guint     node;
@@ -507,10 +469,9 @@ raw_ceiling (guint    n_nodes,
           ok = FALSE;
           break;
         }
-      c->socket = g_object_ref (g_socket_connection_get_socket (connection));
+      c->connection = g_object_ref (connection);
+      c->socket = g_socket_connection_get_socket (connection);
       g_socket_set_option (c->socket, IPPROTO_TCP, TCP_NODELAY, 1, NULL);
-      g_object_set_data_full (G_OBJECT (c->socket), "connection", g_object_ref (connection),
-                              g_object_unref);
       c->node = i;
       c->value = value;
       c->value_bytes = value_bytes;
@@ -539,7 +500,7 @@ raw_ceiling (guint    n_nodes,
   for (guint pass = 0; pass < 2 && ok; pass++)
     {
       GThread *threads[2 * N_CLUSTER_NODES];
-      double t = now_s ();
+      double t = bench_now_s ();
 
       for (guint i = 0; i < n_nodes; i++)
         {
@@ -550,14 +511,15 @@ raw_ceiling (guint    n_nodes,
         }
       for (guint i = 0; i < 2 * n_nodes; i++)
         g_thread_join (threads[i]);
-      t = now_s () - t;
+      t = bench_now_s () - t;
       for (guint i = 0; i < n_nodes; i++)
         ok = ok && !conns[i].failed;
       *(pass == 0 ? set_gbs : get_gbs) = n_nodes * per_node * value_bytes / 1e9 / t;
     }
   for (guint i = 0; i < n_nodes; i++)
     {
-      g_clear_object (&conns[i].socket);
+      conns[i].socket = NULL;
+      g_clear_object (&conns[i].connection);
       if (conns[i].depth > 0)
         {
           g_mutex_clear (&conns[i].lock);
@@ -568,185 +530,174 @@ raw_ceiling (guint    n_nodes,
   return ok;
 }
 
-/* ---- the tier through a manager ------------------------------------------ */
+/* ---- a plain hiredis client -------------------------------------------- */
 
+/* What a plain C client of the same server pays: hiredis formats each SET
+ * into its output buffer (a copy of the value) and hands each GET value
+ * back in a reply it allocates. One blocking context per node, in a thread
+ * of its own, with as many commands in flight as the tier allows a node;
+ * each command is written as soon as it is appended, so the window never
+ * drains while replies wait in the reader. */
 typedef struct
 {
-  KvHostBuffer     *buffer;
-  KvPrimaryTier    *primary;
-  KvTieringManager *manager;
-  KvRedisTier      *tier;
-  int               wakeup_fd;
-} Stack;
+  guint         port;
+  gboolean      get;
+  guint64       n_commands;
+  gsize         value_bytes;
+  const guint8 *value;
+  guint         depth;
+  gboolean      failed;
+} HiredisRun;
 
 static gboolean
-stack_init (Stack       *s,
+hiredis_flush (redisContext *ctx)
+{
+  int done = 0;
+
+  while (!done)
+    if (redisBufferWrite (ctx, &done) != REDIS_OK)
+      return FALSE;
+  return TRUE;
+}
+
+static gpointer
+hiredis_run (gpointer data)
+{
+  HiredisRun *r = data;
+  struct timeval timeout = { 60, 0 };
+  redisContext *ctx = redisConnectWithTimeout ("127.0.0.1", (int) r->port, timeout);
+  char tag[32] = "";
+  guint64 sent = 0, answered = 0;
+
+  if (ctx == NULL || ctx->err != 0 || redisSetTimeout (ctx, timeout) != REDIS_OK)
+    goto fail;
+  /* in a cluster, a hash tag this node owns */
+  for (guint t = 0; opt_cluster && tag[0] == '\0'; t++)
+    {
+      g_autofree char *candidate = g_strdup_printf ("{t%u}", t);
+      redisReply *reply = redisCommand (ctx, "EXISTS %s", candidate);
+
+      if (reply == NULL)
+        goto fail;
+      if (reply->type == REDIS_REPLY_INTEGER)
+        g_strlcpy (tag, candidate, sizeof tag);
+      freeReplyObject (reply);
+    }
+  while (answered < r->n_commands)
+    {
+      redisReply *reply = NULL;
+      gboolean good;
+
+      while (sent < r->n_commands && sent - answered < r->depth)
+        {
+          g_autofree char *key = g_strdup_printf ("%shi:%" G_GUINT64_FORMAT, tag, sent);
+          const char *argv[3] = { r->get ? "GET" : "SET", key, (const char *) r->value };
+          size_t lens[3] = { 3, strlen (key), r->value_bytes };
+
+          if (redisAppendCommandArgv (ctx, r->get ? 2 : 3, argv, lens) != REDIS_OK ||
+              !hiredis_flush (ctx))
+            goto fail;
+          sent++;
+        }
+      if (redisGetReply (ctx, (void **) &reply) != REDIS_OK || reply == NULL)
+        goto fail;
+      good = r->get ? reply->type == REDIS_REPLY_STRING && reply->len == r->value_bytes
+                    : reply->type == REDIS_REPLY_STATUS;
+      freeReplyObject (reply);
+      if (!good)
+        {
+          g_printerr ("hiredis client: unexpected reply to %s\n", r->get ? "GET" : "SET");
+          goto fail;
+        }
+      answered++;
+    }
+  redisFree (ctx);
+  return NULL;
+
+fail:
+  if (ctx != NULL && ctx->err != 0)
+    g_printerr ("hiredis client: %s\n", ctx->errstr);
+  if (ctx != NULL)
+    redisFree (ctx);
+  r->failed = TRUE;
+  return NULL;
+}
+
+/* The hiredis client's SET then GET rate over @n_nodes nodes, in value
+ * GB/s, and this process's CPU per value GB for each. */
+static gboolean
+hiredis_ceiling (guint        n_nodes,
+                 const guint *ports,
+                 gsize        value_bytes,
+                 guint64      total,
+                 double      *gbs,
+                 double      *cpu)
+{
+  g_autofree guint8 *value = g_malloc (value_bytes);
+  guint64 per_node = MAX (total / value_bytes / n_nodes, 16);
+  gboolean ok = TRUE;
+
+  memset (value, 0xa5, value_bytes);
+  for (guint pass = 0; pass < 2 && ok; pass++)
+    {
+      HiredisRun runs[N_CLUSTER_NODES];
+      GThread *threads[N_CLUSTER_NODES];
+      double t = bench_now_s (), c = bench_self_cpu_s (), gb = n_nodes * per_node * value_bytes / 1e9;
+
+      for (guint i = 0; i < n_nodes; i++)
+        {
+          runs[i] = (HiredisRun) {
+            .port = ports[i], .get = pass == 1, .n_commands = per_node,
+            .value_bytes = value_bytes, .value = value,
+            /* the tier's per-node budget (node-inflight-bytes, 256 MiB) */
+            .depth = MAX ((256u << 20) / value_bytes, 1),
+          };
+          threads[i] = g_thread_new ("hiredis-client", hiredis_run, &runs[i]);
+        }
+      for (guint i = 0; i < n_nodes; i++)
+        {
+          g_thread_join (threads[i]);
+          ok = ok && !runs[i].failed;
+        }
+      gbs[pass] = gb / (bench_now_s () - t);
+      cpu[pass] = (bench_self_cpu_s () - c) / gb;
+    }
+  return ok;
+}
+
+/* ---- the tier through a manager ------------------------------------------ */
+
+static guint64
+loaded_chunks (KvSecondaryTier *tier)
+{
+  return kv_redis_tier_get_counter (KV_REDIS_TIER (tier), KV_REDIS_COUNTER_LOADED_CHUNKS);
+}
+
+static guint64
+load_failures (KvSecondaryTier *tier)
+{
+  return kv_redis_tier_get_counter (KV_REDIS_TIER (tier), KV_REDIS_COUNTER_LOAD_FAILURES);
+}
+
+static gboolean
+stack_init (BenchStack  *s,
             const char  *servers,
             gsize        chunk,
             guint        n_slots,
             GError     **error)
 {
-  s->buffer = kv_host_buffer_new (n_slots, chunk, error);
-  if (s->buffer == NULL)
+  s->key_tag = 0xc3;
+  s->loaded_chunks = loaded_chunks;
+  s->load_failures = load_failures;
+  if (!bench_stack_init_primary (s, n_slots, chunk, 0x5a, error))
     return FALSE;
-  memset (kv_host_buffer_get_data (s->buffer), 0x5a, kv_host_buffer_get_size (s->buffer));
-  s->primary = kv_primary_tier_new (s->buffer, NULL, FALSE);
-  s->manager = kv_tiering_manager_new (s->primary);
-  s->tier = g_initable_new (KV_TYPE_REDIS_TIER, NULL, error,
-                            "tier-type", "redis",
-                            "primary", s->buffer,
-                            "servers", servers,
-                            "cluster", opt_cluster,
-                            "deadline-ms", 60000,
-                            NULL);
-  if (s->tier == NULL)
-    return FALSE;
-  if (!kv_tiering_manager_add_tier (s->manager, KV_SECONDARY_TIER (s->tier), error))
-    return FALSE;
-  s->wakeup_fd = kv_tiering_manager_get_wakeup_fd (s->manager);
-  return TRUE;
-}
-
-static void
-stack_clear (Stack *s)
-{
-  if (s->manager != NULL)
-    kv_tiering_manager_shutdown (s->manager, NULL);
-  g_clear_object (&s->manager);
-  g_clear_object (&s->tier);
-  g_clear_object (&s->primary);
-  g_clear_object (&s->buffer);
-}
-
-static void
-step (Stack *s)
-{
-  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
-
-  kv_tiering_manager_on_schedule_end (s->manager, end);
-}
-
-static void
-wait_wakeup (Stack *s)
-{
-  GPollFD pfd = { s->wakeup_fd, G_IO_IN, 0 };
-
-  g_poll (&pfd, 1, 5);
-}
-
-static KvKey *
-bench_key (guint64 i)
-{
-  guint8 hash[32] = { 0 };
-
-  for (guint b = 0; b < 8; b++)
-    hash[b] = (guint8) (i >> (8 * b));
-  hash[31] = 0xc3;
-  return kv_key_new (hash, sizeof hash, 0);
-}
-
-/* Cascades chunks 0..n_chunks-1; returns seconds until every SET was
- * answered. */
-static double
-run_store (Stack   *s,
-           guint64  n_chunks,
-           guint    batch)
-{
-  g_autoptr(GError) error = NULL;
-  double start = now_s ();
-  guint64 next = 0;
-  guint n_req = 0;
-
-  while (next < n_chunks)
-    {
-      guint n = MIN (batch, n_chunks - next);
-      g_autofree char *id = g_strdup_printf ("s%u", n_req++);
-      g_autoptr(KvRequest) request = kv_request_new (id, NULL);
-      g_autoptr(GPtrArray) keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
-      g_autoptr(KvPrepareStoreResult) prepared = NULL;
-      guint n_to_store = 0;
-      KvKey * const *to_store;
-
-      for (guint i = 0; i < n; i++)
-        g_ptr_array_add (keys, bench_key (next + i));
-      kv_tiering_manager_on_new_request (s->manager, request);
-      while ((prepared = kv_tiering_manager_prepare_store (s->manager, (KvKey * const *) keys->pdata,
-                                                           n, request, &error)) == NULL)
-        {
-          /* every slot is pinned by a cascade in flight: wait for one */
-          g_clear_error (&error);
-          step (s);
-          wait_wakeup (s);
-        }
-      to_store = kv_prepare_store_result_get_keys_to_store (prepared, &n_to_store);
-      if (n_to_store > 0)
-        kv_tiering_manager_complete_store (s->manager, to_store, n_to_store, request, TRUE);
-      kv_tiering_manager_on_request_finished (s->manager, request);
-      step (s);
-      next += n;
-    }
-  kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL);
-  step (s);
-  step (s);
-  return now_s () - start;
-}
-
-/* Looks up and promotes chunks 0..n_chunks-1; returns seconds until every
- * one landed. */
-static double
-run_load (Stack   *s,
-          guint64  n_chunks,
-          guint    batch)
-{
-  double start = now_s ();
-  guint64 next = 0;
-  guint n_req = 0;
-  guint64 target = kv_redis_tier_get_counter (s->tier, KV_REDIS_COUNTER_LOADED_CHUNKS) + n_chunks;
-
-  while (next < n_chunks)
-    {
-      guint n = MIN (batch, n_chunks - next);
-      g_autofree char *id = g_strdup_printf ("l%u", n_req++);
-      g_autoptr(KvRequest) request = kv_request_new (id, NULL);
-      guint accepted = 0;
-
-      kv_tiering_manager_on_new_request (s->manager, request);
-      /* RETRY until the tier's EXISTS answers came (for this request) */
-      for (gboolean retry = TRUE; retry;)
-        {
-          retry = FALSE;
-          accepted = 0;
-          for (guint i = 0; i < n; i++)
-            {
-              g_autoptr(KvKey) key = bench_key (next + i);
-              KvLookupResult r = kv_tiering_manager_lookup (s->manager, key, request);
-
-              if (r == KV_LOOKUP_RESULT_RETRY)
-                retry = TRUE;
-              else if ((r == KV_LOOKUP_RESULT_HIT_PENDING || r == KV_LOOKUP_RESULT_HIT) &&
-                       accepted == i)
-                accepted++;
-            }
-          if (retry)
-            {
-              step (s);
-              wait_wakeup (s);
-            }
-        }
-      kv_tiering_manager_on_request_finished (s->manager, request);
-      step (s);
-      next += accepted;
-      if (accepted < n)
-        wait_wakeup (s);
-    }
-  while (kv_redis_tier_get_counter (s->tier, KV_REDIS_COUNTER_LOADED_CHUNKS) < target &&
-         kv_redis_tier_get_counter (s->tier, KV_REDIS_COUNTER_LOAD_FAILURES) == 0)
-    {
-      kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (s->tier), NULL);
-      step (s);
-    }
-  step (s);
-  return now_s () - start;
+  return bench_stack_add_tier (s, g_initable_new (KV_TYPE_REDIS_TIER, NULL, error,
+                                                  "tier-type", "redis",
+                                                  "primary", s->buffer,
+                                                  "servers", servers,
+                                                  "cluster", opt_cluster,
+                                                  "deadline-ms", 60000,
+                                                  NULL), error);
 }
 
 typedef struct
@@ -754,6 +705,8 @@ typedef struct
   double gbs;
   double ceiling;
   double cpu;
+  double hiredis_gbs;  /* the plain hiredis client's rate and CPU, same round */
+  double hiredis_cpu;
 } Sample;
 
 static gint
@@ -776,21 +729,31 @@ report (const char *what,
 
   g_array_sort (samples, sample_compare);
   m = &g_array_index (samples, Sample, samples->len / 2);
-  g_print ("%s %s redis%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.3f s/GB\n",
-           what, size, opt_cluster ? "-cluster" : "", m->gbs, 100 * m->gbs / m->ceiling,
-           m->ceiling, m->cpu);
+  g_print ("%s %s redis%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s", what, size,
+           opt_cluster ? "-cluster" : "", m->gbs, 100 * m->gbs / m->ceiling, m->ceiling);
+  if (m->hiredis_gbs > 0)
+    g_print (" (%.0f%% of hiredis's %.2f GB/s), cpu %.3f s/GB = %.2fx hiredis's %.3f s/GB\n",
+             100 * m->gbs / m->hiredis_gbs, m->hiredis_gbs, m->cpu, m->cpu / m->hiredis_cpu,
+             m->hiredis_cpu);
+  else
+    g_print (", cpu %.3f s/GB\n", m->cpu);
 }
 
-/* The ceilings of one round: the better of redis-benchmark and the raw
- * client, each direction. */
+/* The ceilings of one round: the best of redis-benchmark, the raw client
+ * and the hiredis client, each direction; the hiredis client's own rates
+ * and CPU per GB ([0] SET, [1] GET) go to @hiredis_gbs and @hiredis_cpu
+ * (0 when it was not run). */
 static gboolean
 measure_ceiling (const char *servers,
                  gsize       value_bytes,
                  guint64     total,
                  double     *set_gbs,
-                 double     *get_gbs)
+                 double     *get_gbs,
+                 double     *hiredis_gbs,
+                 double     *hiredis_cpu)
 {
   double bench_set = 0, bench_get = 0, raw_set = 0, raw_get = 0;
+  gboolean have_hiredis = FALSE;
   guint n_nodes = opt_cluster ? N_CLUSTER_NODES : 1;
   guint ports[N_CLUSTER_NODES] = { 0 };
   gboolean have_raw = FALSE;
@@ -806,10 +769,21 @@ measure_ceiling (const char *servers,
   if (ports[0] != 0)
     have_raw = raw_ceiling (n_nodes, ports, value_bytes, total, &raw_set, &raw_get);
   flush_all (servers);
-  g_print ("#   ceiling: redis-benchmark set %.2f get %.2f GB/s; raw client set %.2f get %.2f GB/s%s\n",
-           bench_set, bench_get, raw_set, raw_get, have_raw ? "" : " (not measured)");
-  *set_gbs = MAX (bench_set, raw_set);
-  *get_gbs = MAX (bench_get, raw_get);
+  hiredis_gbs[0] = hiredis_gbs[1] = hiredis_cpu[0] = hiredis_cpu[1] = 0;
+  if (ports[0] != 0)
+    {
+      have_hiredis = hiredis_ceiling (n_nodes, ports, value_bytes, total, hiredis_gbs, hiredis_cpu);
+      if (!have_hiredis)
+        hiredis_gbs[0] = hiredis_gbs[1] = 0;
+      flush_all (servers);
+    }
+  g_print ("#   ceiling: redis-benchmark set %.2f get %.2f GB/s; raw client set %.2f get %.2f GB/s%s; "
+           "hiredis set %.2f get %.2f GB/s, cpu %.3f / %.3f s/GB%s\n",
+           bench_set, bench_get, raw_set, raw_get, have_raw ? "" : " (not measured)",
+           hiredis_gbs[0], hiredis_gbs[1], hiredis_cpu[0], hiredis_cpu[1],
+           have_hiredis ? "" : " (not measured)");
+  *set_gbs = MAX (MAX (bench_set, raw_set), hiredis_gbs[0]);
+  *get_gbs = MAX (MAX (bench_get, raw_get), hiredis_gbs[1]);
   return TRUE;
 }
 
@@ -819,7 +793,7 @@ run_chunk_size (const char  *servers,
                 guint64      total,
                 GError     **error)
 {
-  g_autofree char *name = size_name (chunk);
+  g_autofree char *name = bench_size_name (chunk);
   guint64 n_chunks = MAX (total / chunk, 16);
   double gb = n_chunks * chunk / 1e9;
   guint primary_slots = MIN (n_chunks, MAX ((256u << 20) / chunk, 16));
@@ -829,42 +803,52 @@ run_chunk_size (const char  *servers,
 
   for (gint round = 0; round < opt_rounds; round++)
     {
-      double set_ceiling, get_ceiling, t, c;
-      Stack store = { 0 }, load = { 0 };
+      double set_ceiling, get_ceiling, t, c, hiredis_gbs[2], hiredis_cpu[2];
+      BenchStack store = { 0 }, load = { 0 };
       Sample sample;
+      guint64 n_done;
 
-      if (!measure_ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total, &set_ceiling, &get_ceiling))
+      if (!measure_ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total, &set_ceiling, &get_ceiling,
+                            hiredis_gbs, hiredis_cpu))
         {
           g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "no ceiling measured");
           return FALSE;
         }
       if (!stack_init (&store, servers, chunk, primary_slots, error))
-        return FALSE;
-      c = cpu_s ();
-      t = run_store (&store, n_chunks, batch);
-      c = cpu_s () - c;
-      if (kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS) != n_chunks)
+        {
+          bench_stack_clear (&store);
+          return FALSE;
+        }
+      c = bench_self_cpu_s ();
+      t = bench_stack_run_store (&store, 0, n_chunks, batch);
+      c = bench_self_cpu_s () - c;
+      n_done = kv_redis_tier_get_counter (KV_REDIS_TIER (store.tier), KV_REDIS_COUNTER_STORED_CHUNKS);
+      if (n_done != n_chunks)
         g_print ("# store: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored\n",
-                 kv_redis_tier_get_counter (store.tier, KV_REDIS_COUNTER_STORED_CHUNKS), n_chunks);
-      sample = (Sample) { gb / t, set_ceiling, c / gb };
+                 n_done, n_chunks);
+      sample = (Sample) { gb / t, set_ceiling, c / gb, hiredis_gbs[0], hiredis_cpu[0] };
       g_print ("#   round %d: store %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
                100 * sample.gbs / sample.ceiling, sample.cpu);
       g_array_append_val (stores, sample);
-      stack_clear (&store);
+      bench_stack_clear (&store);
 
       if (!stack_init (&load, servers, chunk, primary_slots, error))
-        return FALSE;
-      c = cpu_s ();
-      t = run_load (&load, n_chunks, batch);
-      c = cpu_s () - c;
-      if (kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS) != n_chunks)
+        {
+          bench_stack_clear (&load);
+          return FALSE;
+        }
+      c = bench_self_cpu_s ();
+      t = bench_stack_run_load (&load, n_chunks, batch);
+      c = bench_self_cpu_s () - c;
+      n_done = kv_redis_tier_get_counter (KV_REDIS_TIER (load.tier), KV_REDIS_COUNTER_LOADED_CHUNKS);
+      if (n_done != n_chunks)
         g_print ("# load: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
-                 kv_redis_tier_get_counter (load.tier, KV_REDIS_COUNTER_LOADED_CHUNKS), n_chunks);
-      sample = (Sample) { gb / t, get_ceiling, c / gb };
+                 n_done, n_chunks);
+      sample = (Sample) { gb / t, get_ceiling, c / gb, hiredis_gbs[1], hiredis_cpu[1] };
       g_print ("#   round %d: load %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
                100 * sample.gbs / sample.ceiling, sample.cpu);
       g_array_append_val (loads, sample);
-      stack_clear (&load);
+      bench_stack_clear (&load);
       flush_all (servers);
     }
   report ("store", name, stores);
@@ -888,7 +872,7 @@ main (int argc, char **argv)
       g_printerr ("%s\n", error->message);
       return 2;
     }
-  if (opt_total_str != NULL && !parse_size (opt_total_str, &total))
+  if (opt_total_str != NULL && !bench_parse_size (opt_total_str, &total))
     {
       g_printerr ("Invalid --total %s\n", opt_total_str);
       return 2;
@@ -907,7 +891,7 @@ main (int argc, char **argv)
     {
       guint64 chunk;
 
-      if (!parse_size (sizes[i], &chunk))
+      if (!bench_parse_size (sizes[i], &chunk))
         {
           g_printerr ("Invalid chunk size %s\n", sizes[i]);
           status = 2;

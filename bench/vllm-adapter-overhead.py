@@ -24,7 +24,7 @@ get_finished_jobs(), through the adapter and directly on the tier (the
 tier's worker copies 4 KiB either way; the copy is outside neither).
 
 With --end-to-end N: an engine replaying vLLM's calling sequence
-(tests/python/vllm_engine.py) stores N chunks of --row bytes through the
+(tests/bindings/python/vllm_engine.py) stores N chunks of --row bytes through the
 adapter into an fs tier under --root (default: a temporary directory),
 then a second engine (a restarted vLLM with an empty primary) gets every
 chunk back by promotion, checking each byte; both passes are timed.
@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'bindings', 'python'))
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'python'))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tests', 'bindings', 'python'))
 
 import numpy  # noqa: E402
 

@@ -12,16 +12,15 @@
  *
  * The manager asks [method@Kv.AdmissionPolicy.should_admit] before it pins
  * a chunk, allocates a primary slot or takes a job id, for every cascade
- * (store) to a secondary tier and every promotion, and
- * [method@Kv.AdmissionPolicy.should_admit_external] for every store a tier
- * makes through [method@Kv.ParentManager.create_store_job] to serve another
- * node. A refused cascade leaves the chunks in the primary tier only; a
- * refused promotion answers %KV_LOOKUP_RESULT_MISS; a refused external
- * store fails [method@Kv.ParentManager.create_store_job], and the tier
- * answers its peer with a miss for those chunks. (vLLM asks `should_admit`
- * for both kinds of store; kvtier keeps them apart because a tier's
- * backpressure detector measures its own storage, which a store served to
- * a peer does not touch: the peer tier's detector refuses every cascade.)
+ * (store) to a secondary tier, every promotion, and every store a tier
+ * makes through [method@Kv.ParentManager.create_store_job] (a store to
+ * that tier, as in vLLM). A refused cascade leaves the chunks in the
+ * primary tier only; a refused promotion answers %KV_LOOKUP_RESULT_MISS; a
+ * refused store of a tier's own fails
+ * [method@Kv.ParentManager.create_store_job], and the tier answers its
+ * peer with a miss for those chunks. Chunks a tier pins with
+ * [method@Kv.ParentManager.pin] to send them to another node are not a
+ * transfer into a tier: the policy is not asked.
  *
  * For each admitted job the manager then calls
  * [method@Kv.AdmissionPolicy.on_admitted] once it registered the job, and
@@ -97,36 +96,6 @@ kv_admission_policy_should_admit (KvAdmissionPolicy *self,
   iface = KV_ADMISSION_POLICY_GET_IFACE (self);
   g_return_val_if_fail (iface->should_admit != NULL, TRUE);
   return iface->should_admit (self, keys, tier_index, is_promotion);
-}
-
-/**
- * kv_admission_policy_should_admit_external: (virtual should_admit_external)
- * @self: a policy
- * @keys: (array zero-terminated=1): the chunks another node asked for
- * @tier_index: the secondary tier that serves them, from 0
- *
- * Decides whether a tier may pin @keys to send them to another node
- * (a store through [method@Kv.ParentManager.create_store_job]). Called
- * before anything is pinned or numbered; a refusal is a miss for the peer.
- * A policy that does not implement it admits every such store. Owner
- * thread.
- *
- * Returns: %TRUE to pin and serve the chunks, %FALSE to answer a miss
- */
-gboolean
-kv_admission_policy_should_admit_external (KvAdmissionPolicy *self,
-                                           KvKey            **keys,
-                                           guint              tier_index)
-{
-  KvAdmissionPolicyInterface *iface;
-
-  g_return_val_if_fail (KV_IS_ADMISSION_POLICY (self), TRUE);
-  g_return_val_if_fail (keys != NULL, TRUE);
-
-  iface = KV_ADMISSION_POLICY_GET_IFACE (self);
-  if (iface->should_admit_external == NULL)
-    return TRUE;
-  return iface->should_admit_external (self, keys, tier_index);
 }
 
 /**

@@ -31,10 +31,6 @@ G_DECLARE_INTERFACE (KvAdmissionPolicy, kv_admission_policy, KV, ADMISSION_POLIC
  * @reset: forget learned state (the manager's `reset_cache`). Optional.
  * @register_metrics: add the definitions of the policy's metrics. Optional.
  * @get_stats: the policy's metrics since the last call, or %NULL. Optional.
- * @should_admit_external: whether the tier at @tier_index may serve @keys
- *   to another node (a store it makes through
- *   [method@Kv.ParentManager.create_store_job]). Optional: a policy
- *   without it admits every such store.
  *
  * The virtual methods of an admission policy; see
  * [iface@Kv.AdmissionPolicy]. Every one runs on the manager's owner thread.
@@ -62,12 +58,9 @@ struct _KvAdmissionPolicyInterface
                                 KvMetricRegistry  *registry,
                                 GError           **error);
   KvStats *(*get_stats)        (KvAdmissionPolicy *self);
-  gboolean (*should_admit_external) (KvAdmissionPolicy *self,
-                                     KvKey            **keys,
-                                     guint              tier_index);
 
   /*< private >*/
-  gpointer _reserved[7];
+  gpointer _reserved[8];
 };
 
 KVTIER_AVAILABLE_IN_ALL
@@ -79,10 +72,6 @@ gboolean kv_admission_policy_should_admit     (KvAdmissionPolicy *self,
                                                KvKey            **keys,
                                                guint              tier_index,
                                                gboolean           is_promotion);
-KVTIER_AVAILABLE_IN_ALL
-gboolean kv_admission_policy_should_admit_external (KvAdmissionPolicy *self,
-                                                    KvKey            **keys,
-                                                    guint              tier_index);
 KVTIER_AVAILABLE_IN_ALL
 void     kv_admission_policy_on_admitted      (KvAdmissionPolicy *self,
                                                KvTransferJob     *job,

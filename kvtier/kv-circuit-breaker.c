@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-circuit-breaker.h"
+#include "kv-circuit-breaker-private.h"
 
 #include "kv-enums.h"
 
@@ -27,7 +28,27 @@
  * [property@Kv.SecondaryTier:breaker-threshold]); a tier never needs to
  * call it itself. All methods are thread-safe; time comes from
  * [property@Kv.CircuitBreaker:clock].
+ *
+ * Each opening and each closing is logged (a `g_message()` in the
+ * `Kvtier` domain), naming what the breaker guards
+ * ([property@Kv.CircuitBreaker:name]) and the cause of its last failure
+ * ([method@Kv.CircuitBreaker.record_error]):
+ *
+ * ```
+ * tier 1:redis: circuit breaker opened after 5 failures in a row (last: …); work is refused for 1000 ms, then retried
+ * tier 1:redis: circuit breaker closed after 3.2 s open: a probe succeeded
+ * ```
+ *
+ * A breaker that flaps is logged at most once every 30 s: an opening
+ * within 30 s of the last one logged is not logged, nor is its closing,
+ * and the next line logged says how many openings it left out (an opening
+ * left out is logged late, at the next failure after the 30 s, if the
+ * breaker is still open then), so that the lines add up to
+ * [method@Kv.CircuitBreaker.get_n_trips].
  */
+
+/* The shortest time between two logged openings of one breaker. */
+#define LOG_INTERVAL_US (30 * G_USEC_PER_SEC)
 struct _KvCircuitBreaker
 {
   GObject         parent_instance;
@@ -43,6 +64,14 @@ struct _KvCircuitBreaker
   guint           n_failures;       /* in a row, while closed */
   gint64          opened_at;        /* clock µs */
   guint64         n_trips;
+
+  /* messages */
+  char           *name;
+  char           *last_cause;       /* of the last failure recorded */
+  gboolean        logged_open;      /* the last line logged said "opened" */
+  gboolean        ever_logged;
+  gint64          logged_open_at;   /* clock µs of the last "opened" line */
+  guint64         unlogged_trips;   /* openings not logged yet */
 };
 
 enum {
@@ -51,6 +80,7 @@ enum {
   PROP_OPEN_MS,
   PROP_CLOCK,
   PROP_STATE,
+  PROP_NAME,
   N_PROPS
 };
 
@@ -64,6 +94,8 @@ kv_circuit_breaker_finalize (GObject *object)
   KvCircuitBreaker *self = KV_CIRCUIT_BREAKER (object);
 
   g_clear_object (&self->clock);
+  g_free (self->name);
+  g_free (self->last_cause);
   g_mutex_clear (&self->lock);
 
   G_OBJECT_CLASS (kv_circuit_breaker_parent_class)->finalize (object);
@@ -102,6 +134,9 @@ kv_circuit_breaker_get_property (GObject    *object,
     case PROP_STATE:
       g_value_set_enum (value, kv_circuit_breaker_get_state (self));
       break;
+    case PROP_NAME:
+      g_value_take_string (value, kv_circuit_breaker_dup_name (self));
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -129,6 +164,9 @@ kv_circuit_breaker_set_property (GObject      *object,
       if (self->clock == NULL)
         self->clock = g_object_ref (kv_clock_get_default ());
       g_mutex_unlock (&self->lock);
+      break;
+    case PROP_NAME:
+      kv_circuit_breaker_set_name (self, g_value_get_string (value));
       break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
@@ -186,6 +224,17 @@ kv_circuit_breaker_class_init (KvCircuitBreakerClass *klass)
   properties[PROP_STATE] =
     g_param_spec_enum ("state", NULL, NULL, KV_TYPE_CIRCUIT_STATE, KV_CIRCUIT_STATE_CLOSED,
                        G_PARAM_READABLE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvCircuitBreaker:name:
+   *
+   * What the breaker guards, as its messages name it: `tier 1:redis`,
+   * `redis tier 1:redis, server 10.0.0.5:6379`. %NULL (the default)
+   * logs as `circuit breaker`.
+   */
+  properties[PROP_NAME] =
+    g_param_spec_string ("name", NULL, NULL, NULL,
+                         G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }
@@ -248,6 +297,63 @@ open_locked (KvCircuitBreaker *self)
   self->probing = FALSE;
   self->opened_at = kv_clock_get_time (self->clock);
   update_gate_locked (self);
+}
+
+/* Lock held: the line to log (after unlocking) for an opening, now or
+ * left out from earlier, or NULL when it must not be logged yet. */
+static char *
+open_message_locked (KvCircuitBreaker *self,
+                     gboolean          tripped)
+{
+  gint64 now = kv_clock_get_time (self->clock);
+  GString *line;
+
+  if (tripped)
+    self->unlogged_trips++;
+  if (self->logged_open || self->unlogged_trips == 0 ||
+      (self->ever_logged && now - self->logged_open_at < LOG_INTERVAL_US))
+    return NULL;
+
+  line = g_string_new (NULL);
+  g_string_append_printf (line, "%s: circuit breaker opened",
+                          self->name != NULL ? self->name : "circuit breaker");
+  if (tripped)
+    g_string_append_printf (line, " after %u failures in a row", self->n_failures);
+  g_string_append_printf (line, " (last: %s)",
+                          self->last_cause != NULL ? self->last_cause : "no cause given");
+  if (self->unlogged_trips > 1)
+    g_string_append_printf (line, "; %" G_GUINT64_FORMAT " openings in all since the last "
+                            "message (it flaps)", self->unlogged_trips);
+  g_string_append_printf (line, "; work is refused for %u ms, then retried", self->open_ms);
+  self->logged_open = TRUE;
+  self->ever_logged = TRUE;
+  self->logged_open_at = now;
+  self->unlogged_trips = 0;
+  return g_string_free (line, FALSE);
+}
+
+/* Lock held: the line to log for a closing, or NULL when its opening was
+ * not logged. */
+static char *
+close_message_locked (KvCircuitBreaker *self,
+                      const char       *how)
+{
+  gint64 open_us = kv_clock_get_time (self->clock) - self->logged_open_at;
+
+  if (!self->logged_open)
+    return NULL;
+  self->logged_open = FALSE;
+  return g_strdup_printf ("%s: circuit breaker closed after %.1f s: %s",
+                          self->name != NULL ? self->name : "circuit breaker",
+                          MAX (open_us, 0) / 1e6, how);
+}
+
+static void
+log_line (char *line)
+{
+  if (line != NULL)
+    g_message ("%s", line);
+  g_free (line);
 }
 
 /**
@@ -362,6 +468,8 @@ void
 kv_circuit_breaker_end_probe (KvCircuitBreaker *self,
                               gboolean          healthy)
 {
+  char *line = NULL;
+
   g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
 
   g_mutex_lock (&self->lock);
@@ -372,12 +480,18 @@ kv_circuit_breaker_end_probe (KvCircuitBreaker *self,
           self->state = KV_CIRCUIT_STATE_CLOSED;
           self->probing = FALSE;
           self->n_failures = 0;
+          g_clear_pointer (&self->last_cause, g_free);
           update_gate_locked (self);
+          line = close_message_locked (self, "a probe succeeded");
         }
       else
-        open_locked (self);
+        {
+          open_locked (self);
+          line = open_message_locked (self, FALSE);
+        }
     }
   g_mutex_unlock (&self->lock);
+  log_line (line);
 }
 
 /**
@@ -392,17 +506,57 @@ kv_circuit_breaker_end_probe (KvCircuitBreaker *self,
 void
 kv_circuit_breaker_record_success (KvCircuitBreaker *self)
 {
+  char *line = NULL;
+
   g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
 
   g_mutex_lock (&self->lock);
   if (self->state == KV_CIRCUIT_STATE_CLOSED ||
       (self->state == KV_CIRCUIT_STATE_HALF_OPEN && !self->probing))
     {
+      if (self->state == KV_CIRCUIT_STATE_HALF_OPEN)
+        line = close_message_locked (self, "a request succeeded");
       self->state = KV_CIRCUIT_STATE_CLOSED;
       self->n_failures = 0;
+      /* the cause of a later opening is that of its own failures */
+      g_clear_pointer (&self->last_cause, g_free);
       update_gate_locked (self);
     }
   g_mutex_unlock (&self->lock);
+  log_line (line);
+}
+
+/* Lock held for everything; @cause (nullable) replaces the last one. */
+static char *
+record_failure_locked (KvCircuitBreaker *self,
+                       const char       *cause)
+{
+  if (cause != NULL)
+    {
+      g_free (self->last_cause);
+      self->last_cause = g_strdup (cause);
+    }
+
+  switch (self->state)
+    {
+    case KV_CIRCUIT_STATE_CLOSED:
+      self->n_failures++;
+      if (self->failure_threshold > 0 && self->n_failures >= self->failure_threshold)
+        {
+          open_locked (self);
+          self->n_trips++;
+          return open_message_locked (self, TRUE);
+        }
+      return NULL;
+    case KV_CIRCUIT_STATE_HALF_OPEN:
+      if (!self->probing)
+        open_locked (self);
+      return open_message_locked (self, FALSE);
+    case KV_CIRCUIT_STATE_OPEN:
+    default:
+      /* an opening left out earlier, now that the interval has passed */
+      return open_message_locked (self, FALSE);
+    }
 }
 
 /**
@@ -413,33 +567,151 @@ kv_circuit_breaker_record_success (KvCircuitBreaker *self)
  * deadline; not a chunk that was missing). The one that reaches
  * [property@Kv.CircuitBreaker:failure-threshold] opens the breaker; a
  * failure while half-open without a probe opens it again. Any thread.
+ * [method@Kv.CircuitBreaker.record_error] also names the cause.
  */
 void
 kv_circuit_breaker_record_failure (KvCircuitBreaker *self)
 {
+  char *line;
+
   g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
 
   g_mutex_lock (&self->lock);
-  switch (self->state)
+  line = record_failure_locked (self, NULL);
+  g_mutex_unlock (&self->lock);
+  log_line (line);
+}
+
+/**
+ * kv_circuit_breaker_record_error:
+ * @self: a breaker
+ * @cause: what failed, as a message names it ("Could not connect to
+ *   10.0.0.5:6379: Connection refused")
+ *
+ * Records a failure as [method@Kv.CircuitBreaker.record_failure] does,
+ * and keeps @cause: the message logged when the breaker opens names the
+ * cause of the last failure recorded. Any thread.
+ */
+void
+kv_circuit_breaker_record_error (KvCircuitBreaker *self,
+                                 const char       *cause)
+{
+  char *line;
+
+  g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
+  g_return_if_fail (cause != NULL);
+
+  g_mutex_lock (&self->lock);
+  line = record_failure_locked (self, cause);
+  g_mutex_unlock (&self->lock);
+  log_line (line);
+}
+
+/* A failure whose cause is @fallback unless a cause was given since the
+ * last success (kv_circuit_breaker_set_cause() by the tier). */
+void
+_kv_circuit_breaker_record_failure_or (KvCircuitBreaker *self,
+                                       const char       *fallback)
+{
+  char *line;
+
+  g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
+
+  g_mutex_lock (&self->lock);
+  line = record_failure_locked (self, self->last_cause == NULL ? fallback : NULL);
+  g_mutex_unlock (&self->lock);
+  log_line (line);
+}
+
+/**
+ * kv_circuit_breaker_set_cause:
+ * @self: a breaker
+ * @cause: what failed last
+ *
+ * Keeps @cause as the cause of the next failure recorded without one
+ * (for a caller whose failures are recorded elsewhere, such as a tier
+ * whose failed jobs the base class records). Any thread.
+ */
+void
+kv_circuit_breaker_set_cause (KvCircuitBreaker *self,
+                              const char       *cause)
+{
+  g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
+  g_return_if_fail (cause != NULL);
+
+  g_mutex_lock (&self->lock);
+  g_free (self->last_cause);
+  self->last_cause = g_strdup (cause);
+  g_mutex_unlock (&self->lock);
+}
+
+/**
+ * kv_circuit_breaker_dup_last_cause:
+ * @self: a breaker
+ *
+ * Gets the cause of the last failure recorded with one. Any thread.
+ *
+ * Returns: (transfer full) (nullable): the cause, or %NULL if none was given
+ */
+char *
+kv_circuit_breaker_dup_last_cause (KvCircuitBreaker *self)
+{
+  char *cause;
+
+  g_return_val_if_fail (KV_IS_CIRCUIT_BREAKER (self), NULL);
+
+  g_mutex_lock (&self->lock);
+  cause = g_strdup (self->last_cause);
+  g_mutex_unlock (&self->lock);
+  return cause;
+}
+
+/**
+ * kv_circuit_breaker_set_name:
+ * @self: a breaker
+ * @name: (nullable): what the breaker guards, as messages name it
+ *
+ * Sets [property@Kv.CircuitBreaker:name]. Any thread.
+ */
+void
+kv_circuit_breaker_set_name (KvCircuitBreaker *self,
+                             const char       *name)
+{
+  gboolean changed;
+
+  g_return_if_fail (KV_IS_CIRCUIT_BREAKER (self));
+
+  g_mutex_lock (&self->lock);
+  changed = g_strcmp0 (self->name, name) != 0;
+  if (changed)
     {
-    case KV_CIRCUIT_STATE_CLOSED:
-      self->n_failures++;
-      if (self->failure_threshold > 0 && self->n_failures >= self->failure_threshold)
-        {
-          open_locked (self);
-          self->n_trips++;
-          g_message ("Circuit breaker opened after %u failures in a row", self->n_failures);
-        }
-      break;
-    case KV_CIRCUIT_STATE_HALF_OPEN:
-      if (!self->probing)
-        open_locked (self);
-      break;
-    case KV_CIRCUIT_STATE_OPEN:
-    default:
-      break;
+      g_free (self->name);
+      self->name = g_strdup (name);
     }
   g_mutex_unlock (&self->lock);
+  if (changed)
+    g_object_notify_by_pspec (G_OBJECT (self), properties[PROP_NAME]);
+}
+
+/**
+ * kv_circuit_breaker_dup_name:
+ * @self: a breaker
+ *
+ * Gets [property@Kv.CircuitBreaker:name]. Any thread.
+ *
+ * Returns: (transfer full) (nullable): the name
+ */
+char *
+kv_circuit_breaker_dup_name (KvCircuitBreaker *self)
+{
+  char *name;
+
+  g_return_val_if_fail (KV_IS_CIRCUIT_BREAKER (self), NULL);
+
+  g_mutex_lock (&self->lock);
+  name = g_strdup (self->name);
+  g_mutex_unlock (&self->lock);
+  return name;
 }
 
 /**

@@ -55,6 +55,19 @@ void              kv_circuit_breaker_record_success     (KvCircuitBreaker *self)
 KVTIER_AVAILABLE_IN_ALL
 void              kv_circuit_breaker_record_failure     (KvCircuitBreaker *self);
 KVTIER_AVAILABLE_IN_ALL
+void              kv_circuit_breaker_record_error       (KvCircuitBreaker *self,
+                                                         const char       *cause);
+KVTIER_AVAILABLE_IN_ALL
+void              kv_circuit_breaker_set_cause          (KvCircuitBreaker *self,
+                                                         const char       *cause);
+KVTIER_AVAILABLE_IN_ALL
+char             *kv_circuit_breaker_dup_last_cause     (KvCircuitBreaker *self);
+KVTIER_AVAILABLE_IN_ALL
+void              kv_circuit_breaker_set_name           (KvCircuitBreaker *self,
+                                                         const char       *name);
+KVTIER_AVAILABLE_IN_ALL
+char             *kv_circuit_breaker_dup_name           (KvCircuitBreaker *self);
+KVTIER_AVAILABLE_IN_ALL
 guint             kv_circuit_breaker_get_failure_threshold (KvCircuitBreaker *self);
 KVTIER_AVAILABLE_IN_ALL
 void              kv_circuit_breaker_set_failure_threshold (KvCircuitBreaker *self,

@@ -11,6 +11,7 @@
 #include "kv-ema-backpressure-detector.h"
 #include "kv-secondary-tier.h"
 #include "kv-throttled-drop-policy.h"
+#include "kv-tier-registry-private.h"
 
 /* ------------------------------------------------------------------------ */
 /* Construct properties */
@@ -302,6 +303,7 @@ construct_section (const KvConfigDocument  *document,
 {
   gboolean device = section->kind == KV_CONFIG_SECTION_DEVICE;
   g_auto(Properties) props = { 0 };
+  g_autoptr(GMainContext) completion_context = NULL;
   GType type;
 
   type = device
@@ -313,7 +315,15 @@ construct_section (const KvConfigDocument  *document,
   properties_init (&props);
   g_value_set_object (properties_add (&props, "primary", KV_TYPE_HOST_BUFFER), buffer);
   if (!device)
-    g_value_set_string (properties_add (&props, "tier-type", G_TYPE_STRING), section->type_name);
+    {
+      g_value_set_string (properties_add (&props, "tier-type", G_TYPE_STRING), section->type_name);
+      /* a JavaScript tier module's jobs complete on its main context */
+      completion_context = kv_tier_registry_dup_completion_context (document->registry,
+                                                                    section->type_name);
+      if (completion_context != NULL)
+        g_value_set_boxed (properties_add (&props, "completion-context", G_TYPE_MAIN_CONTEXT),
+                           completion_context);
+    }
   if (detector != NULL)
     g_value_set_object (properties_add (&props, "backpressure-detector",
                                         KV_TYPE_BACKPRESSURE_DETECTOR), detector);

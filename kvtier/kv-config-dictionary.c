@@ -203,6 +203,8 @@ section_to_variant (const KvConfigSection *section)
     g_variant_builder_add (&builder, "{sv}", "name", g_variant_new_string (section->name));
   if (section->type_name != NULL)
     g_variant_builder_add (&builder, "{sv}", "type", g_variant_new_string (section->type_name));
+  if (section->module != NULL)
+    g_variant_builder_add (&builder, "{sv}", "module", g_variant_new_string (section->module));
   for (guint i = 0; i < section->entries->len; i++)
     {
       const KvConfigEntry *entry = g_ptr_array_index (section->entries, i);

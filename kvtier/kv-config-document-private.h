@@ -52,6 +52,7 @@ typedef struct
   GType                type;
   guint                line;
   guint                type_line;
+  char                *module;     /* tier sections: `module`, absolute */
   GPtrArray           *entries;    /* (element-type KvConfigEntry), in order */
 } KvConfigSection;
 
@@ -59,6 +60,7 @@ typedef struct
 {
   KvTierRegistry  *registry;
   char            *origin;    /* file name, dictionary, or NULL */
+  char            *base_dir;  /* a file's directory: relative `module` paths */
   KvConfigSection *primary;
   KvConfigSection *device;    /* nullable */
   GPtrArray       *tiers;     /* (element-type KvConfigSection) */

@@ -40,6 +40,7 @@ section_free (KvConfigSection *section)
 {
   g_free (section->name);
   g_free (section->type_name);
+  g_free (section->module);
   g_ptr_array_unref (section->entries);
   g_free (section);
 }
@@ -441,6 +442,7 @@ kv_config_document_free (KvConfigDocument *self)
 {
   g_clear_object (&self->registry);
   g_free (self->origin);
+  g_free (self->base_dir);
   section_free (self->primary);
   g_clear_pointer (&self->device, section_free);
   g_clear_pointer (&self->backpressure, section_free);
@@ -565,6 +567,63 @@ kv_config_document_set_type (KvConfigDocument        *self,
   return TRUE;
 }
 
+/* The text of a string key: a key-file value or a string variant. */
+static char *
+raw_key_string (KvConfigSection        *section,
+                const KvConfigRawKey   *raw,
+                const KvConfigLocation *loc,
+                GError                **error)
+{
+  if (raw->variant != NULL && !g_variant_is_of_type (raw->variant, G_VARIANT_TYPE_STRING))
+    {
+      kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, loc, section, raw->key,
+                           "the %s must be a string, not '%s'", raw->key,
+                           g_variant_get_type_string (raw->variant));
+      return NULL;
+    }
+  return g_strstrip (g_strdup (raw->variant != NULL ? g_variant_get_string (raw->variant, NULL)
+                                                    : raw->text));
+}
+
+/* Loads the tier module of @module_key into the registry and returns the
+ * names of the tier types it defines; `module` paths are relative to the
+ * configuration file's directory. */
+static char **
+load_section_module (KvConfigDocument     *self,
+                     KvConfigSection      *section,
+                     const KvConfigRawKey *module_key,
+                     GError              **error)
+{
+  KvConfigLocation loc = { kv_config_document_get_origin (self),
+                           module_key->line != 0 ? module_key->line : section->line };
+  g_autofree char *text = raw_key_string (section, module_key, &loc, error);
+  g_autofree char *path = NULL;
+  g_autoptr(GError) local_error = NULL;
+  char **names;
+
+  if (text == NULL)
+    return NULL;
+  if (*text == '\0')
+    {
+      kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section, "module",
+                           "empty file name (a Python or JavaScript file that defines"
+                           " a tier type)");
+      return NULL;
+    }
+  /* kept absolute, so that the configuration written back loads from
+   * anywhere */
+  path = g_canonicalize_filename (text, self->base_dir);
+  names = kv_tier_registry_load_tier_module (self->registry, path, &local_error);
+  if (names == NULL)
+    {
+      kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section, "module",
+                           "%s", local_error->message);
+      return NULL;
+    }
+  section->module = g_steal_pointer (&path);
+  return names;
+}
+
 /* Creates the device or tier section @name with the type among @keys. */
 static KvConfigSection *
 new_typed_section (KvConfigDocument     *self,
@@ -572,12 +631,24 @@ new_typed_section (KvConfigDocument     *self,
                    const char           *name,
                    guint                 line,
                    const KvConfigRawKey *type_key,
+                   const KvConfigRawKey *module_key,
                    GError              **error)
 {
   const char *origin = kv_config_document_get_origin (self);
   KvConfigSection *section = section_new (kind, name, line);
   KvConfigLocation loc = { origin, line };
   g_autofree char *type_text = NULL;
+  g_auto(GStrv) module_types = NULL;
+
+  if (module_key != NULL)
+    {
+      module_types = load_section_module (self, section, module_key, error);
+      if (module_types == NULL)
+        {
+          section_free (section);
+          return NULL;
+        }
+    }
 
   if (type_key != NULL)
     {
@@ -594,6 +665,30 @@ new_typed_section (KvConfigDocument     *self,
       type_text = g_strstrip (g_strdup (type_key->variant != NULL
                                         ? g_variant_get_string (type_key->variant, NULL)
                                         : type_key->text));
+    }
+  if (module_types != NULL)
+    {
+      g_autofree char *defined = g_strjoinv (", ", module_types);
+
+      /* the module's own type, unless the section names one of several */
+      if (type_text == NULL && g_strv_length (module_types) == 1)
+        type_text = g_strdup (module_types[0]);
+      else if (type_text == NULL)
+        {
+          kv_config_set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, section, NULL,
+                               "missing key 'type': module %s defines several tier types"
+                               " (%s)", section->module, defined);
+          section_free (section);
+          return NULL;
+        }
+      else if (!g_strv_contains ((const char * const *) module_types, type_text))
+        {
+          kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, section, "type",
+                               "'%s' is not a tier type of module %s (it defines: %s)",
+                               type_text, section->module, defined);
+          section_free (section);
+          return NULL;
+        }
     }
   if (!kv_config_document_set_type (self, section, type_text, &loc, error))
     {
@@ -615,6 +710,7 @@ kv_config_document_add_section (KvConfigDocument     *self,
 {
   const char *origin = kv_config_document_get_origin (self);
   const KvConfigRawKey *type_key = NULL;
+  const KvConfigRawKey *module_key = NULL;
   KvConfigLocation loc = { origin, line };
   KvConfigSection *section;
 
@@ -662,8 +758,10 @@ kv_config_document_add_section (KvConfigDocument     *self,
       for (guint i = 0; i < n_keys; i++)
         if (g_str_equal (keys[i].key, "type"))
           type_key = &keys[i];
+        else if (kind == KV_CONFIG_SECTION_TIER && g_str_equal (keys[i].key, "module"))
+          module_key = &keys[i];
 
-      section = new_typed_section (self, kind, name, line, type_key, error);
+      section = new_typed_section (self, kind, name, line, type_key, module_key, error);
       if (section == NULL)
         return FALSE;
       if (kind == KV_CONFIG_SECTION_DEVICE)
@@ -676,7 +774,7 @@ kv_config_document_add_section (KvConfigDocument     *self,
     {
       KvConfigLocation key_loc = { origin, keys[i].line };
 
-      if (&keys[i] == type_key)
+      if (&keys[i] == type_key || &keys[i] == module_key)
         continue;
       if (kind == KV_CONFIG_SECTION_PRIMARY && g_str_equal (keys[i].key, "type"))
         {

@@ -263,6 +263,8 @@ section_to_key_file (const KvConfigSection *section,
   title[strlen (title) - 1] = '\0';
   if (section->type_name != NULL)
     g_key_file_set_string (key_file, title + 1, "type", section->type_name);
+  if (section->module != NULL)
+    g_key_file_set_string (key_file, title + 1, "module", section->module);
   for (guint i = 0; i < section->entries->len; i++)
     {
       const KvConfigEntry *entry = g_ptr_array_index (section->entries, i);
@@ -271,7 +273,13 @@ section_to_key_file (const KvConfigSection *section,
       g_key_file_set_string (key_file, title + 1, entry->key, text);
     }
   if (section->type_name == NULL && section->entries->len == 0)
-    g_key_file_set_comment (key_file, title + 1, NULL, " defaults", NULL);
+    {
+      /* GKeyFile makes a group only for a key: an empty section (an empty
+       * [backpressure] asks for the defaults) must still be written */
+      g_key_file_set_string (key_file, title + 1, "type", "");
+      g_key_file_remove_key (key_file, title + 1, "type", NULL);
+      g_key_file_set_comment (key_file, title + 1, NULL, " defaults", NULL);
+    }
 }
 
 char *

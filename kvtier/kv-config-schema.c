@@ -329,7 +329,7 @@ kv_config_schema_accepted_keys (const KvConfigSection *section)
     {
       g_autoptr(GTypeClass) klass = g_type_class_ref (section->type);
 
-      g_string_append (s, "type");
+      g_string_append (s, section->kind == KV_CONFIG_SECTION_TIER ? "type, module" : "type");
       pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
       for (guint i = 0; i < n_pspecs; i++)
         if (kv_config_value_is_configurable (pspecs[i], section->type))

@@ -64,8 +64,10 @@ gboolean
 kv_config_value_is_configurable (GParamSpec *pspec,
                                  GType       type)
 {
+  /* set by the code that makes the tier (metric-label: by the manager,
+   * which would overwrite a configured one) */
   static const char * const managed[] = {
-    "primary", "tier-type", "backpressure-detector", "medium", NULL
+    "primary", "tier-type", "backpressure-detector", "medium", "metric-label", NULL
   };
 
   if ((pspec->flags & G_PARAM_WRITABLE) == 0 || (pspec->flags & G_PARAM_DEPRECATED) != 0)

@@ -196,6 +196,7 @@ kv_config_new_from_file (KvTierRegistry  *registry,
                          GError         **error)
 {
   g_autofree char *data = NULL;
+  g_autoptr(KvConfig) self = NULL;
   gsize length;
 
   g_return_val_if_fail (registry == NULL || KV_IS_TIER_REGISTRY (registry), NULL);
@@ -204,7 +205,16 @@ kv_config_new_from_file (KvTierRegistry  *registry,
 
   if (!g_file_get_contents (path, &data, &length, error))
     return NULL;
-  return kv_config_new_from_data (registry, data, (gssize) length, path, error);
+  self = config_new (registry, path);
+  /* a tier's `module` is found next to the file */
+  {
+    g_autofree char *dir = g_path_get_dirname (path);
+
+    self->document->base_dir = g_canonicalize_filename (dir, NULL);
+  }
+  if (!kv_config_key_file_load (self->document, data, length, error))
+    return NULL;
+  return g_steal_pointer (&self);
 }
 
 /**
@@ -316,17 +326,36 @@ kv_config_set_value (KvConfig    *self,
     }
   if (target == NULL)
     {
-      KvConfigRawKey raw = { "type", value, NULL, 0 };
+      KvConfigRawKey raw = { key, value, NULL, 0 };
 
-      if (!g_str_equal (key, "type"))
+      if (!g_str_equal (key, "type") &&
+          !(kind == KV_CONFIG_SECTION_TIER && g_str_equal (key, "module")))
         {
           KvConfigSection probe = { .kind = kind, .name = name };
 
           kv_config_set_error (error, KV_CONFIG_ERROR_MISSING_KEY, &loc, &probe, key,
-                               "the section does not exist yet: set its 'type' first");
+                               "the section does not exist yet: set its 'type' (or, for a"
+                               " tier, its 'module') first");
           return FALSE;
         }
       return kv_config_document_add_section (self->document, kind, name, 0, &raw, 1, error);
+    }
+
+  if (kind == KV_CONFIG_SECTION_TIER && g_str_equal (key, "module"))
+    {
+      g_autofree char *text = g_strstrip (g_strdup (value));
+      g_autofree char *module = g_canonicalize_filename (text, NULL);
+
+      if (g_strcmp0 (target->module, module) == 0)
+        return TRUE;
+      if (target->module != NULL)
+        kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, target, key,
+                             "the module of an existing tier cannot change (it is %s)",
+                             target->module);
+      else
+        kv_config_set_error (error, KV_CONFIG_ERROR_INVALID_VALUE, &loc, target, key,
+                             "an existing tier cannot get a module");
+      return FALSE;
     }
 
   if (g_str_equal (key, "type"))
@@ -406,6 +435,8 @@ kv_config_get_value (KvConfig   *self,
     return NULL;
   if (g_str_equal (key, "type"))
     return g_strdup (target->type_name);
+  if (g_str_equal (key, "module"))
+    return g_strdup (target->module);
   entry = kv_config_section_find_entry (target, key);
   return entry != NULL ? kv_config_value_to_string (entry->pspec, &entry->value) : NULL;
 }

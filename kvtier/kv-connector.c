@@ -2,8 +2,10 @@
 #include "config.h"
 
 #include "kv-connector.h"
+#include "kv-metric-registry-private.h"
 
 #include "kv-prefix-lookup-private.h"
+#include "kv-tiering-manager-private.h"
 #include "kv-wakeup-source-private.h"
 
 #include <errno.h>
@@ -12,15 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define CONNECTOR_BYTES      "vllm:kv_offload_total_bytes"
-#define CONNECTOR_TIME       "vllm:kv_offload_total_time"
-#define CONNECTOR_FAILURES   "kvtier:connector_transfer_failures"
-#define CONNECTOR_HITS       "kvtier:connector_chunk_hits"
-#define CONNECTOR_COMPUTED   "kvtier:connector_chunks_computed"
-#define CONNECTOR_REFUSED    "kvtier:connector_stores_refused_chunks"
-#define CONNECTOR_MGR_TIME   "kvtier:connector_manager_time"
-#define CONNECTOR_MGR_LOOKUPS "kvtier:connector_manager_lookups"
-#define CONNECTOR_STEPS      "kvtier:connector_steps"
 
 /* vLLM's transfer types, indexed by KvDeviceDirection. */
 static const char * const transfer_types[2] = { "GPU_to_CPU", "CPU_to_GPU" };
@@ -505,28 +498,6 @@ kv_connector_get_n_transfers (KvConnector *self,
   return state != NULL ? state->n_transfers : 0;
 }
 
-/* The tier a promotion just started from: the manager asks the tiers in
- * order, as the request's filter allows, and promotes from the first hit. */
-static guint8
-promotion_source (KvConnector *self,
-                  KvKey       *key,
-                  KvRequest   *request)
-{
-  KvTierFilter *filter = kv_request_get_load_tier_filter (request);
-
-  for (guint t = 0; t < self->n_tiers; t++)
-    {
-      KvSecondaryTier *tier = kv_tiering_manager_get_tier (self->manager, t);
-
-      if (!kv_tier_filter_allows (filter, kv_secondary_tier_get_medium (tier),
-                                  kv_secondary_tier_get_locality (tier)))
-        continue;
-      if (kv_secondary_tier_lookup (tier, key, request) == KV_LOOKUP_RESULT_HIT)
-        return (guint8) (KV_CHUNK_SOURCE_TIER + t);
-    }
-  return KV_CHUNK_SOURCE_PRIMARY;
-}
-
 /**
  * kv_connector_lookup:
  * @self: a connector
@@ -543,7 +514,9 @@ promotion_source (KvConnector *self,
  * the primary tier, submitted at the end of the step. Call it again in a
  * later step while the answer is not complete
  * ([method@Kv.PrefixLookup.is_complete]): the chunks on their way answer
- * ready once they landed, and keep their first source.
+ * ready once they landed, and keep the source of the promotion that
+ * brought them (the tier the manager promoted from; after a failed load,
+ * the tier of the promotion that followed).
  *
  * Returns: (transfer full): how many leading chunks are where, or %NULL
  *   with @error set when the request was not added or @n_device exceeds
@@ -559,7 +532,7 @@ kv_connector_lookup (KvConnector    *self,
 {
   g_autoptr(KvPrefixLookup) lookup = NULL;
   g_autofree KvLookupResult *results = NULL;
-  g_autofree KvLookupResult *before = NULL;
+  g_autofree guint *promoted_from = NULL;
   RequestState *state;
   guint64 t0, dt;
   guint stop, n_looked;
@@ -593,19 +566,14 @@ kv_connector_lookup (KvConnector    *self,
   lookup->n_from[KV_CHUNK_SOURCE_DEVICE] = n_device;
 
   results = g_new (KvLookupResult, MAX (n_keys, 1));
-  before = g_new (KvLookupResult, MAX (n_keys, 1));
+  promoted_from = g_new (guint, MAX (n_keys, 1));
 
-  /* What the primary tier held before tells a promotion (a tier's hit) from
-   * a chunk already on its way in. Not manager time: one probe each, and
-   * only for chunks this request has not placed yet. */
-  for (guint c = n_device; c < n_keys; c++)
-    before[c] = g_hash_table_contains (state->sources, keys[c])
-                ? KV_LOOKUP_RESULT_HIT : kv_primary_tier_lookup (self->primary, keys[c]);
-
+  /* The manager says which tier a lookup started a promotion from. */
   t0 = now_ns ();
   for (stop = n_device; stop < n_keys; stop++)
     {
-      results[stop] = kv_tiering_manager_lookup (self->manager, keys[stop], request);
+      results[stop] = _kv_tiering_manager_lookup_promoting (self->manager, keys[stop], request,
+                                                            &promoted_from[stop]);
       if (results[stop] == KV_LOOKUP_RESULT_MISS || results[stop] == KV_LOOKUP_RESULT_RETRY)
         break;
     }
@@ -625,17 +593,21 @@ kv_connector_lookup (KvConnector    *self,
 
   for (guint c = n_device; c < stop; c++)
     {
-      gpointer known = g_hash_table_lookup (state->sources, keys[c]);
+      gpointer known;
       guint8 source;
 
-      if (known != NULL)
+      if (promoted_from[c] != KV_TIER_INDEX_NONE)
+        {
+          /* this lookup promotes it: also after a failed load from another tier */
+          source = (guint8) (KV_CHUNK_SOURCE_TIER + promoted_from[c]);
+          g_hash_table_replace (state->sources, kv_key_ref (keys[c]), GUINT_TO_POINTER (source + 1u));
+        }
+      else if ((known = g_hash_table_lookup (state->sources, keys[c])) != NULL)
         source = (guint8) (GPOINTER_TO_UINT (known) - 1);
       else
         {
-          if (results[c] == KV_LOOKUP_RESULT_HIT_PENDING && before[c] == KV_LOOKUP_RESULT_MISS)
-            source = promotion_source (self, keys[c], request);
-          else
-            source = KV_CHUNK_SOURCE_PRIMARY;
+          /* in the primary tier, or on its way in for another request */
+          source = KV_CHUNK_SOURCE_PRIMARY;
           g_hash_table_insert (state->sources, kv_key_ref (keys[c]), GUINT_TO_POINTER (source + 1u));
         }
       lookup->sources[c] = source;
@@ -1140,14 +1112,14 @@ kv_connector_create_source (KvConnector *self)
  * - `vllm:kv_offload_total_bytes` and `vllm:kv_offload_total_time`
  *   (seconds the device reported), labelled by `transfer_type`:
  *   `GPU_to_CPU` (stores) and `CPU_to_GPU` (loads);
- * - `kvtier:connector_transfer_failures`, by `transfer_type`;
- * - `kvtier:connector_chunk_hits` by `source` (`device`, `0:primary`,
+ * - `kvtier_connector_transfer_failures_total`, by `transfer_type`;
+ * - `kvtier_connector_chunk_hits_total` by `source` (`device`, `0:primary`,
  *   `1:fs` …): where the chunks of scheduled requests came from;
- * - `kvtier:connector_chunks_computed`: the chunks they computed;
- * - `kvtier:connector_stores_refused_chunks`: chunks the primary tier had
+ * - `kvtier_connector_computed_chunks_total`: the chunks they computed;
+ * - `kvtier_connector_refused_store_chunks_total`: chunks the primary tier had
  *   no room for;
- * - `kvtier:connector_manager_time` (seconds inside the manager),
- *   `kvtier:connector_manager_lookups`, `kvtier:connector_steps`.
+ * - `kvtier_connector_manager_seconds_total` (seconds inside the manager),
+ *   `kvtier_connector_manager_lookups_total`, `kvtier_connector_steps_total`.
  *
  * Returns: (transfer full): the metrics
  */
@@ -1168,21 +1140,21 @@ kv_connector_get_stats (KvConnector *self)
     {
       const char *labels[] = { transfer_types[d], NULL };
 
-      kv_stats_increase_counter (stats, CONNECTOR_BYTES, (gdouble) c->bytes[d], labels);
-      kv_stats_increase_counter (stats, CONNECTOR_TIME, c->time[d], labels);
-      kv_stats_increase_counter (stats, CONNECTOR_FAILURES, (gdouble) c->failures[d], labels);
+      kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_BYTES, (gdouble) c->bytes[d], labels);
+      kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_TIME, c->time[d], labels);
+      kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_FAILURES, (gdouble) c->failures[d], labels);
     }
   for (guint s = 0; s < self->n_sources; s++)
     {
       const char *labels[] = { self->source_labels[s], NULL };
 
-      kv_stats_increase_counter (stats, CONNECTOR_HITS, (gdouble) c->hits[s], labels);
+      kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_HITS, (gdouble) c->hits[s], labels);
     }
-  kv_stats_increase_counter (stats, CONNECTOR_COMPUTED, (gdouble) c->computed, NULL);
-  kv_stats_increase_counter (stats, CONNECTOR_REFUSED, (gdouble) c->refused, NULL);
-  kv_stats_increase_counter (stats, CONNECTOR_MGR_TIME, c->mgr_ns / 1e9, NULL);
-  kv_stats_increase_counter (stats, CONNECTOR_MGR_LOOKUPS, (gdouble) c->lookups, NULL);
-  kv_stats_increase_counter (stats, CONNECTOR_STEPS, (gdouble) c->steps, NULL);
+  kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_COMPUTED, (gdouble) c->computed, NULL);
+  kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_REFUSED, (gdouble) c->refused, NULL);
+  kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_MANAGER_TIME, c->mgr_ns / 1e9, NULL);
+  kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_MANAGER_LOOKUPS, (gdouble) c->lookups, NULL);
+  kv_stats_increase_counter (stats, KV_METRIC_CONNECTOR_STEPS, (gdouble) c->steps, NULL);
 
   memset (c->hits, 0, sizeof (guint64) * self->n_sources);
   c->computed = c->refused = c->mgr_ns = c->lookups = c->steps = 0;
@@ -1208,33 +1180,12 @@ kv_connector_create_metric_registry (KvConnector  *self,
                                      GError      **error)
 {
   g_autoptr(KvMetricRegistry) registry = NULL;
-  const char *transfer[] = { "transfer_type", NULL };
-  const char *source[] = { "source", NULL };
 
   g_return_val_if_fail (KV_IS_CONNECTOR (self), NULL);
   g_return_val_if_fail (error == NULL || *error == NULL, NULL);
 
   registry = kv_tiering_manager_create_metric_registry (self->manager, error);
-  if (registry == NULL)
-    return NULL;
-  if (!kv_metric_registry_add_counter (registry, CONNECTOR_BYTES,
-                                       "Bytes moved between device and primary tier", transfer, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_TIME,
-                                       "Seconds the device spent on transfers", transfer, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_FAILURES,
-                                       "Device transfers that failed", transfer, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_HITS,
-                                       "Prompt chunks of scheduled requests, by where they were found",
-                                       source, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_COMPUTED,
-                                       "Prompt chunks of scheduled requests that were computed", NULL, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_REFUSED,
-                                       "Computed chunks the primary tier had no room for", NULL, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_MGR_TIME,
-                                       "Seconds spent in the tiering manager", NULL, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_MGR_LOOKUPS,
-                                       "Chunks looked up in the tiering manager", NULL, error) ||
-      !kv_metric_registry_add_counter (registry, CONNECTOR_STEPS, "Scheduler steps", NULL, error))
+  if (registry == NULL || !kv_metric_registry_add_connector_metrics (registry, error))
     return NULL;
   return g_steal_pointer (&registry);
 }

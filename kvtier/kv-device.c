@@ -392,7 +392,8 @@ kv_device_class_init (KvDeviceClass *klass)
    * The primary tier's buffer: the host side of every transfer.
    */
   properties[PROP_PRIMARY] =
-    g_param_spec_object ("primary", NULL, NULL,
+    g_param_spec_object ("primary", NULL,
+                         "The primary tier's slot memory: the host side of every transfer",
                          KV_TYPE_HOST_BUFFER,
                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);

@@ -34,7 +34,10 @@
  * - a shared file ([ctor@Kv.HostBuffer.new_for_file]) following vLLM's
  *   `/dev/shm` protocol: the first opener creates and sizes the file, later
  *   openers map it as it is, and the creator unlinks it when the buffer is
- *   finalized.
+ *   finalized;
+ * - memory the caller already mapped and keeps
+ *   ([ctor@Kv.HostBuffer.new_for_memory]), such as a region whose file name
+ *   is gone: nothing is mapped again, slots are the caller's bytes.
  *
  * C code reaches slot memory directly with [method@Kv.HostBuffer.peek_slot]
  * (and the whole mapping with [method@Kv.HostBuffer.get_data], for io_uring
@@ -72,6 +75,12 @@ struct _KvHostBuffer
 
   guint8 *data;
   gboolean creator;
+
+  /* KV_HOST_BUFFER_BACKING_BORROWED: the caller's memory, and what to call
+   * once this buffer no longer uses it. */
+  guint8 *borrowed;
+  GDestroyNotify release;
+  gpointer release_data;
 
   /* per slot: the XXH3-64 of its bytes, valid where checksum_known[slot] */
   guint64 *checksums;
@@ -267,6 +276,32 @@ init_file (KvHostBuffer  *self,
 }
 
 static gboolean
+init_borrowed (KvHostBuffer  *self,
+               GError       **error)
+{
+  if (self->borrowed == NULL)
+    {
+      g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                           "A borrowed host buffer is made with "
+                           "kv_host_buffer_new_for_memory(), which names its memory");
+      return FALSE;
+    }
+
+  /* Slots are page aligned, as for every other backing: O_DIRECT reads and
+   * writes go straight into them. */
+  if ((guintptr) self->borrowed % KV_HOST_BUFFER_PAGE_SIZE != 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "The memory at %p is not aligned to %d bytes",
+                   self->borrowed, KV_HOST_BUFFER_PAGE_SIZE);
+      return FALSE;
+    }
+
+  self->data = self->borrowed;
+  return TRUE;
+}
+
+static gboolean
 kv_host_buffer_initable_init (GInitable     *initable,
                               GCancellable  *cancellable,
                               GError       **error)
@@ -312,6 +347,9 @@ kv_host_buffer_initable_init (GInitable     *initable,
     case KV_HOST_BUFFER_BACKING_FILE:
       ok = init_file (self, error);
       break;
+    case KV_HOST_BUFFER_BACKING_BORROWED:
+      ok = init_borrowed (self, error);
+      break;
     default:
       g_assert_not_reached ();
     }
@@ -344,10 +382,13 @@ kv_host_buffer_finalize (GObject *object)
 {
   KvHostBuffer *self = KV_HOST_BUFFER (object);
 
-  if (self->data != NULL)
+  if (self->data != NULL && self->backing != KV_HOST_BUFFER_BACKING_BORROWED)
     munmap (self->data, self->size);
   if (self->fd >= 0)
     close (self->fd);
+  /* Borrowed memory goes back to its owner once, built or not. */
+  if (self->release != NULL)
+    self->release (self->release_data);
   /* Like vLLM's SharedOffloadRegion.cleanup(): only the creator removes the
    * shared file, so processes still mapping it keep their memory. */
   if (self->creator)
@@ -654,6 +695,70 @@ kv_host_buffer_new_for_file (const char  *path,
 }
 
 /**
+ * kv_host_buffer_new_for_memory:
+ * @data: (not nullable): the first byte of the memory, page aligned
+ * @n_slots: how many slots, at least 1
+ * @slot_size: bytes per slot, a positive multiple of 4096
+ * @release: (scope async) (closure release_data) (nullable): called once
+ *   with @release_data when the buffer no longer uses @data
+ * @release_data: (nullable): data for @release
+ * @error: return location for an error
+ *
+ * Makes a buffer of memory the caller already has, without mapping or
+ * copying anything: slot `i` is the @slot_size bytes at
+ * @data + `i` × @slot_size. Use it for memory that has no name to map again,
+ * such as vLLM's primary region once vLLM removed its `/dev/shm` file (the
+ * mapping lives on in every process that has it); its
+ * [property@Kv.HostBuffer:backing] is %KV_HOST_BUFFER_BACKING_BORROWED and
+ * [method@Kv.HostBuffer.get_fd] is -1.
+ *
+ * The caller keeps @data mapped, readable and writable until @release is
+ * called: when the buffer is finalized, or at once when construction fails.
+ * From Python, pass the address as an int and a function that holds what
+ * owns the memory (a `memoryview`, an `mmap`), so that it lives as long as
+ * the buffer.
+ *
+ * May be called from any thread.
+ *
+ * Returns: (transfer full): a new buffer, or %NULL with @error set when the
+ *   geometry is invalid or @data is not page aligned
+ */
+KvHostBuffer *
+kv_host_buffer_new_for_memory (gpointer        data,
+                               guint           n_slots,
+                               gsize           slot_size,
+                               GDestroyNotify  release,
+                               gpointer        release_data,
+                               GError        **error)
+{
+  g_autoptr(KvHostBuffer) self = NULL;
+
+  g_return_val_if_fail (data != NULL, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  if (!check_n_slots (n_slots, error))
+    {
+      if (release != NULL)
+        release (release_data);
+      return NULL;
+    }
+
+  self = g_object_new (KV_TYPE_HOST_BUFFER,
+                       "n-slots", n_slots,
+                       "slot-size", (guint64) slot_size,
+                       "backing", KV_HOST_BUFFER_BACKING_BORROWED,
+                       NULL);
+  self->borrowed = data;
+  self->release = release;
+  self->release_data = release_data;
+  /* A failed init leaves the release to finalize, like a built buffer's. */
+  if (!g_initable_init (G_INITABLE (self), NULL, error))
+    return NULL;
+
+  return g_steal_pointer (&self);
+}
+
+/**
  * kv_host_buffer_get_n_slots:
  * @self: a buffer
  *
@@ -728,7 +833,7 @@ kv_host_buffer_get_backing (KvHostBuffer *self)
  * %KV_HOST_BUFFER_BACKING_FILE buffer. The buffer owns it and closes it when
  * finalized; duplicate it to keep it longer. May be called from any thread.
  *
- * Returns: the descriptor, or -1 for anonymous memory
+ * Returns: the descriptor, or -1 for anonymous and borrowed memory
  */
 int
 kv_host_buffer_get_fd (KvHostBuffer *self)

@@ -18,6 +18,9 @@ G_BEGIN_DECLS
  *   through [method@Kv.HostBuffer.get_fd].
  * @KV_HOST_BUFFER_BACKING_FILE: an existing shared file, such as vLLM's
  *   `/dev/shm` primary region.
+ * @KV_HOST_BUFFER_BACKING_BORROWED: memory the caller mapped and owns, given
+ *   to [ctor@Kv.HostBuffer.new_for_memory] (such as vLLM's primary region
+ *   after its file name was removed).
  *
  * What the slot memory of a [class@Kv.HostBuffer] is made of.
  */
@@ -25,6 +28,7 @@ typedef enum {
   KV_HOST_BUFFER_BACKING_ANONYMOUS,
   KV_HOST_BUFFER_BACKING_MEMFD,
   KV_HOST_BUFFER_BACKING_FILE,
+  KV_HOST_BUFFER_BACKING_BORROWED,
 } KvHostBufferBacking;
 
 #define KV_TYPE_HOST_BUFFER (kv_host_buffer_get_type ())
@@ -50,6 +54,13 @@ KvHostBuffer        *kv_host_buffer_new_for_file (const char    *path,
                                                   guint          n_slots,
                                                   gsize          slot_size,
                                                   GError       **error);
+KVTIER_AVAILABLE_IN_ALL
+KvHostBuffer        *kv_host_buffer_new_for_memory (gpointer       data,
+                                                guint          n_slots,
+                                                gsize          slot_size,
+                                                GDestroyNotify release,
+                                                gpointer       release_data,
+                                                GError       **error);
 KVTIER_AVAILABLE_IN_ALL
 guint                kv_host_buffer_get_n_slots  (KvHostBuffer  *self);
 KVTIER_AVAILABLE_IN_ALL

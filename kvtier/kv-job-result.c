@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-job-result.h"
+#include "kv-job-result-private.h"
 
 /**
  * KvJobResult:
@@ -9,11 +10,23 @@
  * The outcome of one [struct@Kv.TransferJob] (vLLM's `JobResult`), reported
  * by a tier with [method@Kv.SecondaryTier.complete_job].
  *
- * `success` is %TRUE only if every key of the job was moved. A promotion
- * that landed only some keys reports %FALSE with the keys that did land as
- * its successful keys; without them, every key shares `success`. The
- * transfer time and byte count are optional measurements used by metrics
- * and back-pressure detection.
+ * `success` is %TRUE only if every key of the job was moved (for a store,
+ * also a key the tier held already).
+ *
+ * One rule for partial loads, whatever the tier: a load's successful keys
+ * list every key whose bytes landed in its primary slot and were verified,
+ * in the job's key order, each once; `success` is %TRUE if and only if all
+ * of them landed (the list is then not needed); when none landed the list
+ * is %NULL (vLLM's `tuple(successful) or None`). A key that landed after
+ * one that failed is listed too: the primary tier keeps every landed
+ * chunk, and a request reads its prefix up to the first missing one. The
+ * [class@Kv.TieringManager] checks the rule and treats a result that
+ * breaks it as a failed job, with a critical naming the tier. A store's
+ * successful keys are ignored. [class@Kv.TierJob] builds results by this
+ * rule.
+ *
+ * The transfer time and byte count are optional measurements used by
+ * metrics and back-pressure detection.
  *
  * A tier fills a result on any thread before completing the job; after that
  * it is read-only. Results are atomically reference counted.
@@ -152,8 +165,11 @@ kv_job_result_get_success (const KvJobResult *self)
  * @n_keys: number of keys
  *
  * Says which keys of a partly failed promotion did land in the primary tier;
- * the others are dropped from it. The keys are referenced; a previous set is
- * replaced. Setting an empty list is allowed and means that none landed.
+ * the others are dropped from it. By the partial-load rule (see
+ * [struct@Kv.JobResult]) @keys are every key that landed and was verified,
+ * in the job's order, each once. The keys are referenced; a previous set
+ * is replaced. Setting an empty list is allowed and means that none
+ * landed.
  *
  * Call before the result is handed to the manager, on any thread.
  */
@@ -334,4 +350,38 @@ kv_job_result_get_checksum_failed (const KvJobResult *self)
   g_return_val_if_fail (self != NULL, FALSE);
 
   return self->checksum_failed;
+}
+
+/* See kv-job-result-private.h. */
+gboolean
+_kv_job_result_follows_load_rule (const KvJobResult  *result,
+                                  KvTransferJob      *job,
+                                  const char        **why)
+{
+  guint n_keys;
+  KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
+  guint k = 0;
+  const char *broken = NULL;
+
+  if (result->n_successful_keys == 0)
+    return TRUE;
+
+  for (guint i = 0; i < result->n_successful_keys && broken == NULL; i++)
+    {
+      /* the next key of the job equal to it, after the last one matched */
+      while (k < n_keys && !kv_key_equal (keys[k], result->successful_keys[i]))
+        k++;
+      if (k == n_keys)
+        broken = "a successful key that is not a key of the job, or out of the job's order, "
+                 "or listed twice";
+      k++;
+    }
+  if (broken == NULL && result->success && result->n_successful_keys != n_keys)
+    broken = "success with only some keys listed as successful";
+  if (broken == NULL && !result->success && result->n_successful_keys == n_keys)
+    broken = "every key listed as successful, but not success";
+
+  if (why != NULL)
+    *why = broken;
+  return broken == NULL;
 }

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
-#include "kv-key.h"
+#include "kv-key-private.h"
 
 #include <string.h>
 
@@ -27,17 +27,6 @@
  * [method@Kv.Key.equal] make them usable as #GHashTable keys; the hash is
  * computed once, when the key is created.
  */
-struct _KvKey
-{
-  gatomicrefcount ref_count;
-  guint32 group;
-  guint hash;
-  gsize hash_len;
-  /* hash_len bytes of block hash, then be32(group): the OffloadKey, so it
-   * can be hashed and exported without copying. */
-  guint8 data[];
-};
-
 G_DEFINE_BOXED_TYPE (KvKey, kv_key, kv_key_ref, kv_key_unref)
 
 /**

@@ -6,6 +6,7 @@
 
 #include <math.h>
 
+#include "kv-tiering-metrics-private.h"
 #include "kv-types.h"
 
 struct _KvMetricRegistry
@@ -24,10 +25,23 @@ struct _KvMetricRegistry
  *
  * It is the metadata half of metrics; the values live in [class@Kv.Stats],
  * which renders them in the Prometheus text format against a registry
- * ([method@Kv.Stats.to_prometheus]). The tiering manager registers its own
- * metrics (names `vllm:kv_offload_tiering_*`, as in vLLM, so dashboards
- * work unchanged) and each tier class adds its own from its
- * `register_metrics` class method.
+ * ([method@Kv.Stats.to_prometheus]).
+ *
+ * It is also where kvtier's metric definitions live, once: the tiering
+ * manager's ([method@Kv.MetricRegistry.add_manager_metrics]: vLLM's
+ * `vllm:kv_offload_tiering_*` names exactly as vLLM defines them, so
+ * dashboards work unchanged, and kvtier's `kvtier_tiering_*`), those every
+ * tier inherits ([method@Kv.MetricRegistry.add_tier_metrics]), the
+ * connector's ([method@Kv.MetricRegistry.add_connector_metrics]), and each
+ * tier class's own from its `register_metrics` method. Read a registry
+ * (names, kinds, help, labels, buckets) to declare the same families
+ * elsewhere, for example in vLLM's `build_metric_definitions()`.
+ * `doc/metrics.md` lists them all.
+ *
+ * kvtier's own names follow Prometheus' conventions: `kvtier_` then the
+ * component, base units (`_seconds`, `_bytes`), and counters named without
+ * the `_total` the exposition adds. The `tier` label, on vLLM's families
+ * and kvtier's alike, is `<index>:<tier-type>` (`0:primary`, `1:fs`).
  *
  * Defining the same metric twice with the same kind, labels and buckets is
  * allowed (two tiers of one class both register); a conflicting definition
@@ -490,4 +504,118 @@ kv_metric_registry_get_n_metrics (KvMetricRegistry *self)
   g_return_val_if_fail (KV_IS_METRIC_REGISTRY (self), 0);
 
   return self->definitions->len;
+}
+
+/**
+ * kv_metric_registry_add_manager_metrics:
+ * @self: a registry
+ * @error: return location for an error
+ *
+ * Adds the definitions of the metrics a [class@Kv.TieringManager] reports
+ * itself (not its admission policy's nor its tiers'): vLLM's
+ * `vllm:kv_offload_tiering_*` families, with vLLM's names, help and
+ * histogram buckets, and kvtier's `kvtier_tiering_*` ones. All but two
+ * are labelled `tier`.
+ *
+ * Returns: %TRUE on success; %FALSE with @error set if @self defines one
+ *   of the names differently
+ */
+gboolean
+kv_metric_registry_add_manager_metrics (KvMetricRegistry  *self,
+                                        GError           **error)
+{
+  g_return_val_if_fail (KV_IS_METRIC_REGISTRY (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return kv_tiering_metrics_register (self, error);
+}
+
+/**
+ * kv_metric_registry_add_tier_metrics:
+ * @self: a registry
+ * @error: return location for an error
+ *
+ * Adds the definitions of the metrics every [class@Kv.SecondaryTier]
+ * reports, whatever its class (its deadlines and its circuit breaker; see
+ * [method@Kv.SecondaryTier.get_stats]), labelled `tier`.
+ * [method@Kv.SecondaryTier.register_metrics] adds them with the class's
+ * own.
+ *
+ * Returns: %TRUE on success; %FALSE with @error set if @self defines one
+ *   of the names differently
+ */
+gboolean
+kv_metric_registry_add_tier_metrics (KvMetricRegistry  *self,
+                                     GError           **error)
+{
+  static const char * const tier[] = { "tier", NULL };
+
+  g_return_val_if_fail (KV_IS_METRIC_REGISTRY (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return
+    kv_metric_registry_add_counter (self, KV_METRIC_TIER_DEADLINE_FAILURES,
+                                    "Jobs a tier had not reported by their deadline, reported "
+                                    "failed", tier, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_TIER_LATE_COMPLETIONS,
+                                    "Reports of jobs already failed at their deadline, dropped",
+                                    tier, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_TIER_BREAKER_REJECTED_JOBS,
+                                    "Jobs failed at once or not made while the tier's circuit "
+                                    "breaker was open", tier, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_TIER_BREAKER_OPENINGS,
+                                    "Times the tier's circuit breaker opened (each is logged)",
+                                    tier, error) &&
+    kv_metric_registry_add_gauge (self, KV_METRIC_TIER_BREAKER_OPEN,
+                                  "1 while the tier's circuit breaker refuses work (lookups "
+                                  "answer miss), else 0", tier, error);
+}
+
+/**
+ * kv_metric_registry_add_connector_metrics:
+ * @self: a registry
+ * @error: return location for an error
+ *
+ * Adds the definitions of the metrics a [class@Kv.Connector] reports
+ * itself (see [method@Kv.Connector.get_stats]): vLLM's offloading
+ * connector's `vllm:kv_offload_total_bytes` and
+ * `vllm:kv_offload_total_time` (label `transfer_type`) and kvtier's
+ * `kvtier_connector_*`.
+ *
+ * Returns: %TRUE on success; %FALSE with @error set if @self defines one
+ *   of the names differently
+ */
+gboolean
+kv_metric_registry_add_connector_metrics (KvMetricRegistry  *self,
+                                          GError           **error)
+{
+  static const char * const transfer[] = { "transfer_type", NULL };
+  static const char * const source[] = { "source", NULL };
+
+  g_return_val_if_fail (KV_IS_METRIC_REGISTRY (self), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_BYTES,
+                                    "Bytes moved between device and primary tier", transfer,
+                                    error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_TIME,
+                                    "Seconds the device spent on transfers", transfer, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_FAILURES,
+                                    "Device transfers that failed", transfer, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_HITS,
+                                    "Prompt chunks of scheduled requests, by where they were "
+                                    "found (device, or the tier label)", source, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_COMPUTED,
+                                    "Prompt chunks of scheduled requests that were computed",
+                                    NULL, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_REFUSED,
+                                    "Computed chunks the primary tier had no room for", NULL,
+                                    error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_MANAGER_TIME,
+                                    "Seconds spent in the tiering manager", NULL, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_MANAGER_LOOKUPS,
+                                    "Chunks looked up in the tiering manager", NULL, error) &&
+    kv_metric_registry_add_counter (self, KV_METRIC_CONNECTOR_STEPS, "Scheduler steps", NULL,
+                                    error);
 }

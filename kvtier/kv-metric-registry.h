@@ -75,4 +75,14 @@ char              **kv_metric_registry_list_names        (KvMetricRegistry   *se
 KVTIER_AVAILABLE_IN_ALL
 guint               kv_metric_registry_get_n_metrics     (KvMetricRegistry   *self);
 
+KVTIER_AVAILABLE_IN_ALL
+gboolean            kv_metric_registry_add_manager_metrics   (KvMetricRegistry  *self,
+                                                              GError           **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean            kv_metric_registry_add_tier_metrics      (KvMetricRegistry  *self,
+                                                              GError           **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean            kv_metric_registry_add_connector_metrics (KvMetricRegistry  *self,
+                                                              GError           **error);
+
 G_END_DECLS

@@ -19,14 +19,18 @@
  *
  * 1. [method@Kv.ParentManager.on_new_request];
  * 2. [method@Kv.ParentManager.lookup] for each chunk, and
- *    [method@Kv.ParentManager.create_store_job] for the chunks it will
+ *    [method@Kv.ParentManager.pin] (or, as vLLM's p2p tier does,
+ *    [method@Kv.ParentManager.create_store_job]) for the chunks it will
  *    send (both may interleave);
  * 3. [method@Kv.ParentManager.on_request_finished], always, even when
  *    nothing was found, or the manager keeps per-request state forever.
  *
- * A store job made by [method@Kv.ParentManager.create_store_job] is
- * carried out by the calling tier (it reads the pinned primary slots and
- * sends them) and reported like any other job, with
+ * To send chunks, a tier pins them with [method@Kv.ParentManager.pin]: the
+ * [class@Kv.PinLease] names the slots to read and is released once, from
+ * any thread, when the bytes are sent. vLLM's way, a store job made by
+ * [method@Kv.ParentManager.create_store_job], is also available: the
+ * calling tier carries it out (it reads the pinned primary slots and
+ * sends them) and reports it like any other job, with
  * [method@Kv.SecondaryTier.complete_job].
  */
 G_DEFINE_INTERFACE (KvParentManager, kv_parent_manager, G_TYPE_OBJECT)
@@ -126,11 +130,12 @@ kv_parent_manager_lookup (KvParentManager *self,
  * Owner thread only.
  *
  * The tiering manager asks its [iface@Kv.AdmissionPolicy] first
- * ([method@Kv.AdmissionPolicy.should_admit_external]): when the policy
- * refuses the store, nothing is pinned, no job id is used, and this
- * fails with %KV_TIER_ERROR_BUSY; the tier then answers its peer with a
- * miss for @keys (as vLLM's p2p server does when `create_store_job`
- * returns `None`).
+ * ([method@Kv.AdmissionPolicy.should_admit], as a store to the calling
+ * tier), as vLLM's manager does: when the policy refuses the store,
+ * nothing is pinned, no job id is used, and this fails with
+ * %KV_TIER_ERROR_BUSY; the tier then answers its peer with a miss for
+ * @keys (as vLLM's p2p server does when `create_store_job` returns
+ * `None`). [method@Kv.ParentManager.pin] pins without asking the policy.
  *
  * Fails with %KV_TIER_ERROR_FAILED if the implementation returned %NULL
  * without saying why.
@@ -203,4 +208,75 @@ kv_parent_manager_on_request_finished (KvParentManager *self,
   g_return_if_fail (iface->on_request_finished != NULL);
 
   iface->on_request_finished (self, request);
+}
+
+/**
+ * kv_parent_manager_pin:
+ * @self: a parent manager
+ * @keys: (array length=n_keys) (transfer none): the chunks to read
+ * @n_keys: the length of @keys
+ * @error: return location for an error
+ *
+ * Pins the chunks of @keys that are ready in the primary tier, so that the
+ * calling tier can read their slots (to send them to another node) until
+ * it releases the returned lease with [method@Kv.PinLease.release], from
+ * any thread. A key that is not in the primary tier, or is still being
+ * written, is left out (a miss for whoever asked); the lease says which
+ * keys are pinned and where their bytes are. Nothing is asked of the
+ * admission policy, no job is made, and no tier is called. Owner thread
+ * only.
+ *
+ * Fails with %KV_TIER_ERROR_CLOSED when the manager shut down, and with
+ * %KV_TIER_ERROR_FAILED when the implementation has no pin.
+ *
+ * Returns: (transfer full): the lease, or %NULL with @error set
+ */
+KvPinLease *
+kv_parent_manager_pin (KvParentManager  *self,
+                       KvKey           **keys,
+                       guint             n_keys,
+                       GError          **error)
+{
+  KvParentManagerInterface *iface;
+  GError *local_error = NULL;
+  KvPinLease *lease;
+
+  g_return_val_if_fail (KV_IS_PARENT_MANAGER (self), NULL);
+  g_return_val_if_fail (keys != NULL || n_keys == 0, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  for (guint i = 0; i < n_keys; i++)
+    if (keys[i] == NULL)
+      {
+        g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                     "kv_parent_manager_pin: key %u of %u is NULL", i, n_keys);
+        return NULL;
+      }
+
+  iface = KV_PARENT_MANAGER_GET_IFACE (self);
+  if (iface->pin == NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "%s does not implement pin", G_OBJECT_TYPE_NAME (self));
+      return NULL;
+    }
+
+  lease = iface->pin (self, keys, n_keys, &local_error);
+  if (lease != NULL)
+    {
+      if (local_error != NULL)
+        {
+          g_debug ("%s.pin returned a lease but set an error, ignored: %s",
+                   G_OBJECT_TYPE_NAME (self), local_error->message);
+          g_error_free (local_error);
+        }
+      return lease;
+    }
+
+  if (local_error == NULL)
+    local_error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                               "%s.pin failed without setting an error",
+                               G_OBJECT_TYPE_NAME (self));
+  g_propagate_error (error, local_error);
+  return NULL;
 }

@@ -8,6 +8,7 @@
 #include <gio/gio.h>
 
 #include "kv-key.h"
+#include "kv-pin-lease.h"
 #include "kv-request.h"
 #include "kv-transfer-job.h"
 #include "kv-types.h"
@@ -26,6 +27,8 @@ G_DECLARE_INTERFACE (KvParentManager, kv_parent_manager, KV, PARENT_MANAGER, GOb
  * @create_store_job: pin @keys in the primary tier and register a store job
  *   that the calling tier carries out and reports itself.
  * @on_request_finished: end a request started with @on_new_request.
+ * @pin: pin the chunks of @keys that are in the primary tier, for the
+ *   calling tier to read until it releases the lease.
  *
  * What a tier may ask of the manager while it serves other nodes'
  * requests from [vfunc@Kv.SecondaryTier.serve_external_requests].
@@ -45,9 +48,13 @@ struct _KvParentManagerInterface
                                           GError         **error);
   void            (*on_request_finished) (KvParentManager *self,
                                           KvRequest       *request);
+  KvPinLease     *(*pin)                 (KvParentManager *self,
+                                          KvKey          **keys,
+                                          guint            n_keys,
+                                          GError         **error);
 
   /*< private >*/
-  gpointer _reserved[8];
+  gpointer _reserved[7];
 };
 
 KVTIER_AVAILABLE_IN_ALL
@@ -65,5 +72,10 @@ KvTransferJob  *kv_parent_manager_create_store_job    (KvParentManager *self,
 KVTIER_AVAILABLE_IN_ALL
 void            kv_parent_manager_on_request_finished (KvParentManager *self,
                                                        KvRequest       *request);
+KVTIER_AVAILABLE_IN_ALL
+KvPinLease     *kv_parent_manager_pin                 (KvParentManager *self,
+                                                       KvKey          **keys,
+                                                       guint            n_keys,
+                                                       GError         **error);
 
 G_END_DECLS

@@ -675,7 +675,8 @@ kv_primary_tier_class_init (KvPrimaryTierClass *klass)
    * [method@Kv.PrimaryTier.take_events].
    */
   properties[PROP_ENABLE_EVENTS] =
-    g_param_spec_boolean ("enable-events", NULL, NULL,
+    g_param_spec_boolean ("enable-events", NULL,
+                          "Record the primary tier's stored and removed chunks as events",
                           FALSE,
                           G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                           G_PARAM_EXPLICIT_NOTIFY | G_PARAM_STATIC_STRINGS);

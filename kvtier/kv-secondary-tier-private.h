@@ -19,9 +19,11 @@ void     _kv_secondary_tier_emit_job_finished   (KvSecondaryTier           *self
 /* Cheap, lock-free: whether complete_job() queued anything not yet taken. */
 gboolean _kv_secondary_tier_has_queued_results  (KvSecondaryTier           *self);
 
-/* Owner thread, for a failed promotion: TRUE when the job was failed at
- * its deadline and the tier has not answered, so that it may still write
- * the job's slots. The caller then keeps those slots out of use until
+/* Owner thread, for a failed job: TRUE when the job was failed at its
+ * deadline, the tier has not answered and may still touch the job's
+ * slots: a load's (it may write them) or a store's of a tier that cannot
+ * cancel stores (it may read and publish them). The caller then keeps
+ * those slots out of use (a load's) or pinned (a store's) until
  * _kv_secondary_tier_take_released() names the job. */
 gboolean _kv_secondary_tier_hold_slots          (KvSecondaryTier           *self,
                                                  guint64                    job_id);

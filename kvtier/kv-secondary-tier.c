@@ -3,53 +3,49 @@
 
 #include "kv-secondary-tier.h"
 #include "kv-secondary-tier-private.h"
+#include "kv-circuit-breaker-private.h"
+#include "kv-metric-registry-private.h"
 
 #include <string.h>
 
 #include "kv-enums.h"
-#include "kv-job-watchdog-private.h"
+#include "kv-job-tracker-private.h"
+#include "kv-negative-cache-private.h"
+#include "kv-result-queue-private.h"
+
+/* The base class of every tier: the GObject, its properties and the
+ * invokers of its vfuncs, which check arguments and keep every tier live
+ * (deadlines, breaker, negative cache) through three rooms with their own
+ * locks: kv-job-tracker.c (jobs between submit and report, the probe,
+ * slots held after a deadline), kv-result-queue.c (what a tier reports,
+ * on its way to the manager) and kv-negative-cache.c (misses of failed
+ * loads). Longer than ~1,500 lines because it is the public contract of a
+ * tier: most of it is the documentation of its 18 properties and of each
+ * invoker, which gi-docgen and the bindings read from here. */
 
 /* Keys handed to touch() are copied into a NULL-terminated array for the
  * vfunc; up to this many go on the stack. */
 #define TOUCH_STACK_KEYS 64
 
-/* A job accepted through the submit invokers, until the tier reports it
- * (then it is forgotten) or its deadline passes (then it is reported
- * failed and kept, to recognise the tier's late answer). */
-typedef enum {
-  TRACKED_IN_FLIGHT,
-  TRACKED_EXPIRED,      /* failed at the deadline; the tier has not answered */
-  TRACKED_HELD,         /* ...and the manager holds the load's slots for it */
-} TrackedState;
-
-typedef struct
-{
-  KvTransferJob *job;
-  guint64        id;
-  gint64         deadline;     /* tier clock, µs; G_MAXINT64: none */
-  gboolean       is_load;
-  TrackedState   state;
-  KvJobResult   *expired_result; /* the failure the deadline reported */
-  GCancellable  *cancellable;  /* made on demand, cancelled at the deadline */
-  GList          link;         /* in by_deadline while in flight */
-} TrackedJob;
-
-/* A failed load of a request: its keys that did not land answer MISS to
- * that request from then on (reference §8.7). */
-typedef struct
-{
-  KvTransferJob *job;
-  KvJobResult   *result;
-} FailedLoad;
-
 typedef struct
 {
   char                   *tier_type;
+  char                   *metric_label;   /* guarded by lock; NULL: tier_type */
+  gboolean                every_series_sent; /* owner thread: get_stats */
   KvHostBuffer           *primary;
   KvBackpressureDetector *detector;
   KvLocality              locality;
   KvMedium                medium;
   gboolean                lazy_promotion_allocation;
+  gboolean                accepts_cascaded_stores;
+  gboolean                can_cancel_stores;
+  gboolean                enable_events;
+  /* owner thread: the tier's existence cache, told about failed loads */
+  KvAsyncLookup          *async_lookup;
+  /* the misses of failed loads */
+  KvNegativeCache        *negatives;
+  /* the tier's own counters, reported by get_stats */
+  KvCounterSet           *counters;
 
   /* Owner thread: the manager's reservation of lazy promotions. */
   KvSecondaryTierReserveFunc reserve_func;
@@ -60,47 +56,21 @@ typedef struct
 
   /* Filled from any thread by complete_job() / push_event(), drained on
    * the owner thread by the default get_finished_jobs() / take_events(). */
-  GMutex                  lock;
-  GCond                   calls_cond;
-  GPtrArray              *finished;       /* (element-type KvJobResult) */
-  GPtrArray              *events;         /* (element-type KvEvent) */
-  KvSecondaryTierQueuedFunc queued_func;
-  gpointer                queued_data;
-  guint                   n_queued_calls; /* queued_func calls running now */
-  gint                    n_queued;       /* (atomic) results not taken yet */
-  gint                    n_events;       /* (atomic) events not taken yet */
+  KvResultQueue          *queue;
 
-  /* Inherited liveness: deadlines, breaker, negative cache. */
+  /* Inherited liveness: deadlines (the jobs between submit and report),
+   * breaker. */
+  KvJobTracker           *jobs;
   KvClock                *clock;
-  gboolean                manual_clock;
-  guint                   deadline_ms;
   KvCircuitBreaker       *breaker;
   GMainContext           *completion_context;
-  KvJobWatchdogClient     watchdog;
-  /* guarded by lock */
-  GHashTable             *tracked;        /* guint64* id → TrackedJob */
-  GQueue                  by_deadline;    /* in-flight TrackedJob, earliest first */
-  gint                    n_in_flight;    /* (atomic) tracked, not reported yet */
-  gint                    n_unanswered;   /* (atomic) expired, no answer from the tier */
-  GArray                 *released;       /* guint64 ids of held jobs answered late */
-  GPtrArray              *failed_loads;   /* FailedLoad, for the negative cache */
-  guint64                 next_probe_id;
-  guint64                 probe_id;       /* the probe in flight, or 0 */
-  GCancellable           *probe_cancellable;
-  gint64                  probe_deadline;
-  GCond                   jobs_cond;      /* n_in_flight or probe changed */
-  guint64                 n_expired;
-  guint64                 n_late;
-  guint64                 n_rejected;
-  guint64                 reported_expired;  /* owner thread: taken by get_stats */
+
+  GMutex                  lock;           /* metric_label */
+  /* owner thread: the totals get_stats reported last */
+  guint64                 reported_expired;
   guint64                 reported_late;
   guint64                 reported_rejected;
-  gint                    n_released;     /* (atomic) released->len */
-
-  /* owner thread: some request has a negative cache entry */
-  gboolean                has_negatives;
-  /* address used as the request-state owner of the negative cache */
-  guint8                  negative_tag;
+  guint64                 reported_trips;
 } KvSecondaryTierPrivate;
 
 enum {
@@ -118,6 +88,11 @@ enum {
   PROP_CIRCUIT_BREAKER,
   PROP_COMPLETION_CONTEXT,
   PROP_LAZY_PROMOTION_ALLOCATION,
+  PROP_ENABLE_EVENTS,
+  PROP_ASYNC_LOOKUP,
+  PROP_ACCEPTS_CASCADED_STORES,
+  PROP_CAN_CANCEL_STORES,
+  PROP_METRIC_LABEL,
   N_PROPS
 };
 
@@ -178,66 +153,26 @@ static guint signals[N_SIGNALS];
  */
 G_DEFINE_ABSTRACT_TYPE_WITH_PRIVATE (KvSecondaryTier, kv_secondary_tier, G_TYPE_OBJECT)
 
-static KvJobResult **
-empty_results (void)
-{
-  return g_new0 (KvJobResult *, 1);
-}
-
 static KvEvent **
 empty_events (void)
 {
   return g_new0 (KvEvent *, 1);
 }
 
-/* Turns a queue into the NULL-terminated array handed to the caller. */
-static gpointer *
-steal_queue (GPtrArray *queue)
-{
-  g_ptr_array_set_free_func (queue, NULL);
-  g_ptr_array_add (queue, NULL);
-  return g_ptr_array_free (queue, FALSE);
-}
-
 static KvJobResult **
 kv_secondary_tier_real_get_finished_jobs (KvSecondaryTier *self)
 {
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-  GPtrArray *fresh;
-  GPtrArray *taken;
 
-  if (g_atomic_int_get (&priv->n_queued) == 0)
-    return empty_results ();
-
-  /* Allocate outside the lock so that workers never wait on malloc. */
-  fresh = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
-  g_mutex_lock (&priv->lock);
-  taken = priv->finished;
-  priv->finished = fresh;
-  g_atomic_int_set (&priv->n_queued, 0);
-  g_mutex_unlock (&priv->lock);
-
-  return (KvJobResult **) steal_queue (taken);
+  return _kv_result_queue_take (priv->queue);
 }
 
 static KvEvent **
 kv_secondary_tier_real_take_events (KvSecondaryTier *self)
 {
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-  GPtrArray *fresh;
-  GPtrArray *taken;
 
-  if (g_atomic_int_get (&priv->n_events) == 0)
-    return empty_events ();
-
-  fresh = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
-  g_mutex_lock (&priv->lock);
-  taken = priv->events;
-  priv->events = fresh;
-  g_atomic_int_set (&priv->n_events, 0);
-  g_mutex_unlock (&priv->lock);
-
-  return (KvEvent **) steal_queue (taken);
+  return _kv_result_queue_take_events (priv->queue);
 }
 
 static gboolean
@@ -254,17 +189,6 @@ kv_secondary_tier_real_shutdown (KvSecondaryTier  *self,
 }
 
 static void watchdog_fired (gpointer user_data);
-static void tracked_free (TrackedJob *t);
-static void failed_load_free (FailedLoad *f);
-static gboolean settle_locked (KvSecondaryTier    *self,
-                               TrackedJob         *t,
-                               KvJobResult        *result,
-                               KvCompleteJobFlags  flags);
-static void finish_settled (KvSecondaryTier    *self,
-                            TrackedJob         *t,
-                            KvJobResult        *result,
-                            KvCompleteJobFlags  flags,
-                            gboolean            late);
 
 static gboolean
 kv_secondary_tier_real_drain_jobs (KvSecondaryTier  *self,
@@ -272,6 +196,17 @@ kv_secondary_tier_real_drain_jobs (KvSecondaryTier  *self,
 {
   kv_secondary_tier_wait_jobs (self);
   return TRUE;
+}
+
+/* "tier 1:redis": what the tier's breaker messages name. */
+static void
+name_breaker (KvSecondaryTier *self)
+{
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (self);
+  g_autofree char *name = g_strdup_printf ("tier %s", label);
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+
+  kv_circuit_breaker_set_name (priv->breaker, name);
 }
 
 static void
@@ -288,11 +223,18 @@ kv_secondary_tier_constructed (GObject *object)
     priv->medium = KV_SECONDARY_TIER_GET_CLASS (self)->medium;
   if (KV_SECONDARY_TIER_GET_CLASS (self)->lazy_promotion_allocation)
     priv->lazy_promotion_allocation = TRUE;
+  /* class-level statements: an instance may narrow them, never widen */
+  if (!KV_SECONDARY_TIER_GET_CLASS (self)->accepts_cascaded_stores)
+    priv->accepts_cascaded_stores = FALSE;
+  if (!KV_SECONDARY_TIER_GET_CLASS (self)->can_cancel_stores)
+    priv->can_cancel_stores = FALSE;
+  if (priv->locality == KV_LOCALITY_UNSPECIFIED)
+    priv->locality = KV_SECONDARY_TIER_GET_CLASS (self)->locality;
   if (priv->clock == NULL)
     priv->clock = g_object_ref (kv_clock_get_default ());
-  priv->manual_clock = kv_clock_is_manual (priv->clock);
   g_object_set (priv->breaker, "clock", priv->clock, NULL);
-  _kv_job_watchdog_register (&priv->watchdog, watchdog_fired, self);
+  name_breaker (self);
+  _kv_job_tracker_start (priv->jobs, priv->clock, watchdog_fired, self);
 }
 
 static void
@@ -305,6 +247,7 @@ kv_secondary_tier_dispose (GObject *object)
    * calls made during garbage collection). */
   g_clear_object (&priv->detector);
   g_clear_object (&priv->primary);
+  g_clear_object (&priv->async_lookup);
 
   G_OBJECT_CLASS (kv_secondary_tier_parent_class)->dispose (object);
 }
@@ -315,31 +258,17 @@ kv_secondary_tier_finalize (GObject *object)
   KvSecondaryTier *self = KV_SECONDARY_TIER (object);
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
 
-  /* No watchdog call runs past this point. */
-  _kv_job_watchdog_unregister (&priv->watchdog);
-
-  /* Whatever nobody took is dropped with the tier. */
-  if (priv->tracked != NULL)
-    {
-      GHashTableIter iter;
-      gpointer value;
-
-      g_hash_table_iter_init (&iter, priv->tracked);
-      while (g_hash_table_iter_next (&iter, NULL, &value))
-        tracked_free (value);
-      g_hash_table_unref (priv->tracked);
-    }
-  g_clear_pointer (&priv->failed_loads, g_ptr_array_unref);
-  g_clear_pointer (&priv->released, g_array_unref);
+  /* No watchdog call runs past this point; whatever nobody took is
+   * dropped with the tier. */
+  g_clear_pointer (&priv->jobs, _kv_job_tracker_free);
+  g_clear_pointer (&priv->negatives, _kv_negative_cache_free);
   g_clear_pointer (&priv->completion_context, g_main_context_unref);
-  g_clear_object (&priv->probe_cancellable);
   g_clear_object (&priv->breaker);
   g_clear_object (&priv->clock);
-  g_cond_clear (&priv->jobs_cond);
-  g_clear_pointer (&priv->finished, g_ptr_array_unref);
-  g_clear_pointer (&priv->events, g_ptr_array_unref);
+  g_clear_pointer (&priv->queue, _kv_result_queue_free);
   g_clear_pointer (&priv->tier_type, g_free);
-  g_cond_clear (&priv->calls_cond);
+  g_clear_pointer (&priv->counters, kv_counter_set_unref);
+  g_clear_pointer (&priv->metric_label, g_free);
   g_mutex_clear (&priv->lock);
 
   G_OBJECT_CLASS (kv_secondary_tier_parent_class)->finalize (object);
@@ -380,6 +309,22 @@ kv_secondary_tier_get_property (GObject    *object,
       g_value_set_boolean (value, priv->lazy_promotion_allocation);
       break;
 
+    case PROP_ENABLE_EVENTS:
+      g_value_set_boolean (value, priv->enable_events);
+      break;
+
+    case PROP_ACCEPTS_CASCADED_STORES:
+      g_value_set_boolean (value, priv->accepts_cascaded_stores);
+      break;
+
+    case PROP_CAN_CANCEL_STORES:
+      g_value_set_boolean (value, priv->can_cancel_stores);
+      break;
+
+    case PROP_ASYNC_LOOKUP:
+      g_value_set_object (value, priv->async_lookup);
+      break;
+
     case PROP_BLOCK_SIZE_BYTES:
       g_value_set_uint64 (value, kv_secondary_tier_get_block_size_bytes (self));
       break;
@@ -408,6 +353,9 @@ kv_secondary_tier_get_property (GObject    *object,
       g_value_set_boxed (value, priv->completion_context);
       break;
 
+    case PROP_METRIC_LABEL:
+      g_value_take_string (value, kv_secondary_tier_dup_metric_label (self));
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -449,6 +397,22 @@ kv_secondary_tier_set_property (GObject      *object,
       priv->lazy_promotion_allocation = g_value_get_boolean (value);
       break;
 
+    case PROP_ENABLE_EVENTS:
+      priv->enable_events = g_value_get_boolean (value);
+      break;
+
+    case PROP_ACCEPTS_CASCADED_STORES:
+      priv->accepts_cascaded_stores = g_value_get_boolean (value);
+      break;
+
+    case PROP_CAN_CANCEL_STORES:
+      priv->can_cancel_stores = g_value_get_boolean (value);
+      break;
+
+    case PROP_ASYNC_LOOKUP:
+      kv_secondary_tier_set_async_lookup (self, g_value_get_object (value));
+      break;
+
     case PROP_CLOCK:
       g_set_object (&priv->clock, g_value_get_object (value));
       break;
@@ -470,6 +434,10 @@ kv_secondary_tier_set_property (GObject      *object,
       priv->completion_context = g_value_dup_boxed (value);
       break;
 
+    case PROP_METRIC_LABEL:
+      kv_secondary_tier_set_metric_label (self, g_value_get_string (value));
+      break;
+
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -487,6 +455,10 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
   object_class->set_property = kv_secondary_tier_set_property;
 
   klass->get_finished_jobs = kv_secondary_tier_real_get_finished_jobs;
+  /* inherited by every subclass's class structure; a tier that stores
+   * nothing of its own clears it in its class_init */
+  klass->accepts_cascaded_stores = TRUE;
+  klass->can_cancel_stores = TRUE;
   klass->take_events = kv_secondary_tier_real_take_events;
   klass->has_pending_work = kv_secondary_tier_real_has_pending_work;
   klass->shutdown = kv_secondary_tier_real_shutdown;
@@ -500,7 +472,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * the name of the instance's type.
    */
   properties[PROP_TIER_TYPE] =
-    g_param_spec_string ("tier-type", NULL, NULL,
+    g_param_spec_string ("tier-type", NULL,
+                         "The name the tier's type is registered under, in metric labels and log messages",
                          NULL,
                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -513,7 +486,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * stores and writes them for loads.
    */
   properties[PROP_PRIMARY] =
-    g_param_spec_object ("primary", NULL, NULL,
+    g_param_spec_object ("primary", NULL,
+                         "The primary tier's slot memory",
                          KV_TYPE_HOST_BUFFER,
                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -525,7 +499,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * stores, or %NULL to never drop a store.
    */
   properties[PROP_BACKPRESSURE_DETECTOR] =
-    g_param_spec_object ("backpressure-detector", NULL, NULL,
+    g_param_spec_object ("backpressure-detector", NULL,
+                         "Tells the manager when the tier cannot keep up with stores (none: no store is dropped)",
                          KV_TYPE_BACKPRESSURE_DETECTOR,
                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -537,7 +512,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * tier filters and reported in the tier's events.
    */
   properties[PROP_LOCALITY] =
-    g_param_spec_enum ("locality", NULL, NULL,
+    g_param_spec_enum ("locality", NULL,
+                       "How far the tier's storage is from this process",
                        KV_TYPE_LOCALITY,
                        KV_LOCALITY_UNSPECIFIED,
                        G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
@@ -552,7 +528,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * property instead).
    */
   properties[PROP_MEDIUM] =
-    g_param_spec_enum ("medium", NULL, NULL,
+    g_param_spec_enum ("medium", NULL,
+                       "Where the tier keeps its chunks",
                        KV_TYPE_MEDIUM,
                        KV_MEDIUM_UNSPECIFIED,
                        G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
@@ -571,10 +548,90 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * this property instead).
    */
   properties[PROP_LAZY_PROMOTION_ALLOCATION] =
-    g_param_spec_boolean ("lazy-promotion-allocation", NULL, NULL,
+    g_param_spec_boolean ("lazy-promotion-allocation", NULL,
+                          "Reserve a load's primary slots when the tier starts the load, not when a lookup finds the chunk",
                           FALSE,
                           G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                           G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:enable-events:
+   *
+   * Whether each store job that succeeded queues one "stored"
+   * [struct@Kv.Event] with its keys (vLLM's `enable_kv_events`). A tier
+   * reporting with [class@Kv.TierJob] gets this done by
+   * [method@Kv.TierJob.report]; a tier that reports otherwise reads this
+   * property and pushes the event itself with
+   * [method@Kv.SecondaryTier.push_event].
+   */
+  properties[PROP_ENABLE_EVENTS] =
+    g_param_spec_boolean ("enable-events", NULL,
+                          "Queue a stored event with the keys of each successful store",
+                          FALSE,
+                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:accepts-cascaded-stores:
+   *
+   * Whether the tier stores what the engine stores: %FALSE for a tier that
+   * only fetches (the peer tier fetches from other nodes and stores
+   * nothing of its own). The manager honours it before anything else: a
+   * tier that does not accept cascaded stores is never given a cascade
+   * job, nothing is pinned for it, and no drop is counted. %FALSE when the
+   * class's `accepts_cascaded_stores` field is cleared (tiers written in C
+   * clear it in `class_init`; tiers written in Python or JavaScript pass
+   * this property instead).
+   */
+  properties[PROP_ACCEPTS_CASCADED_STORES] =
+    g_param_spec_boolean ("accepts-cascaded-stores", NULL,
+                          "Take a store job for each chunk the engine stores (FALSE: a tier that only fetches)",
+                          TRUE,
+                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:can-cancel-stores:
+   *
+   * Whether the tier can call a store back until it publishes it: it
+   * passes the job's cancellable ([method@Kv.SecondaryTier.get_job_cancellable])
+   * to its I/O, or checks it before the step that makes the chunk visible.
+   * %FALSE for a tier that cannot, once the store was handed over: a
+   * command already sent to a server runs when the server resumes (the
+   * redis and s3 tiers), and vLLM's tier interface has no cancellation
+   * (tiers under kvtier.vllm's `wrap_tier()`).
+   *
+   * The manager honours it at a store's deadline: the job is still
+   * reported failed, once, but for a tier that cannot cancel stores its
+   * primary slots stay pinned (not handed to another chunk) until the
+   * tier reports the job or shuts down, so that a late publish carries the
+   * bytes the job started with (see [property@Kv.SecondaryTier:deadline-ms]).
+   * %FALSE when the class's `can_cancel_stores` field is cleared (tiers
+   * written in C clear it in `class_init`; tiers written in Python or
+   * JavaScript pass this property instead).
+   */
+  properties[PROP_CAN_CANCEL_STORES] =
+    g_param_spec_boolean ("can-cancel-stores", NULL,
+                          "Whether a store failed at its deadline can still be called back (FALSE: its slots stay pinned until the tier reports it)",
+                          TRUE,
+                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
+                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:async-lookup:
+   *
+   * The [class@Kv.AsyncLookup] that answers the tier's lookups, if it has
+   * one. When a load fails, the base class marks the keys that did not
+   * land as misses in it ([method@Kv.AsyncLookup.mark_miss]), so that every
+   * request that had cached a hit for them asks again (vLLM's `mark_miss`
+   * after a failed load), whichever way the job was reported. Set it on
+   * the owner thread before the tier serves.
+   */
+  properties[PROP_ASYNC_LOOKUP] =
+    g_param_spec_object ("async-lookup", NULL, NULL,
+                         KV_TYPE_ASYNC_LOOKUP,
+                         G_PARAM_READWRITE |
+                         G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   /**
    * KvSecondaryTier:block-size-bytes:
@@ -583,7 +640,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * [property@Kv.SecondaryTier:primary], or 0 without a primary buffer.
    */
   properties[PROP_BLOCK_SIZE_BYTES] =
-    g_param_spec_uint64 ("block-size-bytes", NULL, NULL,
+    g_param_spec_uint64 ("block-size-bytes", NULL,
+                         "Bytes of one chunk: the primary tier's slot size",
                          0, G_MAXUINT64, 0,
                          G_PARAM_READABLE |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -597,7 +655,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * thread calls the tier, not by the watchdog.
    */
   properties[PROP_CLOCK] =
-    g_param_spec_object ("clock", NULL, NULL,
+    g_param_spec_object ("clock", NULL,
+                         "The clock of job deadlines and of the circuit breaker",
                          KV_TYPE_CLOCK,
                          G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -610,16 +669,22 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * reported failed by the library's watchdog, once, through the same
    * queue as [method@Kv.SecondaryTier.complete_job], so that its primary
    * slots are unpinned; the tier's own report, when it comes, is dropped
-   * and counted (`kvtier:tier_late_completions`).
+   * and counted (`kvtier_tier_late_completions_total`).
    *
    * A load failed this way may still be written by the tier: the manager
    * keeps its slots out of use (neither readable nor handed to another
    * chunk) until the tier reports it. A store failed this way must not
-   * be published by the tier: its slots may hold other bytes by then
-   * (see [method@Kv.SecondaryTier.get_job_cancellable]).
+   * be published by the tier: its slots are unpinned and may hold other
+   * bytes by then (see [method@Kv.SecondaryTier.get_job_cancellable]).
+   * A tier that cannot call a store back once handed over says so with
+   * [property@Kv.SecondaryTier:can-cancel-stores] = %FALSE: the manager
+   * then keeps the slots of its store pinned after the deadline until the
+   * tier's late report (or shutdown), so that a late publish carries the
+   * bytes the job started with.
    */
   properties[PROP_DEADLINE_MS] =
-    g_param_spec_uint ("deadline-ms", NULL, NULL,
+    g_param_spec_uint ("deadline-ms", NULL,
+                       "Milliseconds a job may take before it is reported failed (0: no deadline)",
                        0, G_MAXUINT, 0,
                        G_PARAM_READWRITE |
                        G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -634,7 +699,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * the tier and jobs fail at once without reaching it.
    */
   properties[PROP_BREAKER_THRESHOLD] =
-    g_param_spec_uint ("breaker-threshold", NULL, NULL,
+    g_param_spec_uint ("breaker-threshold", NULL,
+                       "Failures in a row that open the tier's circuit breaker (0: never)",
                        0, G_MAXUINT, 0,
                        G_PARAM_READWRITE |
                        G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -648,7 +714,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * failed probe.
    */
   properties[PROP_BREAKER_OPEN_MS] =
-    g_param_spec_uint ("breaker-open-ms", NULL, NULL,
+    g_param_spec_uint ("breaker-open-ms", NULL,
+                       "Milliseconds an open circuit breaker waits before it tries the tier again",
                        0, G_MAXUINT, 1000,
                        G_PARAM_READWRITE |
                        G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -661,7 +728,8 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * [property@Kv.SecondaryTier:breaker-open-ms].
    */
   properties[PROP_CIRCUIT_BREAKER] =
-    g_param_spec_object ("circuit-breaker", NULL, NULL,
+    g_param_spec_object ("circuit-breaker", NULL,
+                         "The tier's circuit breaker",
                          KV_TYPE_CIRCUIT_BREAKER,
                          G_PARAM_READABLE |
                          G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
@@ -676,10 +744,27 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * [method@Kv.SecondaryTier.wait_jobs] iterates it while it waits.
    */
   properties[PROP_COMPLETION_CONTEXT] =
-    g_param_spec_boxed ("completion-context", NULL, NULL,
+    g_param_spec_boxed ("completion-context", NULL,
+                        "The main context whose callbacks report the tier's jobs (none: the tier's own threads)",
                         G_TYPE_MAIN_CONTEXT,
                         G_PARAM_READWRITE | G_PARAM_CONSTRUCT_ONLY |
                         G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
+
+  /**
+   * KvSecondaryTier:metric-label:
+   *
+   * The value of the `tier` label on the tier's metric series and the
+   * name its messages give it: `<index>:<tier-type>` (`1:fs`, as vLLM's
+   * labels, the index counting from 1 in the manager's order) once
+   * [method@Kv.TieringManager.add_tier] added it, the tier type before.
+   * Setting %NULL goes back to the tier type. A tier wrapped for another
+   * framework's manager may set it to that manager's label.
+   */
+  properties[PROP_METRIC_LABEL] =
+    g_param_spec_string ("metric-label", NULL,
+                         "The tier label of its metric series and messages (set by the manager)",
+                         NULL,
+                         G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 
@@ -711,13 +796,11 @@ kv_secondary_tier_init (KvSecondaryTier *self)
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
 
   g_mutex_init (&priv->lock);
-  g_cond_init (&priv->calls_cond);
-  priv->finished = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
-  priv->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
-  g_cond_init (&priv->jobs_cond);
-  priv->tracked = g_hash_table_new (g_int64_hash, g_int64_equal);
-  priv->released = g_array_new (FALSE, FALSE, sizeof (guint64));
-  priv->failed_loads = g_ptr_array_new_with_free_func ((GDestroyNotify) failed_load_free);
+  priv->accepts_cascaded_stores = TRUE;
+  priv->can_cancel_stores = TRUE;
+  priv->queue = _kv_result_queue_new ();
+  priv->jobs = _kv_job_tracker_new ();
+  priv->negatives = _kv_negative_cache_new ();
   priv->breaker = kv_circuit_breaker_new (0, 1000, NULL);
 }
 
@@ -816,178 +899,56 @@ closed_error (KvSecondaryTier  *self,
 /* ---- inherited liveness: tracked jobs, deadlines, breaker ---------------- */
 
 static void
-tracked_free (TrackedJob *t)
-{
-  kv_transfer_job_unref (t->job);
-  g_clear_pointer (&t->expired_result, kv_job_result_unref);
-  g_clear_object (&t->cancellable);
-  g_free (t);
-}
-
-static void
-failed_load_free (FailedLoad *f)
-{
-  kv_transfer_job_unref (f->job);
-  kv_job_result_unref (f->result);
-  g_free (f);
-}
-
-/* Lock held. */
-static void
-add_failed_load_locked (KvSecondaryTierPrivate *priv,
-                        KvTransferJob          *job,
-                        KvJobResult            *result)
-{
-  FailedLoad *f;
-
-  if (kv_transfer_job_get_request (job) == NULL)
-    return;
-  f = g_new (FailedLoad, 1);
-  f->job = kv_transfer_job_ref (job);
-  f->result = kv_job_result_ref (result);
-  g_ptr_array_add (priv->failed_loads, f);
-}
-
-/* Lock held: the earliest moment something tracked may expire. */
-static gint64
-next_deadline_locked (KvSecondaryTierPrivate *priv)
-{
-  gint64 next = G_MAXINT64;
-
-  if (priv->by_deadline.head != NULL)
-    next = ((TrackedJob *) priv->by_deadline.head->data)->deadline;
-  if (priv->probe_id != 0)
-    next = MIN (next, priv->probe_deadline);
-  return next;
-}
-
-/* Lock held. The watchdog follows g_get_monotonic_time(), which is what
- * the default clock reads; a manual clock is checked on the owner thread
- * instead (tests move it by hand). */
-static void
-schedule_watchdog_locked (KvSecondaryTierPrivate *priv)
-{
-  if (!priv->manual_clock)
-    _kv_job_watchdog_schedule (&priv->watchdog, next_deadline_locked (priv));
-}
-
-/* Lock held: takes a call of the queued func (see notify_queued()). */
-static KvSecondaryTierQueuedFunc
-take_queued_func_locked (KvSecondaryTierPrivate *priv,
-                         gpointer               *user_data)
-{
-  *user_data = priv->queued_data;
-  if (priv->queued_func != NULL)
-    priv->n_queued_calls++;
-  return priv->queued_func;
-}
-
-static void notify_queued (KvSecondaryTierPrivate    *priv,
-                           KvSecondaryTierQueuedFunc  func,
-                           gpointer                   user_data);
-
-static void
 wake_completion_context (KvSecondaryTierPrivate *priv)
 {
   if (priv->completion_context != NULL)
     g_main_context_wakeup (priv->completion_context);
 }
 
-/* Lock held: reports @t's in-flight job failed (queued as
- * kv_secondary_tier_complete_job() queues), keeping @t to drop the tier's
- * late answer. Collects its cancellable in @cancellables. */
 static void
-expire_one_locked (KvSecondaryTierPrivate  *priv,
-                   TrackedJob              *t,
-                   gboolean                 at_deadline,
-                   GPtrArray              **cancellables)
+expired_job_clear (KvExpiredJob *e)
 {
-  t->state = TRACKED_EXPIRED;
-  g_atomic_int_add (&priv->n_in_flight, -1);
-  g_atomic_int_inc (&priv->n_unanswered);
-  if (at_deadline)
-    priv->n_expired++;
-  t->expired_result = kv_job_result_new (t->id, FALSE);
-  g_ptr_array_add (priv->finished, kv_job_result_ref (t->expired_result));
-  g_atomic_int_inc (&priv->n_queued);
-  if (t->is_load)
-    add_failed_load_locked (priv, t->job, t->expired_result);
-  if (t->cancellable != NULL)
-    {
-      if (*cancellables == NULL)
-        *cancellables = g_ptr_array_new_with_free_func (g_object_unref);
-      g_ptr_array_add (*cancellables, g_object_ref (t->cancellable));
-    }
+  g_clear_pointer (&e->result, kv_job_result_unref);
+  g_clear_pointer (&e->load, kv_transfer_job_unref);
 }
 
 /* Reports every tracked job past its deadline failed (all of them with
  * @all, at shutdown, those without a deadline included), exactly once,
  * through the same queue as kv_secondary_tier_complete_job(); fails an
  * overdue probe. Any thread: the watchdog's, or the owner's with a manual
- * clock. */
+ * clock.
+ *
+ * The jobs' cancellables are cancelled before their failures are queued:
+ * once the owner thread can take a failure it may hand the job's slots to
+ * other chunks, and a tier that checks the cancellable before publishing
+ * a store must find it cancelled by then. Until the failures are queued
+ * the jobs still count as in flight, so nothing that waits for the tier's
+ * jobs returns in between. */
 static void
 expire_jobs (KvSecondaryTier *self,
              gboolean         all)
 {
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
   g_autoptr(GPtrArray) cancellables = NULL;
-  KvSecondaryTierQueuedFunc func = NULL;
-  gpointer user_data = NULL;
+  g_autoptr(GArray) expired = NULL;
   gboolean probe_failed = FALSE;
-  guint n_expired = 0;
-  gint64 now = all ? G_MAXINT64 : kv_clock_get_time (priv->clock);
+  guint n_expired;
 
-  g_mutex_lock (&priv->lock);
-  while (priv->by_deadline.head != NULL)
-    {
-      TrackedJob *t = priv->by_deadline.head->data;
-
-      if (t->deadline > now)
-        break;
-      g_queue_unlink (&priv->by_deadline, &t->link);
-      expire_one_locked (priv, t, !all, &cancellables);
-      n_expired++;
-    }
-  /* Jobs without a deadline are in no queue: at shutdown, find them in
-   * the table, or a job the tier dropped would never be reported. */
-  if (all && g_atomic_int_get (&priv->n_in_flight) > 0)
-    {
-      GHashTableIter iter;
-      TrackedJob *t;
-
-      g_hash_table_iter_init (&iter, priv->tracked);
-      while (g_hash_table_iter_next (&iter, NULL, (gpointer *) &t))
-        if (t->state == TRACKED_IN_FLIGHT)
-          {
-            expire_one_locked (priv, t, FALSE, &cancellables);
-            n_expired++;
-          }
-    }
-  if (priv->probe_id != 0 && priv->probe_deadline <= now)
-    {
-      priv->probe_id = 0;
-      probe_failed = TRUE;
-      if (priv->probe_cancellable != NULL)
-        {
-          if (cancellables == NULL)
-            cancellables = g_ptr_array_new_with_free_func (g_object_unref);
-          g_ptr_array_add (cancellables, g_steal_pointer (&priv->probe_cancellable));
-        }
-    }
-  if (n_expired > 0 || probe_failed)
-    g_cond_broadcast (&priv->jobs_cond);
-  if (n_expired > 0)
-    func = take_queued_func_locked (priv, &user_data);
-  schedule_watchdog_locked (priv);
-  g_mutex_unlock (&priv->lock);
-
+  expired = g_array_new (FALSE, FALSE, sizeof (KvExpiredJob));
+  g_array_set_clear_func (expired, (GDestroyNotify) expired_job_clear);
+  _kv_job_tracker_expire (priv->jobs, all, expired, &cancellables, &probe_failed);
+  n_expired = expired->len;
   if (n_expired == 0 && !probe_failed)
     return;
 
   /* Counted now, not when the tier answers: the breaker must open within
    * the deadline even if the tier never answers. */
-  for (guint i = 0; !all && i < n_expired; i++)
-    kv_circuit_breaker_record_failure (priv->breaker);
+  if (!all && n_expired > 0)
+    {
+      for (guint i = 0; i < n_expired; i++)
+        kv_circuit_breaker_record_error (priv->breaker,
+                                         "a job was not reported by its deadline (deadline-ms)");
+    }
   if (probe_failed)
     kv_circuit_breaker_end_probe (priv->breaker, FALSE);
   if (n_expired > 0)
@@ -999,7 +960,22 @@ expire_jobs (KvSecondaryTier *self,
   for (guint i = 0; cancellables != NULL && i < cancellables->len; i++)
     g_cancellable_cancel (cancellables->pdata[i]);
 
-  notify_queued (priv, func, user_data);
+  /* Now the owner thread may take the failures (a failed load's misses
+   * recorded first, as for a reported one); queued, they no longer count
+   * as in flight. */
+  for (guint i = 0; i < n_expired; i++)
+    {
+      KvExpiredJob *e = &g_array_index (expired, KvExpiredJob, i);
+
+      if (e->load != NULL)
+        _kv_negative_cache_add_failed_load (priv->negatives, e->load, e->result);
+    }
+  for (guint i = 0; i < n_expired; i++)
+    _kv_result_queue_push (priv->queue,
+                           g_steal_pointer (&g_array_index (expired, KvExpiredJob, i).result),
+                           i + 1 == n_expired);
+  _kv_job_tracker_expired_queued (priv->jobs, n_expired);
+
   wake_completion_context (priv);
 }
 
@@ -1007,78 +983,6 @@ static void
 watchdog_fired (gpointer user_data)
 {
   expire_jobs (user_data, FALSE);
-}
-
-/* Owner thread: starts tracking @job before the tier sees it, so that a
- * completion from a worker during submit finds it. */
-static TrackedJob *
-track_job (KvSecondaryTier *self,
-           KvTransferJob   *job,
-           gboolean         is_load)
-{
-  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-  TrackedJob *t = g_new0 (TrackedJob, 1);
-
-  t->job = kv_transfer_job_ref (job);
-  t->id = kv_transfer_job_get_id (job);
-  t->is_load = is_load;
-  t->state = TRACKED_IN_FLIGHT;
-  t->link.data = t;
-
-  g_mutex_lock (&priv->lock);
-  if (g_hash_table_contains (priv->tracked, &t->id))
-    {
-      g_mutex_unlock (&priv->lock);
-      g_warning ("Tier %s: job %" G_GUINT64_FORMAT " submitted while a job with that id is "
-                 "in flight; its deadline is not watched", priv->tier_type, t->id);
-      tracked_free (t);
-      return NULL;
-    }
-  t->deadline = priv->deadline_ms > 0 ?
-                kv_clock_get_time (priv->clock) + (gint64) priv->deadline_ms * 1000 :
-                G_MAXINT64;
-  g_hash_table_insert (priv->tracked, &t->id, t);
-  g_atomic_int_inc (&priv->n_in_flight);
-  if (t->deadline != G_MAXINT64)
-    {
-      GList *after = priv->by_deadline.tail;
-
-      /* Nearly always appended: deadline-ms rarely changes. */
-      while (after != NULL && ((TrackedJob *) after->data)->deadline > t->deadline)
-        after = after->prev;
-      if (after == NULL)
-        g_queue_push_head_link (&priv->by_deadline, &t->link);
-      else
-        g_queue_insert_after_link (&priv->by_deadline, after, &t->link);
-      if (priv->by_deadline.head == &t->link)
-        schedule_watchdog_locked (priv);
-    }
-  g_mutex_unlock (&priv->lock);
-  return t;
-}
-
-/* Owner thread: the tier refused @t's job at submit; forget it unless the
- * tier already reported it (a tier bug the manager will log). */
-static void
-untrack_job (KvSecondaryTier *self,
-             TrackedJob      *t)
-{
-  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-  gboolean forget = FALSE;
-
-  g_mutex_lock (&priv->lock);
-  if (g_hash_table_lookup (priv->tracked, &t->id) == t && t->state == TRACKED_IN_FLIGHT)
-    {
-      g_hash_table_remove (priv->tracked, &t->id);
-      if (t->deadline != G_MAXINT64)
-        g_queue_unlink (&priv->by_deadline, &t->link);
-      g_atomic_int_add (&priv->n_in_flight, -1);
-      g_cond_broadcast (&priv->jobs_cond);
-      forget = TRUE;
-    }
-  g_mutex_unlock (&priv->lock);
-  if (forget)
-    tracked_free (t);
 }
 
 /* Owner thread: whether the breaker lets work reach the tier; starts a
@@ -1104,15 +1008,7 @@ maybe_probe (KvSecondaryTier *self)
     return;
 
   cancellable = g_cancellable_new ();
-  g_mutex_lock (&priv->lock);
-  id = ++priv->next_probe_id;
-  priv->probe_id = id;
-  g_set_object (&priv->probe_cancellable, cancellable);
-  priv->probe_deadline = priv->deadline_ms > 0 ?
-                         kv_clock_get_time (priv->clock) + (gint64) priv->deadline_ms * 1000 :
-                         G_MAXINT64;
-  schedule_watchdog_locked (priv);
-  g_mutex_unlock (&priv->lock);
+  id = _kv_job_tracker_start_probe (priv->jobs, cancellable);
 
   if (!klass->probe (self, id, cancellable, &error))
     {
@@ -1122,50 +1018,62 @@ maybe_probe (KvSecondaryTier *self)
     }
 }
 
-/* Owner thread: turns the failed loads queued since the last call into
- * the requests' negative caches. */
-static void
-apply_failed_loads (KvSecondaryTier *self)
+/**
+ * kv_secondary_tier_dup_metric_label:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:metric-label]: what the tier's own
+ * metrics put in their `tier` label. Any thread.
+ *
+ * Returns: (transfer full): the label
+ */
+char *
+kv_secondary_tier_dup_metric_label (KvSecondaryTier *self)
 {
-  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-  g_autoptr(GPtrArray) failed = NULL;
+  KvSecondaryTierPrivate *priv;
+  char *label;
 
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
+
+  priv = kv_secondary_tier_get_instance_private (self);
   g_mutex_lock (&priv->lock);
-  if (priv->failed_loads->len > 0)
+  label = g_strdup (priv->metric_label != NULL ? priv->metric_label : priv->tier_type);
+  g_mutex_unlock (&priv->lock);
+  return label;
+}
+
+/**
+ * kv_secondary_tier_set_metric_label:
+ * @self: a tier
+ * @label: (nullable): the label, or %NULL for the tier type
+ *
+ * Sets [property@Kv.SecondaryTier:metric-label] (the manager sets it when
+ * the tier is added). Any thread.
+ */
+void
+kv_secondary_tier_set_metric_label (KvSecondaryTier *self,
+                                    const char      *label)
+{
+  KvSecondaryTierPrivate *priv;
+  gboolean changed;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  g_mutex_lock (&priv->lock);
+  changed = g_strcmp0 (priv->metric_label, label) != 0;
+  if (changed)
     {
-      failed = priv->failed_loads;
-      priv->failed_loads = g_ptr_array_new_with_free_func ((GDestroyNotify) failed_load_free);
+      g_free (priv->metric_label);
+      priv->metric_label = g_strdup (label);
     }
   g_mutex_unlock (&priv->lock);
-
-  for (guint i = 0; failed != NULL && i < failed->len; i++)
-    {
-      FailedLoad *f = failed->pdata[i];
-      KvRequest *request = kv_transfer_job_get_request (f->job);
-      guint n_keys = 0, n_ok = 0;
-      KvKey * const *keys = kv_transfer_job_get_keys (f->job, &n_keys);
-      KvKey * const *ok = kv_job_result_get_successful_keys (f->result, &n_ok);
-      GHashTable *set = kv_request_get_state (request, &priv->negative_tag);
-
-      if (set == NULL)
-        {
-          set = g_hash_table_new_full (kv_key_hash, kv_key_equal,
-                                       (GDestroyNotify) kv_key_unref, NULL);
-          kv_request_set_state (request, &priv->negative_tag, set,
-                                (GDestroyNotify) g_hash_table_unref);
-        }
-      /* Every key that did not land, not only the one that broke. */
-      for (guint k = 0; k < n_keys; k++)
-        {
-          gboolean landed = FALSE;
-
-          for (guint j = 0; j < n_ok && !landed; j++)
-            landed = kv_key_equal (ok[j], keys[k]);
-          if (!landed && !g_hash_table_contains (set, keys[k]))
-            g_hash_table_add (set, kv_key_ref (keys[k]));
-        }
-      priv->has_negatives = TRUE;
-    }
+  if (!changed)
+    return;
+  /* before construction ends, constructed() names the breaker */
+  if (priv->tier_type != NULL)
+    name_breaker (self);
+  g_object_notify_by_pspec (G_OBJECT (self), properties[PROP_METRIC_LABEL]);
 }
 
 /**
@@ -1264,6 +1172,133 @@ kv_secondary_tier_get_lazy_promotion_allocation (KvSecondaryTier *self)
 
   priv = kv_secondary_tier_get_instance_private (self);
   return priv->lazy_promotion_allocation;
+}
+
+/**
+ * kv_secondary_tier_get_accepts_cascaded_stores:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:accepts-cascaded-stores]. Any thread.
+ *
+ * Returns: whether the manager gives the tier cascade jobs
+ */
+gboolean
+kv_secondary_tier_get_accepts_cascaded_stores (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->accepts_cascaded_stores;
+}
+
+/**
+ * kv_secondary_tier_get_can_cancel_stores:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:can-cancel-stores]. Any thread.
+ *
+ * Returns: whether a store failed at its deadline can still be called back
+ */
+gboolean
+kv_secondary_tier_get_can_cancel_stores (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), TRUE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->can_cancel_stores;
+}
+
+/**
+ * kv_secondary_tier_get_enable_events:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:enable-events]. Any thread.
+ *
+ * Returns: whether successful stores queue a stored event
+ */
+gboolean
+kv_secondary_tier_get_enable_events (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->enable_events;
+}
+
+/**
+ * kv_secondary_tier_get_async_lookup:
+ * @self: a tier
+ *
+ * Gets [property@Kv.SecondaryTier:async-lookup]. Owner thread.
+ *
+ * Returns: (transfer none) (nullable): the tier's existence cache
+ */
+KvAsyncLookup *
+kv_secondary_tier_get_async_lookup (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  return priv->async_lookup;
+}
+
+/**
+ * kv_secondary_tier_set_async_lookup:
+ * @self: a tier
+ * @lookup: (nullable): the lookup that answers the tier's lookups
+ *
+ * Sets [property@Kv.SecondaryTier:async-lookup]: from then on a failed
+ * load marks the keys that did not land as misses in @lookup. Owner
+ * thread, before the tier serves (a tier sets it where it creates the
+ * lookup).
+ */
+void
+kv_secondary_tier_set_async_lookup (KvSecondaryTier *self,
+                                    KvAsyncLookup   *lookup)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+  g_return_if_fail (lookup == NULL || KV_IS_ASYNC_LOOKUP (lookup));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  if (g_set_object (&priv->async_lookup, lookup))
+    g_object_notify_by_pspec (G_OBJECT (self), properties[PROP_ASYNC_LOOKUP]);
+}
+
+/**
+ * kv_secondary_tier_set_counters:
+ * @self: a tier
+ * @counters: (nullable): the tier's own counters
+ *
+ * Hands the tier's counters to the base class: from then on
+ * [method@Kv.SecondaryTier.get_stats] adds what they moved since its last
+ * call, labelled with [property@Kv.SecondaryTier:tier-type], to what the
+ * tier's [vfunc@Kv.SecondaryTier.get_stats] returns (its gauges). The
+ * tier keeps counting with [method@Kv.CounterSet.add]. Call it once,
+ * before the tier serves (in `init` or `constructed`).
+ */
+void
+kv_secondary_tier_set_counters (KvSecondaryTier *self,
+                                KvCounterSet    *counters)
+{
+  KvSecondaryTierPrivate *priv;
+
+  g_return_if_fail (KV_IS_SECONDARY_TIER (self));
+
+  priv = kv_secondary_tier_get_instance_private (self);
+  if (counters != NULL)
+    kv_counter_set_ref (counters);
+  g_clear_pointer (&priv->counters, kv_counter_set_unref);
+  priv->counters = counters;
 }
 
 /**
@@ -1408,13 +1443,8 @@ kv_secondary_tier_lookup (KvSecondaryTier *self,
 
   /* A key whose load failed for this request is not offered to it again
    * (reference §8.7, vLLM #49176). */
-  if (G_UNLIKELY (priv->has_negatives))
-    {
-      GHashTable *negatives = kv_request_get_state (request, &priv->negative_tag);
-
-      if (negatives != NULL && g_hash_table_contains (negatives, key))
-        return KV_LOOKUP_RESULT_MISS;
-    }
+  if (_kv_negative_cache_contains (priv->negatives, key, request))
+    return KV_LOOKUP_RESULT_MISS;
 
   if (klass->lookup == NULL)
     {
@@ -1454,7 +1484,7 @@ submit_job (KvSecondaryTier  *self,
   const char *vfunc = is_load ? "submit_load" : "submit_store";
   gboolean (*func) (KvSecondaryTier *, KvTransferJob *, GError **);
   GError *local_error = NULL;
-  TrackedJob *tracked;
+  gboolean tracked;
   gboolean ret;
 
   if (priv->closed)
@@ -1469,17 +1499,21 @@ submit_job (KvSecondaryTier  *self,
       /* Accepted and failed at once, without reaching the tier. */
       g_autoptr(KvJobResult) failed = kv_job_result_new (kv_transfer_job_get_id (job), FALSE);
 
-      g_mutex_lock (&priv->lock);
-      priv->n_rejected++;
-      g_mutex_unlock (&priv->lock);
+      _kv_job_tracker_count_rejected (priv->jobs);
       kv_secondary_tier_complete_job_full (self, failed, KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT);
       return TRUE;
     }
 
-  tracked = track_job (self, job, is_load);
+  /* tracked before the tier sees it, so that a completion from a worker
+   * during submit finds it */
+  tracked = _kv_job_tracker_track (priv->jobs, job, is_load);
+  if (!tracked)
+    g_warning ("Tier %s: job %" G_GUINT64_FORMAT " submitted while a job with that id is "
+               "in flight; its deadline is not watched", priv->tier_type,
+               kv_transfer_job_get_id (job));
   ret = func (self, job, &local_error);
-  if (!ret && tracked != NULL)
-    untrack_job (self, tracked);
+  if (!ret && tracked)
+    _kv_job_tracker_untrack (priv->jobs, kv_transfer_job_get_id (job));
   return check_vfunc_result (self, vfunc, ret, local_error, error);
 }
 
@@ -1545,74 +1579,13 @@ kv_secondary_tier_submit_load (KvSecondaryTier  *self,
   return submit_job (self, TRUE, job, error);
 }
 
-/* Settles the results that an overriding get_finished_jobs() returned
- * itself rather than through complete_job() (those were settled when they
- * were queued): an answer in time stops the job's deadline, a late one is
- * dropped from @results. */
-static void
-settle_returned_results (KvSecondaryTier  *self,
-                         KvJobResult     **results)
+/* Whether the tier reports (also) by being pulled: it overrides
+ * get_finished_jobs(), as vLLM's tiers and most Python tiers do. */
+static inline gboolean
+is_pulled (KvSecondaryTier *self)
 {
-  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-  guint kept = 0;
-
-  for (guint i = 0; results[i] != NULL; i++)
-    {
-      KvJobResult *result = results[i];
-      guint64 id = kv_job_result_get_job_id (result);
-      TrackedJob *t;
-      gboolean drop = FALSE;
-
-      g_mutex_lock (&priv->lock);
-      t = g_hash_table_lookup (priv->tracked, &id);
-      if (t != NULL && t->expired_result != result)
-        drop = settle_locked (self, t, result, KV_COMPLETE_JOB_FLAGS_NONE);
-      else
-        t = NULL;
-      g_mutex_unlock (&priv->lock);
-      if (t != NULL)
-        finish_settled (self, t, result, KV_COMPLETE_JOB_FLAGS_NONE, drop);
-
-      if (drop)
-        kv_job_result_unref (result);
-      else
-        results[kept++] = result;
-    }
-  results[kept] = NULL;
-}
-
-/* Lock held: the tier answered @t's job with @result. Takes @t out of the
- * table (finish_settled() frees it). Returns TRUE when the answer is late,
- * the deadline having reported the job already: it must be dropped. */
-static gboolean
-settle_locked (KvSecondaryTier    *self,
-               TrackedJob         *t,
-               KvJobResult        *result,
-               KvCompleteJobFlags  flags)
-{
-  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
-
-  g_hash_table_remove (priv->tracked, &t->id);
-  g_cond_broadcast (&priv->jobs_cond);
-  if (t->state == TRACKED_IN_FLIGHT)
-    {
-      if (t->deadline != G_MAXINT64)
-        g_queue_unlink (&priv->by_deadline, &t->link);
-      g_atomic_int_add (&priv->n_in_flight, -1);
-      if (t->is_load && !kv_job_result_get_success (result))
-        add_failed_load_locked (priv, t->job, result);
-      return FALSE;
-    }
-
-  priv->n_late++;
-  g_atomic_int_add (&priv->n_unanswered, -1);
-  /* The manager keeps the slots of this load until it hears this. */
-  if (t->state == TRACKED_HELD)
-    {
-      g_array_append_val (priv->released, t->id);
-      g_atomic_int_set (&priv->n_released, priv->released->len);
-    }
-  return TRUE;
+  return KV_SECONDARY_TIER_GET_CLASS (self)->get_finished_jobs !=
+         kv_secondary_tier_real_get_finished_jobs;
 }
 
 static void
@@ -1623,25 +1596,92 @@ record_outcome (KvSecondaryTierPrivate *priv,
   if (kv_job_result_get_success (result))
     kv_circuit_breaker_record_success (priv->breaker);
   else if (!(flags & KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT))
-    kv_circuit_breaker_record_failure (priv->breaker);
+    _kv_circuit_breaker_record_failure_or (priv->breaker,
+                                           "a job failed (the tier named no cause)");
 }
 
-/* No lock held: the rest of settling @t. */
-static void
-finish_settled (KvSecondaryTier    *self,
-                TrackedJob         *t,
-                KvJobResult        *result,
-                KvCompleteJobFlags  flags,
-                gboolean            late)
+/* The tier answered with @result: an answer in time is queued (a failed
+ * load's misses recorded first) before its job stops counting as
+ * settling, so that whoever waits for the tier's jobs finds it, and its
+ * outcome counted (outside any lock: the breaker logs; but before
+ * wait_jobs() may return: who drained the jobs sees the breaker they
+ * left); a late one is dropped. An untracked result is queued as it is,
+ * its outcome counted with @count_untracked. The caller tells the
+ * manager. */
+static KvJobAnswer
+take_answer (KvSecondaryTier    *self,
+             KvJobResult        *result,
+             KvCompleteJobFlags  flags,
+             gboolean            skip_own,
+             gboolean            count_untracked)
 {
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  g_autoptr(KvTransferJob) failed_load = NULL;
+  KvJobAnswer answer;
 
-  if (late)
-    g_debug ("Tier %s reported job %" G_GUINT64_FORMAT " after its deadline; dropped",
-             priv->tier_type, t->id);
-  else
-    record_outcome (priv, result, flags);
-  tracked_free (t);
+  answer = _kv_job_tracker_settle (priv->jobs, result, skip_own, &failed_load);
+  switch (answer)
+    {
+    case KV_JOB_ANSWER_LATE:
+    case KV_JOB_ANSWER_LATE_RELEASED:
+      g_debug ("Tier %s reported job %" G_GUINT64_FORMAT " after its deadline; dropped",
+               priv->tier_type, kv_job_result_get_job_id (result));
+      break;
+
+    case KV_JOB_ANSWER_UNTRACKED:
+      _kv_result_queue_push (priv->queue, kv_job_result_ref (result), FALSE);
+      if (count_untracked)
+        record_outcome (priv, result, flags);
+      break;
+
+    case KV_JOB_ANSWER_IN_TIME:
+    default:
+      if (failed_load != NULL)
+        _kv_negative_cache_add_failed_load (priv->negatives, failed_load, result);
+      _kv_result_queue_push (priv->queue, kv_job_result_ref (result), FALSE);
+      record_outcome (priv, result, flags);
+      _kv_job_tracker_settled (priv->jobs);
+      break;
+    }
+  return answer;
+}
+
+/* Owner thread: takes the results an overriding get_finished_jobs() has
+ * and settles each as kv_secondary_tier_complete_job() would (an answer
+ * in time stops the job's deadline, a late one is dropped), queueing them
+ * with the others. Whatever waits for the tier's jobs calls this while it
+ * waits, so that a job the tier finished counts as reported with the
+ * tier's own result. An override that chains up returns what was queued
+ * already: those were settled when they were queued, and go back as they
+ * are. */
+static void
+pull_results (KvSecondaryTier *self)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+  KvSecondaryTierClass *klass = KV_SECONDARY_TIER_GET_CLASS (self);
+  KvJobResult **results;
+  guint n_queued = 0;
+
+  if (!is_pulled (self) || priv->closed || klass->get_finished_jobs == NULL)
+    return;
+  results = klass->get_finished_jobs (self);
+  if (results == NULL)
+    return;
+
+  for (guint i = 0; results[i] != NULL; i++)
+    {
+      /* a result this call settled is news for the manager (one an
+       * override that chains up handed back was announced already) */
+      if (take_answer (self, results[i], KV_COMPLETE_JOB_FLAGS_NONE, TRUE, FALSE) ==
+          KV_JOB_ANSWER_IN_TIME)
+        n_queued++;
+      kv_job_result_unref (results[i]);
+    }
+  g_free (results);
+
+  /* queued: the manager's wake-up fd says so, as for complete_job() */
+  if (n_queued > 0)
+    _kv_result_queue_notify (priv->queue);
 }
 
 /**
@@ -1652,8 +1692,13 @@ finish_settled (KvSecondaryTier    *self,
  * once. Owner thread only; must not block (the manager calls it at most
  * once per step). The default vfunc drains the queue filled by
  * [method@Kv.SecondaryTier.complete_job], so tiers that report through
- * that function need not override it. Also works after shutdown, so that
- * the jobs reported during shutdown can be collected.
+ * that function need not override it. A tier that overrides it (vLLM's
+ * pull style) is pulled by this invoker and by whatever waits for its
+ * jobs ([method@Kv.SecondaryTier.wait_jobs], drain, shutdown): its results
+ * are settled as if it had called [method@Kv.SecondaryTier.complete_job]
+ * (a late one is dropped) and returned here with the base class's own
+ * (the failures of deadlines and of an open breaker). Also works after
+ * shutdown, so that the jobs reported during shutdown can be collected.
  *
  * Returns: (transfer full) (array zero-terminated=1): the results,
  *   possibly none
@@ -1662,28 +1707,23 @@ KvJobResult **
 kv_secondary_tier_get_finished_jobs (KvSecondaryTier *self)
 {
   KvSecondaryTierPrivate *priv;
-  KvSecondaryTierClass *klass;
   KvJobResult **results;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  klass = KV_SECONDARY_TIER_GET_CLASS (self);
 
-  if (priv->manual_clock)
+  /* pulled first: a job the tier finished is not failed by the clock */
+  pull_results (self);
+  if (_kv_job_tracker_is_manual (priv->jobs))
     expire_jobs (self, FALSE);
   maybe_probe (self);
 
-  if (klass->get_finished_jobs == NULL)
-    results = empty_results ();
-  else
-    results = klass->get_finished_jobs (self);
-  if (results == NULL)
-    results = empty_results ();
-  else if (klass->get_finished_jobs != kv_secondary_tier_real_get_finished_jobs)
-    settle_returned_results (self, results);
+  /* the base queue, also for a tier whose override does not chain up:
+   * the failures of its deadlines and of an open breaker are there */
+  results = kv_secondary_tier_real_get_finished_jobs (self);
 
-  apply_failed_loads (self);
+  _kv_negative_cache_apply (priv->negatives, priv->async_lookup);
   return results;
 }
 
@@ -1710,15 +1750,10 @@ kv_secondary_tier_has_pending_work (KvSecondaryTier *self)
   if (priv->closed)
     return FALSE;
   /* Jobs or a probe in flight: a step must come to collect them. */
-  if (g_atomic_int_get (&priv->n_in_flight) > 0 || g_atomic_int_get (&priv->n_queued) > 0)
+  if (_kv_job_tracker_get_n_in_flight (priv->jobs) > 0 ||
+      _kv_result_queue_has_results (priv->queue) ||
+      _kv_job_tracker_probe_in_flight (priv->jobs))
     return TRUE;
-  g_mutex_lock (&priv->lock);
-  if (priv->probe_id != 0)
-    {
-      g_mutex_unlock (&priv->lock);
-      return TRUE;
-    }
-  g_mutex_unlock (&priv->lock);
   if (klass->has_pending_work == NULL)
     return FALSE;
 
@@ -1969,12 +2004,13 @@ kv_secondary_tier_drain_jobs (KvSecondaryTier  *self,
   if (priv->closed)
     return TRUE;
 
-  if (priv->manual_clock)
+  pull_results (self);
+  if (_kv_job_tracker_is_manual (priv->jobs))
     expire_jobs (self, FALSE);
-  if (g_atomic_int_get (&priv->n_unanswered) > 0)
+  if (_kv_job_tracker_get_n_unanswered (priv->jobs) > 0)
     {
-      g_debug ("Tier %s left %d jobs unanswered past their deadline: not calling its drain_jobs",
-               priv->tier_type, g_atomic_int_get (&priv->n_unanswered));
+      g_debug ("Tier %s left %u jobs unanswered past their deadline: not calling its drain_jobs",
+               priv->tier_type, _kv_job_tracker_get_n_unanswered (priv->jobs));
     }
   else if (klass->drain_jobs != NULL)
     {
@@ -2026,13 +2062,14 @@ kv_secondary_tier_shutdown (KvSecondaryTier  *self,
   if (priv->closed)
     return TRUE;
 
-  if (priv->manual_clock)
+  pull_results (self);
+  if (_kv_job_tracker_is_manual (priv->jobs))
     expire_jobs (self, FALSE);
-  if (g_atomic_int_get (&priv->n_unanswered) > 0)
+  if (_kv_job_tracker_get_n_unanswered (priv->jobs) > 0)
     {
-      g_message ("Tier %s (%s) left %d jobs unanswered past their deadline; shutting down "
+      g_message ("Tier %s (%s) left %u jobs unanswered past their deadline; shutting down "
                  "without calling its shutdown", priv->tier_type, G_OBJECT_TYPE_NAME (self),
-                 g_atomic_int_get (&priv->n_unanswered));
+                 _kv_job_tracker_get_n_unanswered (priv->jobs));
     }
   else if (klass->shutdown != NULL)
     {
@@ -2041,33 +2078,14 @@ kv_secondary_tier_shutdown (KvSecondaryTier  *self,
         return FALSE;
     }
 
-  /* Exactly once: whatever the tier did not report is failed now. */
+  /* Exactly once: what the tier finished is reported with its own result,
+   * whatever it did not report is failed now. */
+  pull_results (self);
   expire_jobs (self, TRUE);
-  g_mutex_lock (&priv->lock);
-  priv->probe_id = 0;
-  g_clear_object (&priv->probe_cancellable);
-  g_mutex_unlock (&priv->lock);
+  _kv_job_tracker_stop_probe (priv->jobs);
 
   priv->closed = TRUE;
   return TRUE;
-}
-
-/* Calls the manager's queued func (if any) with no lock held, counting the
- * call so that _kv_secondary_tier_set_queued_func() can wait for it. */
-static void
-notify_queued (KvSecondaryTierPrivate    *priv,
-               KvSecondaryTierQueuedFunc  func,
-               gpointer                   user_data)
-{
-  if (func == NULL)
-    return;
-
-  func (user_data);
-
-  g_mutex_lock (&priv->lock);
-  if (--priv->n_queued_calls == 0)
-    g_cond_broadcast (&priv->calls_cond);
-  g_mutex_unlock (&priv->lock);
 }
 
 /**
@@ -2113,37 +2131,14 @@ kv_secondary_tier_complete_job_full (KvSecondaryTier    *self,
                                      KvCompleteJobFlags  flags)
 {
   KvSecondaryTierPrivate *priv;
-  KvSecondaryTierQueuedFunc func = NULL;
-  gpointer user_data = NULL;
-  guint64 id;
-  TrackedJob *t;
-  gboolean late = FALSE;
 
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
   g_return_if_fail (result != NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  id = kv_job_result_get_job_id (result);
-
-  g_mutex_lock (&priv->lock);
-  t = g_hash_table_lookup (priv->tracked, &id);
-  if (t != NULL)
-    late = settle_locked (self, t, result, flags);
-  if (!late)
-    {
-      g_ptr_array_add (priv->finished, kv_job_result_ref (result));
-      g_atomic_int_inc (&priv->n_queued);
-    }
-  if (!late || t->state == TRACKED_HELD)
-    func = take_queued_func_locked (priv, &user_data);
-  g_mutex_unlock (&priv->lock);
-
-  if (t != NULL)
-    finish_settled (self, t, result, flags, late);
-  else
-    record_outcome (priv, result, flags);
-
-  notify_queued (priv, func, user_data);
+  /* a result, or held slots released: the manager has news */
+  if (take_answer (self, result, flags, FALSE, TRUE) != KV_JOB_ANSWER_LATE)
+    _kv_result_queue_notify (priv->queue);
   wake_completion_context (priv);
 }
 
@@ -2163,24 +2158,12 @@ kv_secondary_tier_push_event (KvSecondaryTier *self,
                               KvEvent         *event)
 {
   KvSecondaryTierPrivate *priv;
-  KvSecondaryTierQueuedFunc func;
-  gpointer user_data;
 
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
   g_return_if_fail (event != NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
-
-  g_mutex_lock (&priv->lock);
-  g_ptr_array_add (priv->events, kv_event_ref (event));
-  g_atomic_int_inc (&priv->n_events);
-  func = priv->queued_func;
-  user_data = priv->queued_data;
-  if (func != NULL)
-    priv->n_queued_calls++;
-  g_mutex_unlock (&priv->lock);
-
-  notify_queued (priv, func, user_data);
+  _kv_result_queue_push_event (priv->queue, event);
 }
 
 /* Installs (or, with func == NULL, removes) the function called after a
@@ -2198,13 +2181,7 @@ _kv_secondary_tier_set_queued_func (KvSecondaryTier           *self,
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
 
   priv = kv_secondary_tier_get_instance_private (self);
-
-  g_mutex_lock (&priv->lock);
-  priv->queued_func = func;
-  priv->queued_data = user_data;
-  while (priv->n_queued_calls > 0)
-    g_cond_wait (&priv->calls_cond, &priv->lock);
-  g_mutex_unlock (&priv->lock);
+  _kv_result_queue_set_func (priv->queue, func, user_data);
 }
 
 void
@@ -2246,9 +2223,10 @@ _kv_secondary_tier_has_queued_results (KvSecondaryTier *self)
   /* With a manual clock nothing expires by itself: let the manager call
    * get_finished_jobs(), which checks the deadlines, while jobs are in
    * flight. */
-  return g_atomic_int_get (&priv->n_queued) > 0 ||
-         g_atomic_int_get (&priv->n_released) > 0 ||
-         (priv->manual_clock && g_atomic_int_get (&priv->n_in_flight) > 0);
+  return _kv_result_queue_has_results (priv->queue) ||
+         _kv_job_tracker_has_released (priv->jobs) ||
+         (_kv_job_tracker_is_manual (priv->jobs) &&
+          _kv_job_tracker_get_n_in_flight (priv->jobs) > 0);
 }
 
 /* See kv-secondary-tier-private.h. */
@@ -2257,21 +2235,13 @@ _kv_secondary_tier_hold_slots (KvSecondaryTier *self,
                                guint64          job_id)
 {
   KvSecondaryTierPrivate *priv;
-  TrackedJob *t;
-  gboolean held = FALSE;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), FALSE);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  g_mutex_lock (&priv->lock);
-  t = g_hash_table_lookup (priv->tracked, &job_id);
-  if (t != NULL && t->is_load && t->state == TRACKED_EXPIRED)
-    {
-      t->state = TRACKED_HELD;
-      held = TRUE;
-    }
-  g_mutex_unlock (&priv->lock);
-  return held;
+  /* a load's slots may still be written; a store's read by a tier that
+   * cannot call it back, and published */
+  return _kv_job_tracker_hold (priv->jobs, job_id, !priv->can_cancel_stores);
 }
 
 guint64 *
@@ -2279,28 +2249,12 @@ _kv_secondary_tier_take_released (KvSecondaryTier *self,
                                   guint           *n_ids)
 {
   KvSecondaryTierPrivate *priv;
-  guint64 *ids;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
   g_return_val_if_fail (n_ids != NULL, NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  *n_ids = 0;
-  if (G_LIKELY (g_atomic_int_get (&priv->n_released) == 0))
-    return NULL;
-
-  g_mutex_lock (&priv->lock);
-  {
-    gsize len;
-
-    /* g_array_steal keeps the array (no cast from gchar *, which clang's
-     * -Wcast-align refuses) */
-    ids = g_array_steal (priv->released, &len);
-    *n_ids = len;
-  }
-  g_atomic_int_set (&priv->n_released, 0);
-  g_mutex_unlock (&priv->lock);
-  return ids;
+  return _kv_job_tracker_take_released (priv->jobs, n_ids);
 }
 
 gboolean
@@ -2316,9 +2270,7 @@ _kv_secondary_tier_reject_store (KvSecondaryTier *self)
   maybe_probe (self);
   if (kv_circuit_breaker_allows_requests (priv->breaker))
     return FALSE;
-  g_mutex_lock (&priv->lock);
-  priv->n_rejected++;
-  g_mutex_unlock (&priv->lock);
+  _kv_job_tracker_count_rejected (priv->jobs);
   return TRUE;
 }
 
@@ -2340,26 +2292,14 @@ kv_secondary_tier_complete_probe (KvSecondaryTier *self,
                                   gboolean         healthy)
 {
   KvSecondaryTierPrivate *priv;
-  gboolean current = FALSE;
 
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
 
   priv = kv_secondary_tier_get_instance_private (self);
-  g_mutex_lock (&priv->lock);
-  if (probe_id != 0 && priv->probe_id == probe_id)
-    {
-      priv->probe_id = 0;
-      g_clear_object (&priv->probe_cancellable);
-      current = TRUE;
-      g_cond_broadcast (&priv->jobs_cond);
-    }
-  g_mutex_unlock (&priv->lock);
-
-  if (!current)
+  if (!_kv_job_tracker_end_probe (priv->jobs, probe_id))
     return;
+  /* the breaker logs its closing, naming the tier */
   kv_circuit_breaker_end_probe (priv->breaker, healthy);
-  if (healthy)
-    g_message ("Tier %s: probe succeeded, serving again", priv->tier_type);
   wake_completion_context (priv);
 }
 
@@ -2374,7 +2314,9 @@ kv_secondary_tier_complete_probe (KvSecondaryTier *self,
  * [signal@Gio.Cancellable::cancelled] to abort it; the handler runs on the
  * watchdog's thread (so JavaScript tiers only pass it to GIO calls, whose
  * callbacks come back on the main context). A store cancelled this way
- * must not be published: the manager has released its slots. Any thread.
+ * must not be published: the manager has released its slots (unless the
+ * tier declared [property@Kv.SecondaryTier:can-cancel-stores] %FALSE).
+ * Any thread.
  *
  * Returns: (transfer full) (nullable): the job's cancellable, or %NULL
  *   when @job is not in flight (already reported, or not submitted through
@@ -2386,30 +2328,12 @@ kv_secondary_tier_get_job_cancellable (KvSecondaryTier *self,
                                        KvTransferJob   *job)
 {
   KvSecondaryTierPrivate *priv;
-  GCancellable *cancellable = NULL;
-  guint64 id;
-  TrackedJob *t;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
   g_return_val_if_fail (job != NULL, NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  id = kv_transfer_job_get_id (job);
-  g_mutex_lock (&priv->lock);
-  t = g_hash_table_lookup (priv->tracked, &id);
-  if (t != NULL)
-    {
-      if (t->cancellable == NULL)
-        {
-          t->cancellable = g_cancellable_new ();
-          /* no handler can be connected yet: nothing runs under the lock */
-          if (t->state != TRACKED_IN_FLIGHT)
-            g_cancellable_cancel (t->cancellable);
-        }
-      cancellable = g_object_ref (t->cancellable);
-    }
-  g_mutex_unlock (&priv->lock);
-  return cancellable;
+  return _kv_job_tracker_get_cancellable (priv->jobs, kv_transfer_job_get_id (job));
 }
 
 /**
@@ -2417,11 +2341,14 @@ kv_secondary_tier_get_job_cancellable (KvSecondaryTier *self,
  * @self: a tier
  *
  * Blocks until every job accepted through the submit invokers was
- * reported by the tier or failed by its deadline, and no probe is in
- * flight. With [property@Kv.SecondaryTier:completion-context] set (a
+ * reported by the tier (its outcome counted by the circuit breaker) or
+ * failed by its deadline, and no probe is in flight. With [property@Kv.SecondaryTier:completion-context] set (a
  * JavaScript tier), iterates that context meanwhile, since that is where
  * the tier's completions run; else waits on a condition, woken by
- * [method@Kv.SecondaryTier.complete_job] and by the watchdog.
+ * [method@Kv.SecondaryTier.complete_job] and by the watchdog. A tier that
+ * overrides [vfunc@Kv.SecondaryTier.get_finished_jobs] is asked for its
+ * finished jobs while this waits (every 1 to 16 ms): a job it finished
+ * counts as reported, with its own result.
  *
  * This is the default [vfunc@Kv.SecondaryTier.drain_jobs]; an override
  * calls it to wait. With [property@Kv.SecondaryTier:deadline-ms] set it
@@ -2432,40 +2359,53 @@ void
 kv_secondary_tier_wait_jobs (KvSecondaryTier *self)
 {
   KvSecondaryTierPrivate *priv;
+  gboolean pulled;
+  gboolean manual;
+  gint64 poll_us = 1000;
 
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
 
   priv = kv_secondary_tier_get_instance_private (self);
+  pulled = is_pulled (self);
+  manual = _kv_job_tracker_is_manual (priv->jobs);
   for (;;)
     {
       gboolean iterate;
+      gint64 timeout_us;
 
-      if (priv->manual_clock)
+      /* A tier that is pulled tells nobody when it finishes a job: ask it
+       * while waiting (before the clock may fail the job). */
+      pull_results (self);
+      if (manual)
         expire_jobs (self, FALSE);
 
-      g_mutex_lock (&priv->lock);
-      if (g_atomic_int_get (&priv->n_in_flight) == 0 && priv->probe_id == 0)
-        {
-          g_mutex_unlock (&priv->lock);
-          return;
-        }
       iterate = priv->completion_context != NULL &&
                 g_main_context_acquire (priv->completion_context);
-      if (!iterate)
+      /* A manual clock moves on other threads without telling, and a
+       * pulled tier finishes jobs without telling: look again now and
+       * then (1 ms, then up to 16 ms). */
+      if (iterate)
+        timeout_us = 0;
+      else if (pulled)
+        timeout_us = poll_us;
+      else if (manual)
+        timeout_us = G_USEC_PER_SEC / 20;
+      else
+        timeout_us = -1;
+      if (_kv_job_tracker_wait_idle (priv->jobs, timeout_us))
         {
-          /* A manual clock moves on other threads without telling: look
-           * again now and then. */
-          if (priv->manual_clock)
-            g_cond_wait_until (&priv->jobs_cond, &priv->lock,
-                               g_get_monotonic_time () + G_USEC_PER_SEC / 20);
-          else
-            g_cond_wait (&priv->jobs_cond, &priv->lock);
+          if (iterate)
+            g_main_context_release (priv->completion_context);
+          return;
         }
-      g_mutex_unlock (&priv->lock);
+      if (pulled && !iterate)
+        poll_us = MIN (poll_us * 2, 16 * 1000);
 
       if (iterate)
         {
-          g_main_context_iteration (priv->completion_context, TRUE);
+          /* a pulled tier may have nothing left to dispatch: do not block */
+          if (!g_main_context_iteration (priv->completion_context, !pulled) && pulled)
+            g_usleep (poll_us);
           g_main_context_release (priv->completion_context);
         }
     }
@@ -2488,7 +2428,7 @@ kv_secondary_tier_get_n_jobs_in_flight (KvSecondaryTier *self)
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  return (guint) g_atomic_int_get (&priv->n_in_flight);
+  return _kv_job_tracker_get_n_in_flight (priv->jobs);
 }
 
 /**
@@ -2496,7 +2436,7 @@ kv_secondary_tier_get_n_jobs_in_flight (KvSecondaryTier *self)
  * @self: a tier
  *
  * Counts the jobs reported failed at their deadline since the tier was
- * made (`kvtier:tier_deadline_failures`). Any thread.
+ * made (`kvtier_tier_deadline_failures_total`). Any thread.
  *
  * Returns: the number of jobs failed by their deadline
  */
@@ -2509,9 +2449,7 @@ kv_secondary_tier_get_n_expired_jobs (KvSecondaryTier *self)
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  g_mutex_lock (&priv->lock);
-  n = priv->n_expired;
-  g_mutex_unlock (&priv->lock);
+  _kv_job_tracker_get_totals (priv->jobs, &n, NULL, NULL);
   return n;
 }
 
@@ -2520,7 +2458,7 @@ kv_secondary_tier_get_n_expired_jobs (KvSecondaryTier *self)
  * @self: a tier
  *
  * Counts the reports the tier made after the job's deadline had failed
- * it, all dropped (`kvtier:tier_late_completions`). Any thread.
+ * it, all dropped (`kvtier_tier_late_completions_total`). Any thread.
  *
  * Returns: the number of late completions
  */
@@ -2533,9 +2471,7 @@ kv_secondary_tier_get_n_late_completions (KvSecondaryTier *self)
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  g_mutex_lock (&priv->lock);
-  n = priv->n_late;
-  g_mutex_unlock (&priv->lock);
+  _kv_job_tracker_get_totals (priv->jobs, NULL, &n, NULL);
   return n;
 }
 
@@ -2570,15 +2506,11 @@ guint
 kv_secondary_tier_get_deadline_ms (KvSecondaryTier *self)
 {
   KvSecondaryTierPrivate *priv;
-  guint value;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), 0);
 
   priv = kv_secondary_tier_get_instance_private (self);
-  g_mutex_lock (&priv->lock);
-  value = priv->deadline_ms;
-  g_mutex_unlock (&priv->lock);
-  return value;
+  return _kv_job_tracker_get_deadline_ms (priv->jobs);
 }
 
 /**
@@ -2598,9 +2530,7 @@ kv_secondary_tier_set_deadline_ms (KvSecondaryTier *self,
   g_return_if_fail (KV_IS_SECONDARY_TIER (self));
 
   priv = kv_secondary_tier_get_instance_private (self);
-  g_mutex_lock (&priv->lock);
-  priv->deadline_ms = deadline_ms;
-  g_mutex_unlock (&priv->lock);
+  _kv_job_tracker_set_deadline_ms (priv->jobs, deadline_ms);
 }
 
 /**
@@ -2622,20 +2552,6 @@ kv_secondary_tier_get_circuit_breaker (KvSecondaryTier *self)
   return priv->breaker;
 }
 
-static const char *const tier_label_names[] = { "tier", NULL };
-
-static const struct {
-  const char *name;
-  const char *doc;
-} inherited_metrics[] = {
-  { "kvtier:tier_deadline_failures",
-    "Jobs a tier had not reported by their deadline, reported failed" },
-  { "kvtier:tier_late_completions",
-    "Reports of jobs already failed by their deadline, dropped" },
-  { "kvtier:tier_breaker_rejected_jobs",
-    "Jobs failed at once or not made while the tier's circuit breaker was open" },
-};
-
 /**
  * kv_secondary_tier_register_metrics:
  * @self: a tier
@@ -2645,8 +2561,8 @@ static const struct {
  * Adds the definitions of the tier's own metrics (those its
  * [vfunc@Kv.SecondaryTier.get_stats] reports) to @registry, as vLLM's
  * `build_metric_definitions`. Owner thread only. The default vfunc adds
- * nothing; the invoker first adds the counters every tier inherits (see
- * [method@Kv.SecondaryTier.get_stats]) unless @registry has them.
+ * nothing; the invoker first adds the families every tier inherits
+ * ([method@Kv.MetricRegistry.add_tier_metrics]).
  *
  * Returns: %TRUE on success, %FALSE with @error set (for example when a
  *   name is already defined)
@@ -2664,12 +2580,8 @@ kv_secondary_tier_register_metrics (KvSecondaryTier   *self,
   g_return_val_if_fail (KV_IS_METRIC_REGISTRY (registry), FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
-  /* The counters every tier inherits, once per registry. */
-  for (guint i = 0; i < G_N_ELEMENTS (inherited_metrics); i++)
-    if (!kv_metric_registry_has_metric (registry, inherited_metrics[i].name) &&
-        !kv_metric_registry_add_counter (registry, inherited_metrics[i].name,
-                                         inherited_metrics[i].doc, tier_label_names, error))
-      return FALSE;
+  if (!kv_metric_registry_add_tier_metrics (registry, error))
+    return FALSE;
 
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
   if (klass->register_metrics == NULL)
@@ -2685,10 +2597,14 @@ kv_secondary_tier_register_metrics (KvSecondaryTier   *self,
  * Takes the tier's own metrics recorded since the last call (return and
  * reset). Owner thread only; the manager aggregates them into
  * [method@Kv.TieringManager.get_stats]. The default vfunc returns %NULL;
- * the invoker adds the counters every tier inherits, labelled with
- * [property@Kv.SecondaryTier:tier-type], when they moved:
- * `kvtier:tier_deadline_failures`, `kvtier:tier_late_completions` and
- * `kvtier:tier_breaker_rejected_jobs`.
+ * the invoker adds the increase of the tier's own counters
+ * ([method@Kv.SecondaryTier.set_counters]) and the families every tier
+ * inherits, labelled with [property@Kv.SecondaryTier:metric-label] (all
+ * of them at zero on the first call, so that they exist from the first
+ * scrape): the counters `kvtier_tier_deadline_failures`,
+ * `kvtier_tier_late_completions`, `kvtier_tier_breaker_rejected_jobs` and
+ * `kvtier_tier_breaker_openings` when they moved, and the gauge
+ * `kvtier_tier_breaker_open` always.
  *
  * Returns: (transfer full) (nullable): the tier's metrics, or %NULL when it
  *   has none
@@ -2699,35 +2615,47 @@ kv_secondary_tier_get_stats (KvSecondaryTier *self)
   KvSecondaryTierPrivate *priv;
   KvSecondaryTierClass *klass;
   KvStats *stats;
-  guint64 expired, late, rejected;
+  g_autofree char *label = NULL;
+  const char *labels[2] = { NULL, NULL };
+  guint64 expired, late, rejected, trips;
+  guint64 n_expired, n_late, n_rejected;
+  gboolean every;
 
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (self), NULL);
 
   priv = kv_secondary_tier_get_instance_private (self);
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
   stats = klass->get_stats != NULL ? klass->get_stats (self) : NULL;
+  if (stats == NULL)
+    stats = kv_stats_new ();
 
-  g_mutex_lock (&priv->lock);
-  expired = priv->n_expired - priv->reported_expired;
-  late = priv->n_late - priv->reported_late;
-  rejected = priv->n_rejected - priv->reported_rejected;
-  priv->reported_expired = priv->n_expired;
-  priv->reported_late = priv->n_late;
-  priv->reported_rejected = priv->n_rejected;
-  g_mutex_unlock (&priv->lock);
+  /* owner thread: the reported totals are its own */
+  trips = kv_circuit_breaker_get_n_trips (priv->breaker);
+  _kv_job_tracker_get_totals (priv->jobs, &n_expired, &n_late, &n_rejected);
+  expired = n_expired - priv->reported_expired;
+  late = n_late - priv->reported_late;
+  rejected = n_rejected - priv->reported_rejected;
+  trips -= priv->reported_trips;
+  priv->reported_expired = n_expired;
+  priv->reported_late = n_late;
+  priv->reported_rejected = n_rejected;
+  priv->reported_trips += trips;
 
-  if (expired + late + rejected > 0)
-    {
-      const char *labels[] = { priv->tier_type, NULL };
-
-      if (stats == NULL)
-        stats = kv_stats_new ();
-      if (expired > 0)
-        kv_stats_increase_counter (stats, "kvtier:tier_deadline_failures", expired, labels);
-      if (late > 0)
-        kv_stats_increase_counter (stats, "kvtier:tier_late_completions", late, labels);
-      if (rejected > 0)
-        kv_stats_increase_counter (stats, "kvtier:tier_breaker_rejected_jobs", rejected, labels);
-    }
+  every = !priv->every_series_sent;
+  priv->every_series_sent = TRUE;
+  label = kv_secondary_tier_dup_metric_label (self);
+  labels[0] = label;
+  if (priv->counters != NULL)
+    kv_counter_set_take_deltas (priv->counters, stats, labels);
+  if (expired > 0 || every)
+    kv_stats_increase_counter (stats, KV_METRIC_TIER_DEADLINE_FAILURES, expired, labels);
+  if (late > 0 || every)
+    kv_stats_increase_counter (stats, KV_METRIC_TIER_LATE_COMPLETIONS, late, labels);
+  if (rejected > 0 || every)
+    kv_stats_increase_counter (stats, KV_METRIC_TIER_BREAKER_REJECTED_JOBS, rejected, labels);
+  if (trips > 0 || every)
+    kv_stats_increase_counter (stats, KV_METRIC_TIER_BREAKER_OPENINGS, trips, labels);
+  kv_stats_set_gauge (stats, KV_METRIC_TIER_BREAKER_OPEN,
+                      !kv_circuit_breaker_allows_requests (priv->breaker), labels);
   return stats;
 }

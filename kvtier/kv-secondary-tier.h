@@ -7,9 +7,11 @@
 
 #include <gio/gio.h>
 
+#include "kv-async-lookup.h"
 #include "kv-backpressure-detector.h"
 #include "kv-circuit-breaker.h"
 #include "kv-clock.h"
+#include "kv-counter-set.h"
 #include "kv-event.h"
 #include "kv-host-buffer.h"
 #include "kv-job-result.h"
@@ -49,6 +51,9 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  * @parent_class: the parent class
  * @medium: the medium of every instance of a class written in C (bindings
  *   set the construct-only [property@Kv.SecondaryTier:medium] instead).
+ * @locality: the locality of an instance not given one
+ *   ([property@Kv.SecondaryTier:locality]); %KV_LOCALITY_UNSPECIFIED by
+ *   default.
  * @lookup: is @key stored here? %KV_LOOKUP_RESULT_HIT, %KV_LOOKUP_RESULT_MISS
  *   or %KV_LOOKUP_RESULT_RETRY; must not block. Required.
  * @submit_store: start copying the job's primary slots into the tier; must
@@ -82,9 +87,19 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  *   once; report it with [method@Kv.SecondaryTier.complete_probe].
  *   @cancellable is cancelled if the probe is still running at the
  *   deadline. Called while the circuit breaker is open. Optional.
+ * @accepts_cascaded_stores: %FALSE when no instance of a class written in
+ *   C stores what other tiers store (a tier that only fetches, as the peer
+ *   tier): the manager then never makes it a cascade job and pins nothing
+ *   for it. %TRUE by default; bindings set
+ *   [property@Kv.SecondaryTier:accepts-cascaded-stores] instead.
  * @lazy_promotion_allocation: %TRUE when every instance of a class written
  *   in C reserves the primary slots of its loads itself, as it starts them
  *   (bindings set [property@Kv.SecondaryTier:lazy-promotion-allocation]).
+ * @can_cancel_stores: %FALSE when no instance of a class written in C can
+ *   call a store back once it was handed over (a command already sent to a
+ *   server): the manager then keeps the slots of a store failed at its
+ *   deadline pinned until the tier reports it. %TRUE by default; bindings
+ *   set [property@Kv.SecondaryTier:can-cancel-stores] instead.
  *
  * The virtual methods of a secondary tier. Every one runs on the owner
  * thread (the thread that drives the [class@Kv.TieringManager]).
@@ -94,7 +109,9 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  * reports it, since the tier may still write them; a store failed at its
  * deadline has its slots released at once, so the tier must not publish
  * it (its job cancellable, [method@Kv.SecondaryTier.get_job_cancellable],
- * is cancelled then).
+ * is cancelled then), unless the class cleared `can_cancel_stores`: then
+ * the store's slots stay pinned until the tier reports it, and a late
+ * publish carries the bytes the job started with.
  */
 struct _KvSecondaryTierClass
 {
@@ -144,13 +161,21 @@ struct _KvSecondaryTierClass
                                               GError         **error);
 
   gboolean        lazy_promotion_allocation;
+  gboolean        accepts_cascaded_stores;
+  KvLocality      locality;
+  gboolean        can_cancel_stores;
 
   /*< private >*/
-  gpointer _reserved[8];
+  gpointer _reserved[6];
 };
 
 KVTIER_AVAILABLE_IN_ALL
 const char             *kv_secondary_tier_get_tier_type             (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+char                   *kv_secondary_tier_dup_metric_label          (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+void                    kv_secondary_tier_set_metric_label          (KvSecondaryTier *self,
+                                                                     const char      *label);
 KVTIER_AVAILABLE_IN_ALL
 KvHostBuffer           *kv_secondary_tier_get_primary               (KvSecondaryTier *self);
 KVTIER_AVAILABLE_IN_ALL
@@ -163,6 +188,17 @@ KVTIER_AVAILABLE_IN_ALL
 KvBackpressureDetector *kv_secondary_tier_get_backpressure_detector (KvSecondaryTier *self);
 KVTIER_AVAILABLE_IN_ALL
 gboolean                kv_secondary_tier_get_lazy_promotion_allocation (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_get_accepts_cascaded_stores (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_get_can_cancel_stores     (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_get_enable_events         (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+KvAsyncLookup          *kv_secondary_tier_get_async_lookup          (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+void                    kv_secondary_tier_set_async_lookup          (KvSecondaryTier *self,
+                                                                     KvAsyncLookup   *lookup);
 
 KVTIER_AVAILABLE_IN_ALL
 KvLookupResult   kv_secondary_tier_lookup                  (KvSecondaryTier *self,
@@ -220,6 +256,9 @@ KVTIER_AVAILABLE_IN_ALL
 void             kv_secondary_tier_complete_job_full       (KvSecondaryTier    *self,
                                                             KvJobResult        *result,
                                                             KvCompleteJobFlags  flags);
+KVTIER_AVAILABLE_IN_ALL
+void             kv_secondary_tier_set_counters            (KvSecondaryTier *self,
+                                                            KvCounterSet    *counters);
 KVTIER_AVAILABLE_IN_ALL
 gboolean         kv_secondary_tier_reserve_load_slots      (KvSecondaryTier *self,
                                                             KvTransferJob   *job,

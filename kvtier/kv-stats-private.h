@@ -23,4 +23,9 @@ guint kv_stats_bucket_index         (const gdouble      *bounds,
                                      guint               n_bounds,
                                      gdouble             value);
 
+/* Appends @value as the Prometheus exposition writes it (Python's
+ * prometheus_client style: "1.0", "5e-05", "+Inf"). */
+void  kv_stats_format_value         (GString            *out,
+                                     gdouble             value);
+
 G_END_DECLS

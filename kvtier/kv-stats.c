@@ -5,6 +5,7 @@
 #include "kv-stats-private.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kv-metric-registry-private.h"
@@ -648,6 +649,70 @@ kv_stats_get_histogram_count (KvStats            *self,
   return sample->count;
 }
 
+/**
+ * kv_stats_get_histogram_buckets:
+ * @self: a stats object
+ * @name: a histogram name
+ * @label_values: (array zero-terminated=1) (nullable): the label values, or
+ *   %NULL for none
+ * @bounds: (array length=n_bounds) (nullable): the buckets' finite upper
+ *   bounds, strictly increasing (usually the histogram's own, from
+ *   [method@Kv.MetricRegistry.get_buckets])
+ * @n_bounds: the number of bounds
+ * @out_n_counts: (out): where to store the number of counts, @n_bounds + 1
+ * @out_sum: (out) (optional): the sum of the observations
+ *
+ * Reads how many observations a histogram recorded in each bucket of
+ * @bounds, as Prometheus counts them: bucket `i` holds the observations
+ * greater than `bounds[i - 1]` and at most `bounds[i]`, the last one those
+ * greater than every bound (`+Inf`). The counts are per bucket, not
+ * cumulative; they add up to [method@Kv.Stats.get_histogram_count].
+ *
+ * The counts are exact when the histogram kept its observations (a stats
+ * object made with [ctor@Kv.Stats.new]) or counted them in the same
+ * buckets (one made with [ctor@Kv.Stats.new_for_registry] whose registry
+ * defines the histogram with @bounds); a histogram counted in other
+ * buckets has each of its buckets' counts in the bucket of @bounds that
+ * holds its upper bound.
+ *
+ * Returns: (array length=out_n_counts) (transfer full): the count of each
+ *   bucket; all zero when @name with these labels was not recorded
+ */
+guint64 *
+kv_stats_get_histogram_buckets (KvStats            *self,
+                                const char         *name,
+                                const char * const *label_values,
+                                const gdouble      *bounds,
+                                guint               n_bounds,
+                                guint              *out_n_counts,
+                                gdouble            *out_sum)
+{
+  KvMetricKind kind = KV_METRIC_KIND_COUNTER;
+  const Sample *sample;
+  guint64 *counts;
+
+  g_return_val_if_fail (out_n_counts != NULL, NULL);
+  *out_n_counts = 0;
+  g_return_val_if_fail (KV_IS_STATS (self), NULL);
+  g_return_val_if_fail (name != NULL, NULL);
+  g_return_val_if_fail (bounds != NULL || n_bounds == 0, NULL);
+  for (guint i = 0; i < n_bounds; i++)
+    g_return_val_if_fail (isfinite (bounds[i]) && (i == 0 || bounds[i - 1] < bounds[i]), NULL);
+
+  if (out_sum != NULL)
+    *out_sum = 0.0;
+  counts = g_new0 (guint64, n_bounds + 1);
+  *out_n_counts = n_bounds + 1;
+  sample = find_sample (self, name, label_values, &kind);
+  if (sample == NULL || kind != KV_METRIC_KIND_HISTOGRAM)
+    return counts;
+
+  histogram_counts_for (sample, bounds, n_bounds, counts);
+  if (out_sum != NULL)
+    *out_sum = sample->sum;
+  return counts;
+}
+
 static gint
 compare_strings (gconstpointer a,
                  gconstpointer b)
@@ -722,13 +787,25 @@ kv_stats_reduce (KvStats *self)
   return g_variant_ref_sink (g_variant_builder_end (&builder));
 }
 
-/* Shortest text that reads back as @value, as the exposition format wants
- * Go-parsable floats: "+Inf", "NaN", "0.005", "1e-05", "4096". */
-static void
-append_float (GString *out,
-              gdouble  value)
+/* @value as Python's prometheus_client writes it (floatToGoString), which
+ * is what vLLM's /metrics shows: Python's repr() of the float — the
+ * shortest digits that read back as @value, "1.0", "10.0", "0.5",
+ * "5e-05", "1e+16" — except that a positive value with seven or more
+ * integer digits is written with an exponent as Go would ("1.234567e+06";
+ * the client writes the exponent "e+0" followed by the digits, so 1e10 is
+ * "1e+010"). "+Inf", "-Inf", "NaN". Bucket bounds (`le`) and sample values
+ * alike, so `le="10.0"` matches vLLM's series. */
+void
+kv_stats_format_value (GString *out,
+                       gdouble  value)
 {
   char buf[G_ASCII_DTOSTR_BUF_SIZE];
+  char digits[32];
+  GString *repr;
+  const char *e;
+  gsize n_digits = 0;
+  gint decpt, exponent;
+  gssize dot;
 
   if (isnan (value))
     {
@@ -740,17 +817,80 @@ append_float (GString *out,
       g_string_append (out, value > 0 ? "+Inf" : "-Inf");
       return;
     }
+  if (value == 0.0)
+    {
+      g_string_append (out, signbit (value) ? "-0.0" : "0.0");
+      return;
+    }
 
-  for (int precision = 1; precision <= 17; precision++)
+  /* the shortest "d.ddde±x" that reads back as @value */
+  for (int precision = 0; precision <= 16; precision++)
     {
       char format[8];
 
-      g_snprintf (format, sizeof format, "%%.%dg", precision);
-      g_ascii_formatd (buf, sizeof buf, format, value);
-      if (g_ascii_strtod (buf, NULL) == value)
+      g_snprintf (format, sizeof format, "%%.%de", precision);
+      g_ascii_formatd (buf, sizeof buf, format, fabs (value));
+      if (g_ascii_strtod (buf, NULL) == fabs (value))
         break;
     }
-  g_string_append (out, buf);
+  e = strchr (buf, 'e');
+  for (const char *p = buf; p < e; p++)
+    if (g_ascii_isdigit (*p) && n_digits < sizeof digits - 1)
+      digits[n_digits++] = *p;
+  digits[n_digits] = '\0';
+  exponent = atoi (e + 1);
+  decpt = exponent + 1;
+
+  repr = g_string_new (value < 0 ? "-" : "");
+  if (decpt <= -4 || decpt > 16)
+    {
+      g_string_append_c (repr, digits[0]);
+      if (n_digits > 1)
+        g_string_append_printf (repr, ".%s", digits + 1);
+      g_string_append_printf (repr, "e%c%02d", exponent < 0 ? '-' : '+', ABS (exponent));
+    }
+  else if (decpt <= 0)
+    {
+      g_string_append (repr, "0.");
+      for (gint i = 0; i < -decpt; i++)
+        g_string_append_c (repr, '0');
+      g_string_append (repr, digits);
+    }
+  else if ((gsize) decpt < n_digits)
+    {
+      g_string_append_len (repr, digits, decpt);
+      g_string_append_printf (repr, ".%s", digits + decpt);
+    }
+  else
+    {
+      g_string_append (repr, digits);
+      for (gsize i = n_digits; i < (gsize) decpt; i++)
+        g_string_append_c (repr, '0');
+      g_string_append (repr, ".0");
+    }
+
+  /* Go switches to an exponent sooner than Python */
+  e = strchr (repr->str, '.');
+  dot = e != NULL ? e - repr->str : -1;
+  if (value > 0 && dot > 6)
+    {
+      GString *mantissa = g_string_new (NULL);
+
+      g_string_append_c (mantissa, repr->str[0]);
+      g_string_append_c (mantissa, '.');
+      g_string_append_len (mantissa, repr->str + 1, dot - 1);
+      g_string_append (mantissa, repr->str + dot + 1);
+      while (mantissa->len > 0 &&
+             (mantissa->str[mantissa->len - 1] == '0' || mantissa->str[mantissa->len - 1] == '.'))
+        g_string_truncate (mantissa, mantissa->len - 1);
+      g_string_append_printf (out, "%se+0%" G_GSSIZE_FORMAT, mantissa->str, dot - 1);
+      g_string_free (mantissa, TRUE);
+    }
+  else
+    {
+      g_string_append (out, repr->str);
+    }
+  g_string_free (repr, TRUE);
 }
 
 static void
@@ -810,25 +950,29 @@ append_histogram (GString                  *out,
       GString *le = g_string_new (NULL);
 
       if (i < def->n_buckets)
-        append_float (le, def->buckets[i]);
+        kv_stats_format_value (le, def->buckets[i]);
       else
         g_string_append (le, "+Inf");
 
       cumulative += counts[i];
       g_string_append_printf (out, "%s_bucket", def->name);
       append_labels (out, def, sample, le->str);
-      g_string_append_printf (out, " %" G_GUINT64_FORMAT "\n", cumulative);
+      g_string_append_c (out, ' ');
+      kv_stats_format_value (out, (gdouble) cumulative);
+      g_string_append_c (out, '\n');
       g_string_free (le, TRUE);
     }
 
   g_string_append_printf (out, "%s_count", def->name);
   append_labels (out, def, sample, NULL);
-  g_string_append_printf (out, " %" G_GUINT64_FORMAT "\n", sample->count);
+  g_string_append_c (out, ' ');
+  kv_stats_format_value (out, (gdouble) sample->count);
+  g_string_append_c (out, '\n');
 
   g_string_append_printf (out, "%s_sum", def->name);
   append_labels (out, def, sample, NULL);
   g_string_append_c (out, ' ');
-  append_float (out, sample->sum);
+  kv_stats_format_value (out, sample->sum);
   g_string_append_c (out, '\n');
 }
 
@@ -929,7 +1073,7 @@ kv_stats_to_prometheus (KvStats          *self,
           g_string_append (out, exposed);
           append_labels (out, def, sample, NULL);
           g_string_append_c (out, ' ');
-          append_float (out, sample->value);
+          kv_stats_format_value (out, sample->value);
           g_string_append_c (out, '\n');
         }
     }

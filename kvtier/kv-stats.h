@@ -55,6 +55,14 @@ guint64   kv_stats_get_histogram_count  (KvStats            *self,
                                          const char * const *label_values,
                                          gdouble            *out_sum);
 KVTIER_AVAILABLE_IN_ALL
+guint64  *kv_stats_get_histogram_buckets (KvStats            *self,
+                                          const char         *name,
+                                          const char * const *label_values,
+                                          const gdouble      *bounds,
+                                          guint               n_bounds,
+                                          guint              *out_n_counts,
+                                          gdouble            *out_sum);
+KVTIER_AVAILABLE_IN_ALL
 GVariant *kv_stats_reduce               (KvStats            *self);
 KVTIER_AVAILABLE_IN_ALL
 char     *kv_stats_to_prometheus        (KvStats            *self,

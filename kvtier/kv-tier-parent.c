@@ -7,8 +7,9 @@
 /* The KvParentManager a tier receives in serve_external_requests(). It
  * forwards every call to the manager with its origin tier excluded, so a
  * tier never promotes from itself, is not asked about its own remote
- * requests, and owns the store jobs it creates (reference §5.9). The
- * manager owns the wrapper; the wrapper only points back (weakly). */
+ * requests, and owns the store jobs and pin leases it creates (reference
+ * §5.9). The manager owns the wrapper; the wrapper only points back
+ * (weakly). */
 struct _KvTierParent
 {
   GObject parent_instance;
@@ -68,6 +69,23 @@ kv_tier_parent_create_store_job (KvParentManager  *parent,
   return job != NULL ? kv_transfer_job_ref (job) : NULL;
 }
 
+static KvPinLease *
+kv_tier_parent_pin (KvParentManager  *parent,
+                    KvKey           **keys,
+                    guint             n_keys,
+                    GError          **error)
+{
+  KvTierParent *self = KV_TIER_PARENT (parent);
+
+  if (self->manager == NULL)
+    {
+      g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED,
+                           "The tiering manager of this parent handle is gone");
+      return NULL;
+    }
+  return _kv_tiering_manager_pin (self->manager, keys, n_keys, self->origin, error);
+}
+
 static void
 kv_tier_parent_on_request_finished (KvParentManager *parent,
                                     KvRequest       *request)
@@ -85,6 +103,7 @@ kv_tier_parent_iface_init (KvParentManagerInterface *iface)
   iface->lookup = kv_tier_parent_lookup;
   iface->create_store_job = kv_tier_parent_create_store_job;
   iface->on_request_finished = kv_tier_parent_on_request_finished;
+  iface->pin = kv_tier_parent_pin;
 }
 
 static void

@@ -2,11 +2,13 @@
 #include "config.h"
 
 #include "kv-tier-registry.h"
+#include "kv-tier-registry-private.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <gmodule.h>
+#include <unistd.h>
 
 #include "kv-config-value-private.h"
 #include "kv-host-device.h"
@@ -85,9 +87,10 @@ static GHashTable *plugin_modules;   /* canonical path → KvPluginModule */
 
 typedef struct
 {
-  char  *name;
-  GType  type;
-  char  *origin;   /* plugin path, ORIGIN_BUILT_IN or ORIGIN_RUN_TIME */
+  char         *name;
+  GType         type;
+  char         *origin;   /* plugin or tier module path, ORIGIN_BUILT_IN or ORIGIN_RUN_TIME */
+  GMainContext *completion_context;  /* tier modules of main-context loaders */
 } TypeEntry;
 
 static void
@@ -95,6 +98,7 @@ type_entry_free (TypeEntry *entry)
 {
   g_free (entry->name);
   g_free (entry->origin);
+  g_clear_pointer (&entry->completion_context, g_main_context_unref);
   g_free (entry);
 }
 
@@ -117,7 +121,11 @@ type_entry_free (TypeEntry *entry)
  *   stay resident;
  * - classes written in Python or JavaScript, registered at run time with
  *   [method@Kv.TierRegistry.register_tier_type] and their GType
- *   (`MyTier.__gtype__` in Python, `MyTier.$gtype` in GJS).
+ *   (`MyTier.__gtype__` in Python, `MyTier.$gtype` in GJS);
+ * - tier modules: Python or JavaScript files that define tier classes,
+ *   loaded by [method@Kv.TierRegistry.load_tier_module] (or a `module =`
+ *   key in a configuration's `[tier NAME]` section) through a
+ *   [class@Kv.TierModuleLoader] picked by the file's extension.
  *
  * [method@Kv.TierRegistry.describe_tier_type] lists a type's configurable
  * properties by introspection, and [method@Kv.TierRegistry.create_tier]
@@ -134,6 +142,7 @@ struct _KvTierRegistry
   GHashTable *tiers;     /* name → TypeEntry */
   GHashTable *devices;   /* name → TypeEntry */
   GHashTable *modules;   /* KvPluginModule set: loaded into this registry */
+  GHashTable *loaders;   /* file extension → KvTierModuleLoader */
 
   /* While a plugin's register function runs (under plugin_modules). */
   const char *loading_path;
@@ -151,6 +160,7 @@ kv_tier_registry_finalize (GObject *object)
   g_hash_table_unref (self->devices);
   /* The modules belong to the process-wide table: never unref'd. */
   g_hash_table_unref (self->modules);
+  g_hash_table_unref (self->loaders);
   g_rec_mutex_clear (&self->lock);
 
   G_OBJECT_CLASS (kv_tier_registry_parent_class)->finalize (object);
@@ -169,6 +179,7 @@ static gboolean register_type (KvTierRegistry  *self,
                                const char      *name,
                                GType            type,
                                const char      *origin,
+                               GMainContext    *completion_context,
                                GError         **error);
 
 static void
@@ -180,8 +191,9 @@ kv_tier_registry_init (KvTierRegistry *self)
   self->devices = g_hash_table_new_full (g_str_hash, g_str_equal, NULL,
                                          (GDestroyNotify) type_entry_free);
   self->modules = g_hash_table_new (NULL, NULL);
+  self->loaders = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, g_object_unref);
 
-  register_type (self, TRUE, "host", KV_TYPE_HOST_DEVICE, ORIGIN_BUILT_IN, NULL);
+  register_type (self, TRUE, "host", KV_TYPE_HOST_DEVICE, ORIGIN_BUILT_IN, NULL, NULL);
 }
 
 /**
@@ -250,6 +262,7 @@ register_type (KvTierRegistry  *self,
                const char      *name,
                GType            type,
                const char      *origin,
+               GMainContext    *completion_context,
                GError         **error)
 {
   GType base = is_device ? KV_TYPE_DEVICE : KV_TYPE_SECONDARY_TIER;
@@ -284,6 +297,8 @@ register_type (KvTierRegistry  *self,
       entry->origin = g_strdup (origin != NULL ? origin
                                 : self->loading_path != NULL ? self->loading_path
                                 : ORIGIN_RUN_TIME);
+      if (completion_context != NULL)
+        entry->completion_context = g_main_context_ref (completion_context);
       g_hash_table_insert (table, entry->name, entry);
     }
   else if (self->loading_path != NULL && self->loading_error == NULL)
@@ -330,7 +345,7 @@ kv_tier_registry_register_tier_type (KvTierRegistry  *self,
   g_return_val_if_fail (name != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
-  return register_type (self, FALSE, name, type, NULL, error);
+  return register_type (self, FALSE, name, type, NULL, NULL, error);
 }
 
 /**
@@ -356,7 +371,7 @@ kv_tier_registry_register_device_type (KvTierRegistry  *self,
   g_return_val_if_fail (name != NULL, FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
-  return register_type (self, TRUE, name, type, NULL, error);
+  return register_type (self, TRUE, name, type, NULL, NULL, error);
 }
 
 static char **
@@ -537,14 +552,75 @@ kv_tier_registry_lookup_device_type (KvTierRegistry  *self,
   return entry.type;
 }
 
+/* An object of @entry's type constructed as configurations construct
+ * one, with no configuration and not initialized, to read the defaults it
+ * really runs with: a class may set its own when an instance is made (the
+ * fs tier's deadline-ms is 5000, the peer tier's locality remote), which
+ * its param specs do not say. NULL when none can be made on this thread: a
+ * tier module type whose tiers belong to a main context another thread
+ * owns (JavaScript). */
+static GObject *
+new_probe (KvTierRegistry  *self,
+           const TypeEntry *entry,
+           gboolean         is_device)
+{
+  g_autoptr(KvHostBuffer) buffer = kv_host_buffer_new (1, 4096, NULL);
+  g_autoptr(GMainContext) context = NULL;
+  const char *names[3];
+  GValue values[3] = { G_VALUE_INIT, G_VALUE_INIT, G_VALUE_INIT };
+  guint n = 0;
+  GObject *probe;
+
+  if (buffer == NULL)
+    return NULL;
+  if (!is_device)
+    {
+      context = kv_tier_registry_dup_completion_context (self, entry->name);
+      if (context != NULL && !g_main_context_acquire (context))
+        return NULL;
+    }
+
+  names[n] = "primary";
+  g_value_set_object (g_value_init (&values[n++], KV_TYPE_HOST_BUFFER), buffer);
+  if (!is_device)
+    {
+      names[n] = "tier-type";
+      g_value_set_string (g_value_init (&values[n++], G_TYPE_STRING), entry->name);
+    }
+  if (context != NULL)
+    {
+      names[n] = "completion-context";
+      g_value_set_boxed (g_value_init (&values[n++], G_TYPE_MAIN_CONTEXT), context);
+    }
+  probe = g_object_new_with_properties (entry->type, n, names, values);
+  for (guint i = 0; i < n; i++)
+    g_value_unset (&values[i]);
+  if (context != NULL)
+    g_main_context_release (context);
+  return probe;
+}
+
 static GVariant *
-describe_property (GParamSpec *pspec)
+describe_property (GParamSpec *pspec,
+                   GObject    *probe)
 {
   GVariantDict dict;
   g_autofree char *type = kv_config_value_describe_type (pspec);
-  g_autofree char *def = kv_config_value_to_string (pspec, g_param_spec_get_default_value (pspec));
+  g_autofree char *def = NULL;
   const char *blurb = g_param_spec_get_blurb (pspec);
   GType vtype = G_PARAM_SPEC_VALUE_TYPE (pspec);
+
+  if (probe != NULL && (pspec->flags & G_PARAM_READABLE) != 0)
+    {
+      GValue value = G_VALUE_INIT;
+
+      g_value_init (&value, vtype);
+      g_object_get_property (probe, pspec->name, &value);
+      def = kv_config_value_to_string (pspec, &value);
+      g_value_unset (&value);
+    }
+  else
+    def = kv_config_value_to_string (pspec, g_param_spec_get_default_value (pspec));
 
   g_variant_dict_init (&dict, NULL);
   g_variant_dict_insert (&dict, "name", "s", pspec->name);
@@ -611,6 +687,7 @@ describe (KvTierRegistry  *self,
   GVariantBuilder props;
   g_autoptr(GTypeClass) klass = NULL;
   g_autofree GParamSpec **pspecs = NULL;
+  g_autoptr(GObject) probe = NULL;
   guint n_pspecs;
 
   if (!lookup_entry (self, is_device, name, &entry, error))
@@ -618,11 +695,12 @@ describe (KvTierRegistry  *self,
 
   klass = g_type_class_ref (entry.type);
   pspecs = g_object_class_list_properties (G_OBJECT_CLASS (klass), &n_pspecs);
+  probe = new_probe (self, &entry, is_device);
 
   g_variant_builder_init (&props, G_VARIANT_TYPE ("aa{sv}"));
   for (guint i = 0; i < n_pspecs; i++)
     if (kv_config_value_is_configurable (pspecs[i], entry.type))
-      g_variant_builder_add_value (&props, describe_property (pspecs[i]));
+      g_variant_builder_add_value (&props, describe_property (pspecs[i], probe));
 
   g_variant_dict_init (&dict, NULL);
   g_variant_dict_insert (&dict, "name", "s", entry.name);
@@ -650,6 +728,15 @@ describe (KvTierRegistry  *self,
  * `"enum"`, `"string list"`...), `value-type` (the GType name), `default`
  * and `blurb` (strings), `construct-only` (boolean), `choices` (enums and
  * flags) and `minimum`/`maximum` (numbers, as strings).
+ *
+ * `default` is the value a tier of the type runs with when a
+ * configuration does not set the property: read from one object of the
+ * type, constructed as a configuration would construct it but without
+ * settings and not initialized (so nothing is opened or started), since a
+ * class may set defaults of its own when an instance is made (the fs tier's
+ * `deadline-ms` is 5000). For a tier module type whose tiers run on a main
+ * context another thread owns (JavaScript), it is the property's declared
+ * default.
  *
  * Returns: (transfer full): the description, or %NULL with @error set when
  *   @name is unknown
@@ -975,6 +1062,484 @@ kv_tier_registry_load_plugins (KvTierRegistry  *self,
   return TRUE;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Tier modules: files in another language that define tier classes. */
+
+/* The loader modules the registry knows by extension, as libpeas knows
+ * its python3 and gjs loaders by name. */
+static const struct {
+  const char *extension;
+  const char *loader;
+  const char *language;
+} known_loaders[] = {
+  { "py", "python", "Python" },
+  { "js", "gjs", "JavaScript" },
+  { "mjs", "gjs", "JavaScript" },
+};
+
+/* What a tier module defined: loaded once per process, then named in
+ * every registry that loads it again. */
+typedef struct
+{
+  GArray       *types;         /* GType, sorted by name */
+  GMainContext *completion_context;
+} TierModule;
+
+static void
+tier_module_free (TierModule *module)
+{
+  g_array_unref (module->types);
+  g_clear_pointer (&module->completion_context, g_main_context_unref);
+  g_free (module);
+}
+
+/* Serializes module loads, whose type discovery compares the GTypes before
+ * and after a file ran. Recursive: a module may load another. */
+static GRecMutex tier_modules_lock;
+static GHashTable *tier_modules;   /* real path → TierModule */
+
+GMainContext *
+kv_tier_registry_dup_completion_context (KvTierRegistry *self,
+                                         const char     *name)
+{
+  GMainContext *context = NULL;
+  TypeEntry *entry;
+
+  g_rec_mutex_lock (&self->lock);
+  entry = g_hash_table_lookup (self->tiers, name);
+  if (entry != NULL && entry->completion_context != NULL)
+    context = g_main_context_ref (entry->completion_context);
+  g_rec_mutex_unlock (&self->lock);
+  return context;
+}
+
+static char *
+normalize_extension (const char *extension)
+{
+  if (extension[0] == '.')
+    extension++;
+  return g_ascii_strdown (extension, -1);
+}
+
+/**
+ * kv_tier_registry_register_module_loader:
+ * @self: a registry
+ * @extension: the file extension the loader handles, with or without its
+ *   dot (`py`, `.js`); case does not matter
+ * @loader: the loader
+ * @error: return location for a #GError
+ *
+ * Makes @loader the loader of tier modules whose file name ends in
+ * @extension. Loader modules call it from their register function
+ * ([callback@Kv.PluginRegisterFunc]); a C program or a test may register
+ * a loader of its own. Registering a second loader for an extension fails.
+ *
+ * Returns: %TRUE on success; %FALSE with @error set
+ *   (%KV_TIER_REGISTRY_ERROR_DUPLICATE) when @extension has a loader
+ */
+gboolean
+kv_tier_registry_register_module_loader (KvTierRegistry      *self,
+                                         const char          *extension,
+                                         KvTierModuleLoader  *loader,
+                                         GError             **error)
+{
+  g_autofree char *ext = NULL;
+  gboolean ok = TRUE;
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), FALSE);
+  g_return_val_if_fail (extension != NULL, FALSE);
+  g_return_val_if_fail (KV_IS_TIER_MODULE_LOADER (loader), FALSE);
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  ext = normalize_extension (extension);
+  if (*ext == '\0' || strchr (ext, '/') != NULL || strchr (ext, '.') != NULL)
+    {
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_FAILED,
+                   "Invalid tier module extension '%s'", extension);
+      return FALSE;
+    }
+
+  g_rec_mutex_lock (&self->lock);
+  if (g_hash_table_contains (self->loaders, ext))
+    {
+      KvTierModuleLoader *other = g_hash_table_lookup (self->loaders, ext);
+
+      if (other != loader)
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_DUPLICATE,
+                       "Tier modules '.%s' already have a loader (%s)", ext,
+                       G_OBJECT_TYPE_NAME (other));
+          ok = FALSE;
+        }
+    }
+  else
+    g_hash_table_insert (self->loaders, g_steal_pointer (&ext), g_object_ref (loader));
+  g_rec_mutex_unlock (&self->lock);
+  return ok;
+}
+
+/**
+ * kv_tier_registry_get_loader_dirs:
+ *
+ * Lists the directories searched for tier module loaders (the loader
+ * modules of [class@Kv.TierModuleLoader]), in order: those of
+ * `KVTIER_LOADER_PATH` (colon-separated), then `$libdir/kvtier-1/loaders`.
+ *
+ * Returns: (transfer full) (array zero-terminated=1) (element-type filename):
+ *   the directories
+ */
+char **
+kv_tier_registry_get_loader_dirs (void)
+{
+  GPtrArray *dirs = g_ptr_array_new ();
+  const char *env = g_getenv ("KVTIER_LOADER_PATH");
+
+  if (env != NULL)
+    {
+      g_auto(GStrv) parts = g_strsplit (env, G_SEARCHPATH_SEPARATOR_S, -1);
+
+      for (guint i = 0; parts[i] != NULL; i++)
+        if (parts[i][0] != '\0')
+          g_ptr_array_add (dirs, g_strdup (parts[i]));
+    }
+  g_ptr_array_add (dirs, g_strdup (KVTIER_LOADERDIR));
+  g_ptr_array_add (dirs, NULL);
+  return (char **) g_ptr_array_free (dirs, FALSE);
+}
+
+/* The loader of @ext: registered, or loaded from its loader module. */
+static KvTierModuleLoader *
+find_loader (KvTierRegistry  *self,
+             const char      *path,
+             const char      *ext,
+             GError         **error)
+{
+  KvTierModuleLoader *loader;
+  const char *loader_name = NULL, *language = NULL;
+  g_autofree char *file_name = NULL;
+  g_auto(GStrv) dirs = NULL;
+  g_autoptr(GString) known = g_string_new (NULL);
+
+  g_rec_mutex_lock (&self->lock);
+  loader = g_hash_table_lookup (self->loaders, ext);
+  if (loader != NULL)
+    g_object_ref (loader);
+  g_rec_mutex_unlock (&self->lock);
+  if (loader != NULL)
+    return loader;
+
+  for (guint i = 0; i < G_N_ELEMENTS (known_loaders); i++)
+    {
+      g_string_append_printf (known, "%s.%s", known->len > 0 ? ", " : "",
+                              known_loaders[i].extension);
+      if (g_str_equal (ext, known_loaders[i].extension))
+        {
+          loader_name = known_loaders[i].loader;
+          language = known_loaders[i].language;
+        }
+    }
+  if (loader_name == NULL)
+    {
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_NO_LOADER,
+                   "Tier module “%s”: no loader for %s%s%s (tier modules are %s files)",
+                   path, *ext != '\0' ? "'." : "files without an extension",
+                   *ext != '\0' ? ext : "", *ext != '\0' ? "' files" : "", known->str);
+      return NULL;
+    }
+
+  file_name = g_strdup_printf ("libkvtier-loader-%s." G_MODULE_SUFFIX, loader_name);
+  dirs = kv_tier_registry_get_loader_dirs ();
+  for (guint d = 0; dirs[d] != NULL; d++)
+    {
+      g_autofree char *candidate = g_build_filename (dirs[d], file_name, NULL);
+      g_autoptr(GError) load_error = NULL;
+
+      if (!g_file_test (candidate, G_FILE_TEST_IS_REGULAR))
+        continue;
+      if (!load_plugin_file (self, candidate, &load_error))
+        {
+          g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_NO_LOADER,
+                       "Tier module “%s”: the %s loader cannot be loaded: %s",
+                       path, language, load_error->message);
+          return NULL;
+        }
+      g_rec_mutex_lock (&self->lock);
+      loader = g_hash_table_lookup (self->loaders, ext);
+      if (loader != NULL)
+        g_object_ref (loader);
+      g_rec_mutex_unlock (&self->lock);
+      if (loader != NULL)
+        return loader;
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_NO_LOADER,
+                   "Tier module “%s”: %s registered no loader for '.%s' files",
+                   path, candidate, ext);
+      return NULL;
+    }
+
+  {
+    g_autofree char *searched = g_strjoinv (", ", dirs);
+
+    g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_NO_LOADER,
+                 "Tier module “%s”: the %s loader (%s) is not installed; searched %s"
+                 " (KVTIER_LOADER_PATH adds directories)",
+                 path, language, file_name, searched);
+  }
+  return NULL;
+}
+
+static void
+collect_tier_types (GType       type,
+                    GHashTable *into)
+{
+  guint n_children = 0;
+  g_autofree GType *children = g_type_children (type, &n_children);
+
+  for (guint i = 0; i < n_children; i++)
+    {
+      g_hash_table_add (into, GSIZE_TO_POINTER (children[i]));
+      collect_tier_types (children[i], into);
+    }
+}
+
+static int
+compare_type_names (gconstpointer a,
+                    gconstpointer b)
+{
+  return g_strcmp0 (g_type_name (*(const GType *) a), g_type_name (*(const GType *) b));
+}
+
+/* The class name of a binding's type: its GType name without PyGObject's
+ * "module+" or GJS's "Gjs_" prefix. */
+static const char *
+class_name (GType type)
+{
+  const char *name = g_type_name (type);
+  const char *plus = strrchr (name, '+');
+
+  if (plus != NULL && plus[1] != '\0')
+    return plus + 1;
+  if (g_str_has_prefix (name, "Gjs_") && name[4] != '\0')
+    return name + 4;
+  return name;
+}
+
+/* A type name from @text: what valid_type_name() refuses becomes '_'. */
+static char *
+type_name_from (const char *text)
+{
+  char *name = g_strdup (text);
+
+  for (char *p = name; *p; p++)
+    if (!g_ascii_isalnum (*p) && *p != '-' && *p != '_' && *p != '.')
+      *p = '_';
+  return name;
+}
+
+/* Runs @real_path through its loader (once per process) and returns what
+ * it defined; NULL with @error set when it cannot be evaluated. */
+static TierModule *
+ensure_tier_module (KvTierRegistry  *self,
+                    const char      *user_path,
+                    const char      *real_path,
+                    const char      *ext,
+                    GError         **error)
+{
+  g_autoptr(KvTierModuleLoader) loader = NULL;
+  g_autoptr(GError) local_error = NULL;
+  g_autoptr(GHashTable) before = NULL;
+  g_autoptr(GHashTable) after = NULL;
+  GHashTableIter iter;
+  gpointer key;
+  TierModule *module;
+  GMainContext *context;
+
+  if (tier_modules != NULL &&
+      (module = g_hash_table_lookup (tier_modules, real_path)) != NULL)
+    return module;
+
+  loader = find_loader (self, user_path, ext, error);
+  if (loader == NULL)
+    return NULL;
+
+  before = g_hash_table_new (NULL, NULL);
+  collect_tier_types (KV_TYPE_SECONDARY_TIER, before);
+  if (!kv_tier_module_loader_load_file (loader, real_path, &local_error))
+    {
+      const char *language = kv_tier_module_loader_get_language (loader);
+
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_MODULE_FAILED,
+                   "Tier module “%s”: %s%s%s", user_path,
+                   language != NULL ? language : "", language != NULL ? ": " : "",
+                   local_error->message);
+      return NULL;
+    }
+  after = g_hash_table_new (NULL, NULL);
+  collect_tier_types (KV_TYPE_SECONDARY_TIER, after);
+
+  module = g_new0 (TierModule, 1);
+  module->types = g_array_new (FALSE, FALSE, sizeof (GType));
+  g_hash_table_iter_init (&iter, after);
+  while (g_hash_table_iter_next (&iter, &key, NULL))
+    {
+      GType type = GPOINTER_TO_SIZE (key);
+
+      if (!g_hash_table_contains (before, key) && !G_TYPE_IS_ABSTRACT (type))
+        g_array_append_val (module->types, type);
+    }
+  g_array_sort (module->types, compare_type_names);
+  context = kv_tier_module_loader_get_main_context (loader);
+  if (context != NULL)
+    module->completion_context = g_main_context_ref (context);
+
+  if (tier_modules == NULL)
+    tier_modules = g_hash_table_new_full (g_str_hash, g_str_equal, g_free,
+                                          (GDestroyNotify) tier_module_free);
+  g_hash_table_insert (tier_modules, g_strdup (real_path), module);
+  return module;
+}
+
+/**
+ * kv_tier_registry_load_tier_module:
+ * @self: a registry
+ * @path: (type filename): a Python (`.py`) or JavaScript (`.js`, `.mjs`)
+ *   file that defines tier classes; relative to the working directory
+ * @error: return location for a #GError
+ *
+ * Loads a tier module: evaluates @path with the [class@Kv.TierModuleLoader]
+ * of its extension (loading the loader module first, from
+ * [func@Kv.TierRegistry.get_loader_dirs]) and registers the concrete
+ * [class@Kv.SecondaryTier] subclasses that were defined while it ran.
+ * A file that defines one tier class registers it under the file's name
+ * without its extension (`mytier.py` → `mytier`); a file that defines
+ * several registers each as that name, a dot and its class name
+ * (`mytiers.MemTier`: the GType name without PyGObject's `module+` or
+ * GJS's `Gjs_` prefix). Characters that type names do not allow become
+ * `_`. Their origin ([method@Kv.TierRegistry.describe_tier_type]) is the
+ * file.
+ *
+ * A file is evaluated once per process: loading it again, into this or
+ * another registry, registers the same types under the same names. Tiers
+ * whose loader has a [property@Kv.TierModuleLoader:main-context] (the GJS
+ * loader) are created by [method@Kv.TierRegistry.create_tier] with that
+ * context as their [property@Kv.SecondaryTier:completion-context].
+ *
+ * Call it on the thread that will drive the tiers: a JavaScript module
+ * runs in a GJS context bound to the thread that loaded it.
+ *
+ * Returns: (transfer full) (array zero-terminated=1): the names of the
+ *   tier types the file defines, sorted; %NULL with @error set, naming the
+ *   file and the cause, when the file is missing or fails to evaluate
+ *   (%KV_TIER_REGISTRY_ERROR_MODULE_FAILED), no loader handles it
+ *   (%KV_TIER_REGISTRY_ERROR_NO_LOADER), it defines no tier class
+ *   (%KV_TIER_REGISTRY_ERROR_NO_TIER_TYPE) or a name it would take is
+ *   registered to another type (%KV_TIER_REGISTRY_ERROR_DUPLICATE)
+ */
+char **
+kv_tier_registry_load_tier_module (KvTierRegistry  *self,
+                                   const char      *path,
+                                   GError         **error)
+{
+  g_autofree char *real_path = NULL;
+  g_autofree char *base = NULL;
+  g_autofree char *ext = NULL;
+  g_autofree char *stem = NULL;
+  g_autoptr(GPtrArray) names = NULL;
+  const char *dot;
+  TierModule *module;
+  char *resolved;
+
+  g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
+  g_return_val_if_fail (path != NULL, NULL);
+  g_return_val_if_fail (error == NULL || *error == NULL, NULL);
+
+  resolved = realpath (path, NULL);
+  if (resolved == NULL)
+    {
+      int saved_errno = errno;
+
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_MODULE_FAILED,
+                   "Tier module “%s”: %s", path, g_strerror (saved_errno));
+      return NULL;
+    }
+  real_path = g_strdup (resolved);
+  free (resolved);
+  if (!g_file_test (real_path, G_FILE_TEST_IS_REGULAR))
+    {
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_MODULE_FAILED,
+                   "Tier module “%s”: not a regular file", path);
+      return NULL;
+    }
+  if (access (real_path, R_OK) != 0)
+    {
+      int saved_errno = errno;
+
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_MODULE_FAILED,
+                   "Tier module “%s”: %s", path, g_strerror (saved_errno));
+      return NULL;
+    }
+
+  /* The name the user wrote decides the extension and the type name. */
+  base = g_path_get_basename (path);
+  dot = strrchr (base, '.');
+  ext = normalize_extension (dot != NULL && dot != base ? dot + 1 : "");
+  stem = dot != NULL && dot != base ? g_strndup (base, dot - base) : g_strdup (base);
+
+  g_rec_mutex_lock (&tier_modules_lock);
+  module = ensure_tier_module (self, path, real_path, ext, error);
+  if (module == NULL)
+    {
+      g_rec_mutex_unlock (&tier_modules_lock);
+      return NULL;
+    }
+  if (module->types->len == 0)
+    {
+      g_rec_mutex_unlock (&tier_modules_lock);
+      g_set_error (error, KV_TIER_REGISTRY_ERROR, KV_TIER_REGISTRY_ERROR_NO_TIER_TYPE,
+                   "Tier module “%s” defines no tier type: no concrete Kv.SecondaryTier"
+                   " subclass was defined while it ran (a class defined by a module"
+                   " loaded earlier does not count)", path);
+      return NULL;
+    }
+
+  names = g_ptr_array_new_with_free_func (g_free);
+  for (guint i = 0; i < module->types->len; i++)
+    {
+      GType type = g_array_index (module->types, GType, i);
+      g_autofree char *name = NULL;
+      g_autoptr(GError) local_error = NULL;
+      TypeEntry *existing;
+      gboolean same;
+
+      if (module->types->len == 1)
+        name = type_name_from (stem);
+      else
+        {
+          g_autofree char *joined = g_strdup_printf ("%s.%s", stem, class_name (type));
+
+          name = type_name_from (joined);
+        }
+
+      g_rec_mutex_lock (&self->lock);
+      existing = g_hash_table_lookup (self->tiers, name);
+      same = existing != NULL && existing->type == type;
+      g_rec_mutex_unlock (&self->lock);
+      if (!same &&
+          !register_type (self, FALSE, name, type, real_path, module->completion_context,
+                          &local_error))
+        {
+          g_rec_mutex_unlock (&tier_modules_lock);
+          g_set_error (error, KV_TIER_REGISTRY_ERROR, local_error->code,
+                       "Tier module “%s”: %s", path, local_error->message);
+          return NULL;
+        }
+      g_ptr_array_add (names, g_steal_pointer (&name));
+    }
+  g_rec_mutex_unlock (&tier_modules_lock);
+
+  g_ptr_array_add (names, NULL);
+  return (char **) g_ptr_array_free (g_steal_pointer (&names), FALSE);
+}
+
 static gboolean
 collect_properties (const char      *kind,
                     const char      *type_name,
@@ -1122,6 +1687,7 @@ kv_tier_registry_create_tier (KvTierRegistry          *self,
   g_autoptr(GVariant) props = NULL;
   g_autoptr(GPtrArray) names = NULL;
   g_autoptr(GArray) values = NULL;
+  g_autoptr(GMainContext) completion_context = NULL;
   GType type;
 
   g_return_val_if_fail (KV_IS_TIER_REGISTRY (self), NULL);
@@ -1141,6 +1707,10 @@ kv_tier_registry_create_tier (KvTierRegistry          *self,
 
   new_construct_values (primary, &names, &values);
   g_value_set_string (append_value (names, values, "tier-type", G_TYPE_STRING), type_name);
+  completion_context = kv_tier_registry_dup_completion_context (self, type_name);
+  if (completion_context != NULL)
+    g_value_set_boxed (append_value (names, values, "completion-context", G_TYPE_MAIN_CONTEXT),
+                       completion_context);
   if (detector != NULL)
     g_value_set_object (append_value (names, values, "backpressure-detector",
                                       KV_TYPE_BACKPRESSURE_DETECTOR),

@@ -11,6 +11,7 @@
 #include "kv-device.h"
 #include "kv-host-buffer.h"
 #include "kv-secondary-tier.h"
+#include "kv-tier-module-loader.h"
 #include "kv-version-macros.h"
 
 G_BEGIN_DECLS
@@ -49,6 +50,12 @@ G_BEGIN_DECLS
  * @KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY: a property given to
  *   [method@Kv.TierRegistry.create_tier] is unknown, not settable, or its
  *   value is wrong.
+ * @KV_TIER_REGISTRY_ERROR_NO_LOADER: no loader handles the tier module's
+ *   file extension, or its loader module is not installed.
+ * @KV_TIER_REGISTRY_ERROR_MODULE_FAILED: the tier module cannot be read
+ *   or evaluated (a missing file, a syntax error, an exception).
+ * @KV_TIER_REGISTRY_ERROR_NO_TIER_TYPE: the tier module ran but defined no
+ *   concrete [class@Kv.SecondaryTier] subclass.
  *
  * Error codes for %KV_TIER_REGISTRY_ERROR.
  */
@@ -60,6 +67,9 @@ typedef enum {
   KV_TIER_REGISTRY_ERROR_UNKNOWN_TYPE,
   KV_TIER_REGISTRY_ERROR_INVALID_TYPE,
   KV_TIER_REGISTRY_ERROR_INVALID_PROPERTY,
+  KV_TIER_REGISTRY_ERROR_NO_LOADER,
+  KV_TIER_REGISTRY_ERROR_MODULE_FAILED,
+  KV_TIER_REGISTRY_ERROR_NO_TIER_TYPE,
 } KvTierRegistryError;
 
 KVTIER_AVAILABLE_IN_ALL
@@ -129,6 +139,18 @@ gboolean         kv_tier_registry_load_plugins          (KvTierRegistry  *self,
                                                          GError         **error);
 KVTIER_AVAILABLE_IN_ALL
 char           **kv_tier_registry_get_plugin_dirs       (void);
+
+KVTIER_AVAILABLE_IN_ALL
+gboolean         kv_tier_registry_register_module_loader (KvTierRegistry     *self,
+                                                          const char         *extension,
+                                                          KvTierModuleLoader *loader,
+                                                          GError            **error);
+KVTIER_AVAILABLE_IN_ALL
+char           **kv_tier_registry_load_tier_module      (KvTierRegistry  *self,
+                                                         const char      *path,
+                                                         GError         **error);
+KVTIER_AVAILABLE_IN_ALL
+char           **kv_tier_registry_get_loader_dirs       (void);
 
 KVTIER_AVAILABLE_IN_ALL
 KvSecondaryTier *kv_tier_registry_create_tier           (KvTierRegistry          *self,

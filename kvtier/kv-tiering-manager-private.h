@@ -3,6 +3,7 @@
 
 #include <pthread.h>
 
+#include "kv-pin-lease.h"
 #include "kv-tiering-manager.h"
 
 G_BEGIN_DECLS
@@ -29,6 +30,19 @@ KvTransferJob  *_kv_tiering_manager_create_store_job              (KvTieringMana
 void            _kv_tiering_manager_on_request_finished_excluding (KvTieringManager *self,
                                                                    KvRequest        *request,
                                                                    guint             exclude_tier);
+/* kv_tiering_manager_lookup(), telling where a promotion started: when
+ * this lookup started one, *@promoted_from is its tier's index, else
+ * KV_TIER_INDEX_NONE. */
+KvLookupResult  _kv_tiering_manager_lookup_promoting              (KvTieringManager *self,
+                                                                   KvKey            *key,
+                                                                   KvRequest        *request,
+                                                                   guint            *promoted_from);
+/* Pins the ready chunks of @keys for @tier to read (KvParentManager.pin). */
+KvPinLease     *_kv_tiering_manager_pin                           (KvTieringManager *self,
+                                                                   KvKey * const    *keys,
+                                                                   guint             n_keys,
+                                                                   guint             tier,
+                                                                   GError          **error);
 
 /* The owner thread of a manager (and of its primary tier): the first
  * thread that calls one of its serving entry points after construction.
@@ -83,6 +97,17 @@ _kv_owner_thread_check (KvOwnerThread *owner,
       return val; \
   } G_STMT_END
 
+/* What a job moves: a promotion (tier -> primary), a cascade (primary ->
+ * tier) or a store a tier serves to another node's request through its
+ * KvParentManager (primary -> the tier's peer: not written into the tier,
+ * so counted apart from cascades). */
+typedef enum
+{
+  KV_JOB_KIND_CASCADE,
+  KV_JOB_KIND_PROMOTION,
+  KV_JOB_KIND_SERVED,
+} KvJobKind;
+
 /* What the manager reports about its work, through one hook: every event
  * that vLLM's metrics count. The manager calls the hook only when it has
  * one (metrics enabled); @data is the hook's own. Label 0 is the primary
@@ -97,8 +122,8 @@ typedef struct
   /* A secondary tier's answer and how long it took. */
   void (*tier_lookup)        (gpointer data, KvRequest *request, KvKey *key, guint label,
                               KvLookupResult result, gint64 duration_us);
-  void (*job_registered)     (gpointer data, guint label, gboolean is_promotion, guint n_keys);
-  void (*job_finished)       (gpointer data, guint label, gboolean is_promotion, guint n_keys,
+  void (*job_registered)     (gpointer data, guint label, KvJobKind kind, guint n_keys);
+  void (*job_finished)       (gpointer data, guint label, KvJobKind kind, guint n_keys,
                               KvJobResult *result);
   void (*promotion_allocation_failed) (gpointer data);
   /* A request id the manager tracks already was announced again. */

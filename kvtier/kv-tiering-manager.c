@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include "kv-backpressure-admission-policy.h"
+#include "kv-job-result-private.h"
 #include "kv-metric-registry.h"
+#include "kv-pin-lease-private.h"
 #include "kv-primary-tier-private.h"
 #include "kv-secondary-tier-private.h"
 #include "kv-stats.h"
@@ -80,6 +82,7 @@ typedef struct
   gboolean lazy;      /* a promotion whose tier reserves its slots */
   gboolean reserved;  /* lazy: the tier asked for its slots (once) */
   gboolean has_slots; /* the job holds primary slots */
+  KvJobKind kind;
 } JobEntry;
 
 typedef struct
@@ -109,6 +112,7 @@ typedef struct
   GPtrArray *pending_loads;         /* PendingPromotion */
   GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
   gboolean lazy;                    /* the tier reserves its loads' slots */
+  gboolean no_cascades;             /* the tier does not accept cascaded stores */
   /* results the manager produced itself for jobs a tier refused at submit */
   GPtrArray *refused;               /* KvJobResult */
   /* the tier reports through complete_job() and the default
@@ -142,9 +146,15 @@ struct _KvTieringManager
   int wakeup_fd;
   gint wakeup_pending;      /* atomic: something was written to wakeup_fd */
 
-  /* slots of promotions failed at their deadline that the tier may still
-   * write: guint64* job id → HeldSlots, until the tier answers */
+  /* slots of jobs failed at their deadline that the tier may still touch
+   * (promotions it may write, cascades of a tier that cannot cancel
+   * stores, which it may read): guint64* job id → HeldSlots, until the
+   * tier answers */
   GHashTable *held_slots;
+
+  /* leases of chunks pinned for tiers to read (KvParentManager.pin),
+   * released from any thread: NULL until the first pin */
+  KvPinTable *pins;
 
   KvOwnerThread owner;      /* shared with the primary tier */
 
@@ -171,7 +181,8 @@ struct _KvTieringManager
 typedef struct
 {
   guint64 id;
-  GArray *slots;            /* guint32 */
+  GArray *slots;            /* guint32: a promotion's, out of use */
+  GPtrArray *pinned;        /* KvKey: a cascade's, still pinned */
 } HeldSlots;
 
 static void
@@ -179,7 +190,8 @@ held_slots_free (gpointer data)
 {
   HeldSlots *held = data;
 
-  g_array_unref (held->slots);
+  g_clear_pointer (&held->slots, g_array_unref);
+  g_clear_pointer (&held->pinned, g_ptr_array_unref);
   g_free (held);
 }
 
@@ -360,6 +372,14 @@ kv_tiering_manager_dispose (GObject *object)
     }
   g_clear_pointer (&self->jobs, g_hash_table_unref);
   g_clear_pointer (&self->requests, g_hash_table_unref);
+  if (self->pins != NULL)
+    {
+      g_autoptr(GPtrArray) left = _kv_pin_table_close (self->pins, NULL);
+
+      /* not unpinned here, where any thread may be: the leases' later
+       * releases fail cleanly */
+      g_clear_pointer (&self->pins, _kv_pin_table_unref);
+    }
   if (self->primary != NULL)
     _kv_primary_tier_set_owner (self->primary, NULL);
   if (self->metrics != NULL && self->primary != NULL)
@@ -568,7 +588,7 @@ kv_tiering_manager_class_init (KvTieringManagerClass *klass)
    * [property@Kv.TieringManager:clock]; a lookup that starts the chunk's
    * promotion starts no wait (the request's next lookup, a step later at
    * most, does), so that finding chunks in a tier costs nothing more. Each
-   * release is counted in the `kvtier:hit_pending_deadline_releases`
+   * release is counted in the `kvtier_tiering_hit_pending_deadline_releases_total`
    * metric. 0 turns the deadline off.
    */
   properties[PROP_HIT_PENDING_DEADLINE] =
@@ -673,18 +693,21 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
   slot.pending_loads = g_ptr_array_new_with_free_func (pending_promotion_free);
   slot.pending_loads_by_req = g_hash_table_new (g_str_hash, g_str_equal);
   slot.lazy = kv_secondary_tier_get_lazy_promotion_allocation (tier);
+  slot.no_cascades = !kv_secondary_tier_get_accepts_cascaded_stores (tier);
   slot.refused = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
   slot.default_drain =
     KV_SECONDARY_TIER_GET_CLASS (tier)->get_finished_jobs ==
     ((KvSecondaryTierClass *) g_type_class_peek (KV_TYPE_SECONDARY_TIER))->get_finished_jobs;
   g_array_append_val (self->tiers, slot);
-  if (self->metrics != NULL)
-    {
-      g_autofree char *label = kv_tiering_metrics_make_tier_label (self->tiers->len,
-                                                                   kv_secondary_tier_get_tier_type (tier));
+  {
+    g_autofree char *label = kv_tiering_metrics_make_tier_label (self->tiers->len,
+                                                                 kv_secondary_tier_get_tier_type (tier));
 
+    /* the tier's own families and messages use the same label */
+    kv_secondary_tier_set_metric_label (tier, label);
+    if (self->metrics != NULL)
       kv_tiering_metrics_add_label (self->metrics, label);
-    }
+  }
 
   _kv_secondary_tier_set_queued_func (tier, kv_tiering_manager_tier_queued, self);
   if (slot.lazy)
@@ -783,7 +806,7 @@ register_job (KvTieringManager *self,
               KvKey * const    *keys,
               const guint32    *chunk_ids,
               guint             n_keys,
-              gboolean          is_promotion,
+              KvJobKind         kind,
               KvRequest        *request,
               guint             tier,
               gboolean          lazy)
@@ -791,15 +814,17 @@ register_job (KvTieringManager *self,
   JobEntry *entry = g_new (JobEntry, 1);
 
   entry->id = self->next_job_id++;
-  entry->job = kv_transfer_job_new (entry->id, keys, chunk_ids, n_keys, is_promotion, request);
+  entry->job = kv_transfer_job_new (entry->id, keys, chunk_ids, n_keys,
+                                    kind == KV_JOB_KIND_PROMOTION, request);
   kv_transfer_job_set_submit_time (entry->job, kv_clock_get_time (self->clock));
   entry->tier = tier;
   entry->lazy = lazy;
   entry->reserved = FALSE;
   entry->has_slots = !lazy;
+  entry->kind = kind;
   g_hash_table_insert (self->jobs, &entry->id, entry);
   /* a lazy promotion's slots count from their reservation */
-  HOOK (self, job_registered, tier + 1, is_promotion, lazy ? 0 : n_keys);
+  HOOK (self, job_registered, tier + 1, kind, lazy ? 0 : n_keys);
   if (self->admission_iface->on_admitted != NULL)
     self->admission_iface->on_admitted (self->admission, entry->job, tier);
   return entry->job;
@@ -865,6 +890,7 @@ create_admitted_store_job (KvTieringManager  *self,
                            guint              n_keys,
                            KvRequest         *request,
                            guint              tier,
+                           KvJobKind          kind,
                            GError           **error)
 {
   guint32 stack_ids[64];
@@ -875,12 +901,12 @@ create_admitted_store_job (KvTieringManager  *self,
     chunk_ids = heap_ids = g_new (guint32, n_keys);
   if (!kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, error))
     return NULL;
-  return register_job (self, keys, chunk_ids, n_keys, FALSE, request, tier, FALSE);
+  return register_job (self, keys, chunk_ids, n_keys, kind, request, tier, FALSE);
 }
 
-/* A tier's own store (KvParentManager): asks the admission policy first; a
- * refusal pins nothing and consumes no job id, and the tier answers its
- * peer with a miss. */
+/* A tier's own store (KvParentManager): asks the admission policy first,
+ * as a store to @tier (vLLM's create_store_job); a refusal pins nothing
+ * and consumes no job id, and the tier answers its peer with a miss. */
 KvTransferJob *
 _kv_tiering_manager_create_store_job (KvTieringManager  *self,
                                       KvKey * const     *keys,
@@ -894,11 +920,8 @@ _kv_tiering_manager_create_store_job (KvTieringManager  *self,
 
   g_return_val_if_fail (tier < self->tiers->len, NULL);
 
-  if (self->admission_iface->should_admit_external != NULL &&
-      !self->admission_iface->should_admit_external (self->admission,
-                                                     terminate_keys (keys, n_keys, room,
-                                                                     G_N_ELEMENTS (room), &heap),
-                                                     tier))
+  if (!policy_admits (self, terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap),
+                      tier, FALSE))
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
                    "The admission policy (%s) refused a store of %u chunks to tier #%u (%s); "
@@ -907,7 +930,80 @@ _kv_tiering_manager_create_store_job (KvTieringManager  *self,
                    kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier));
       return NULL;
     }
-  return create_admitted_store_job (self, keys, n_keys, request, tier, error);
+  return create_admitted_store_job (self, keys, n_keys, request, tier, KV_JOB_KIND_SERVED, error);
+}
+
+/* Pins the ready keys of @keys for @tier (KvParentManager.pin): all at
+ * once when every key is ready, else one by one. No admission, no job: a
+ * lease is not a transfer into a tier. The served-store metrics count it
+ * as one served job. */
+KvPinLease *
+_kv_tiering_manager_pin (KvTieringManager  *self,
+                         KvKey * const     *keys,
+                         guint              n_keys,
+                         guint              tier,
+                         GError           **error)
+{
+  guint32 *chunk_ids;
+  KvPinLease *lease;
+  guint n_pinned = 0;
+
+  g_return_val_if_fail (tier < self->tiers->len, NULL);
+  OWNER_SERVE (self, NULL);
+
+  if (self->shut_down)
+    {
+      g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED,
+                           "Cannot pin chunks: the tiering manager was shut down");
+      return NULL;
+    }
+
+  chunk_ids = g_new (guint32, MAX (n_keys, 1));
+  if (n_keys > 0 && kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, NULL))
+    n_pinned = n_keys;
+  else
+    for (guint i = 0; i < n_keys; i++)
+      if (kv_primary_tier_prepare_read (self->primary, &keys[i], 1, &chunk_ids[i], NULL))
+        n_pinned++;
+      else
+        chunk_ids[i] = G_MAXUINT32;
+
+  if (self->pins == NULL)
+    self->pins = _kv_pin_table_new (self->clock, kv_tiering_manager_tier_queued, self);
+  lease = _kv_pin_table_add (self->pins, tier, keys, chunk_ids, n_keys);
+  if (n_pinned > 0)
+    HOOK (self, job_registered, tier + 1, KV_JOB_KIND_SERVED, n_pinned);
+  return lease;
+}
+
+/* Unpins the chunks of a lease taken from the table (owner thread). */
+static void
+unpin_lease (KvTieringManager *self,
+             KvPinLease       *lease)
+{
+  guint n_pinned;
+  KvKey **pinned = _kv_pin_lease_get_pinned (lease, &n_pinned);
+
+  if (n_pinned == 0)
+    return;
+  kv_primary_tier_complete_load (self->primary, pinned, n_pinned);
+  if (self->hooks != NULL)
+    {
+      g_autoptr(KvJobResult) result = kv_job_result_new (0, _kv_pin_lease_get_success (lease));
+
+      kv_job_result_set_transfer_time (result, _kv_pin_lease_get_held_time (lease));
+      self->hooks->job_finished (self->hooks_data, _kv_pin_lease_get_tier (lease) + 1,
+                                 KV_JOB_KIND_SERVED, n_pinned, result);
+    }
+}
+
+static void
+unpin_released_leases (KvTieringManager *self)
+{
+  g_autoptr(GPtrArray) released = _kv_pin_table_take_released (self->pins);
+
+  for (guint i = 0; released != NULL && i < released->len; i++)
+    unpin_lease (self, released->pdata[i]);
 }
 
 static void
@@ -921,14 +1017,18 @@ submit_store_job (KvTieringManager *self,
     refuse_job (self, tier, job, error);
 }
 
-/* Whether @tier takes a cascade of @keys: an open circuit breaker or the
- * admission policy may drop it, and a dropped store consumes no job id and
- * pins nothing (reference §6.5; the tier or the policy counts the drop). */
+/* Whether @tier takes a cascade of @keys: a tier that does not accept
+ * cascaded stores never does (nothing asked, nothing counted); an open
+ * circuit breaker or the admission policy may drop it, and a dropped store
+ * consumes no job id and pins nothing (reference §6.5; the tier or the
+ * policy counts the drop). */
 static gboolean
 cascade_admitted (KvTieringManager *self,
                   KvKey * const    *terminated,
                   guint             tier)
 {
+  if (tier_slot (self, tier)->no_cascades)
+    return FALSE;
   if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
     return FALSE;
   return policy_admits (self, terminated, tier, FALSE);
@@ -946,7 +1046,7 @@ cascade_admitted_to_tier (KvTieringManager *self,
   g_autoptr(GError) error = NULL;
   KvTransferJob *job;
 
-  job = create_admitted_store_job (self, keys, n_keys, request, tier, &error);
+  job = create_admitted_store_job (self, keys, n_keys, request, tier, KV_JOB_KIND_CASCADE, &error);
   if (job == NULL)
     {
       g_warning ("Cannot cascade %u chunks of request %s to tier #%u (%s): %s",
@@ -1010,8 +1110,8 @@ complete_store_and_cascade (KvTieringManager *self,
     {
       for (guint i = 0; i < n_admitted; i++)
         submit_store_job (self, admitted[i],
-                          register_job (self, keys, chunk_ids, n_keys, FALSE, request, admitted[i],
-                                        FALSE));
+                          register_job (self, keys, chunk_ids, n_keys, KV_JOB_KIND_CASCADE, request,
+                                        admitted[i], FALSE));
       return;
     }
 
@@ -1020,22 +1120,36 @@ complete_store_and_cascade (KvTieringManager *self,
     cascade_admitted_to_tier (self, keys, n_keys, request, admitted[i]);
 }
 
+/* Applies a load's result to the primary tier: its landed keys become
+ * readable, the others are dropped. A result that breaks the partial-load
+ * rule (KvJobResult) is a tier bug: trusting it could mark foreign slots
+ * ready, so the whole job fails. */
 static void
 complete_promotion (KvTieringManager *self,
+                    guint             tier,
                     KvTransferJob    *job,
                     KvJobResult      *result)
 {
   guint n_keys, n_ok;
   KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-  KvKey * const *ok;
+  KvKey * const *ok = kv_job_result_get_successful_keys (result, &n_ok);
+  const char *why = NULL;
+
+  if (!_kv_job_result_follows_load_rule (result, job, &why))
+    {
+      g_critical ("Tier #%u (%s) reported load job %" G_GUINT64_FORMAT " with a result that "
+                  "breaks the partial-load rule (%s); the whole job is treated as failed",
+                  tier + 1, kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier),
+                  kv_transfer_job_get_id (job), why);
+      kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
+      return;
+    }
 
   if (kv_job_result_get_success (result))
     {
       kv_primary_tier_complete_store (self->primary, keys, n_keys, TRUE);
       return;
     }
-
-  ok = kv_job_result_get_successful_keys (result, &n_ok);
   if (n_ok == 0)
     {
       kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
@@ -1043,34 +1157,19 @@ complete_promotion (KvTieringManager *self,
     }
 
   {
-    g_autoptr(GHashTable) landed = g_hash_table_new (kv_key_hash, kv_key_equal);
-    g_autoptr(GPtrArray) good = g_ptr_array_sized_new (n_ok);
-    g_autoptr(GPtrArray) bad = g_ptr_array_sized_new (n_keys);
+    g_autofree KvKey **bad = g_new (KvKey *, n_keys - n_ok);
+    guint n_bad = 0;
 
-    for (guint i = 0; i < n_keys; i++)
-      g_hash_table_add (landed, keys[i]);
-    for (guint i = 0; i < n_ok; i++)
+    /* the landed keys are a subsequence of the job's, in its order */
+    for (guint k = 0, j = 0; k < n_keys; k++)
       {
-        /* A tier may only report keys of the job as landed: anything else
-         * is a tier bug, and trusting it would mark foreign slots ready. */
-        if (!g_hash_table_remove (landed, ok[i]))
-          {
-            g_autofree char *hex = kv_key_to_string (ok[i]);
-
-            g_warning ("Job %" G_GUINT64_FORMAT " reported key %s as loaded, but it is not "
-                       "a key of the job; treating the whole promotion as failed",
-                       kv_transfer_job_get_id (job), hex);
-            kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
-            return;
-          }
-        g_ptr_array_add (good, ok[i]);
+        if (j < n_ok && kv_key_equal (ok[j], keys[k]))
+          j++;
+        else
+          bad[n_bad++] = keys[k];
       }
-    for (guint i = 0; i < n_keys; i++)
-      if (g_hash_table_contains (landed, keys[i]))
-        g_ptr_array_add (bad, keys[i]);
-
-    kv_primary_tier_complete_store (self->primary, (KvKey **) good->pdata, good->len, TRUE);
-    kv_primary_tier_complete_store (self->primary, (KvKey **) bad->pdata, bad->len, FALSE);
+    kv_primary_tier_complete_store (self->primary, ok, n_ok, TRUE);
+    kv_primary_tier_complete_store (self->primary, bad, n_bad, FALSE);
   }
 }
 
@@ -1105,9 +1204,9 @@ process_result (KvTieringManager *self,
   lazy = entry->lazy;
   reserved = entry->reserved;
   has_slots = entry->has_slots;
-  g_hash_table_remove (self->jobs, &id);
-  HOOK (self, job_finished, tier + 1, kv_transfer_job_is_promotion (job),
+  HOOK (self, job_finished, tier + 1, entry->kind,
         has_slots ? kv_transfer_job_get_n_keys (job) : 0, result);
+  g_hash_table_remove (self->jobs, &id);
   if (self->admission_iface->on_completed != NULL)
     self->admission_iface->on_completed (self->admission, job, tier, result);
 
@@ -1138,6 +1237,7 @@ process_result (KvTieringManager *self,
       HeldSlots *held = g_new (HeldSlots, 1);
 
       held->id = id;
+      held->pinned = NULL;
       held->slots = g_array_sized_new (FALSE, FALSE, sizeof (guint32), n_keys);
       g_array_set_size (held->slots, n_keys);
       g_array_set_size (held->slots,
@@ -1147,7 +1247,23 @@ process_result (KvTieringManager *self,
     }
   else if (kv_transfer_job_is_promotion (job))
     {
-      complete_promotion (self, job, result);
+      complete_promotion (self, tier, job, result);
+    }
+  else if (!kv_job_result_get_success (result) && _kv_secondary_tier_hold_slots (slot->tier, id))
+    {
+      /* Failed at its deadline by a tier that cannot call a store back:
+       * it may still read the slots and publish what they hold, so they
+       * keep the job's bytes (stay pinned) until the tier answers. */
+      guint n_keys;
+      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
+      HeldSlots *held = g_new (HeldSlots, 1);
+
+      held->id = id;
+      held->slots = NULL;
+      held->pinned = g_ptr_array_new_full (n_keys, (GDestroyNotify) kv_key_unref);
+      for (guint i = 0; i < n_keys; i++)
+        g_ptr_array_add (held->pinned, kv_key_ref (keys[i]));
+      g_hash_table_insert (self->held_slots, &held->id, held);
     }
   else
     {
@@ -1162,7 +1278,20 @@ process_result (KvTieringManager *self,
   kv_transfer_job_unref (job);
 }
 
-/* The tier answered loads it had been failed for at their deadline: their
+/* Frees (a promotion's) or unpins (a cascade's) slots held for a job
+ * failed at its deadline. */
+static void
+release_held (KvTieringManager *self,
+              HeldSlots        *held)
+{
+  if (held->slots != NULL)
+    _kv_primary_tier_free_slots (self->primary, (guint32 *) held->slots->data, held->slots->len);
+  if (held->pinned != NULL)
+    kv_primary_tier_complete_load (self->primary, (KvKey * const *) held->pinned->pdata,
+                                   held->pinned->len);
+}
+
+/* The tier answered jobs it had been failed for at their deadline: their
  * slots may be used again. */
 static void
 release_held_slots (KvTieringManager *self,
@@ -1177,7 +1306,7 @@ release_held_slots (KvTieringManager *self,
 
       if (held == NULL)
         continue;
-      _kv_primary_tier_free_slots (self->primary, (guint32 *) held->slots->data, held->slots->len);
+      release_held (self, held);
       g_hash_table_remove (self->held_slots, &ids[i]);
     }
 }
@@ -1186,6 +1315,9 @@ static void
 process_finished_jobs (KvTieringManager *self)
 {
   kv_tiering_manager_clear_wakeup (self);
+
+  if (self->pins != NULL && _kv_pin_table_has_released (self->pins))
+    unpin_released_leases (self);
 
   for (guint i = 0; i < self->tiers->len; i++)
     {
@@ -1658,6 +1790,44 @@ kv_tiering_manager_lookup (KvTieringManager *self,
   return lookup_one (self, key, request, KV_TIER_INDEX_NONE);
 }
 
+/* The connector's lookup: where a promotion started, from the manager that
+ * chose the tier, rather than by asking the tiers again. A chunk this
+ * request promotes is the last key of its pending promotion from that
+ * tier (promotions are submitted at the step's end); only a pending
+ * answer is looked at, so the lookup path itself is unchanged. */
+KvLookupResult
+_kv_tiering_manager_lookup_promoting (KvTieringManager *self,
+                                      KvKey            *key,
+                                      KvRequest        *request,
+                                      guint            *promoted_from)
+{
+  KvLookupResult result;
+
+  *promoted_from = KV_TIER_INDEX_NONE;
+  g_return_val_if_fail (IS_MANAGER (self), KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (IS_REQUEST (request), KV_LOOKUP_RESULT_MISS);
+  g_return_val_if_fail (!self->shut_down, KV_LOOKUP_RESULT_MISS);
+  OWNER_SERVE (self, KV_LOOKUP_RESULT_MISS);
+
+  result = lookup_one (self, key, request, KV_TIER_INDEX_NONE);
+  if (result != KV_LOOKUP_RESULT_HIT_PENDING)
+    return result;
+  for (guint i = 0; i < self->tiers->len; i++)
+    {
+      PendingPromotion *p = g_hash_table_lookup (tier_slot (self, i)->pending_loads_by_req,
+                                                 kv_request_get_id (request));
+
+      if (p != NULL && p->keys->len > 0 &&
+          kv_key_equal (g_ptr_array_index (p->keys, p->keys->len - 1), key))
+        {
+          *promoted_from = i;
+          break;
+        }
+    }
+  return result;
+}
+
 /**
  * kv_tiering_manager_lookup_many: (skip)
  * @self: a manager
@@ -1715,7 +1885,7 @@ flush_pending_promotions (KvTieringManager *self)
           KvTransferJob *job;
 
           job = register_job (self, (KvKey **) p->keys->pdata, (guint32 *) p->chunk_ids->data,
-                              p->keys->len, TRUE, p->request, i, slot->lazy);
+                              p->keys->len, KV_JOB_KIND_PROMOTION, p->request, i, slot->lazy);
           if (!kv_secondary_tier_submit_load (slot->tier, job, &error))
             refuse_job (self, i, job, error);
         }
@@ -2282,7 +2452,8 @@ kv_tiering_manager_on_schedule_end (KvTieringManager *self,
  * thread.
  *
  * Returns: %TRUE while jobs are in flight, request-level cascades are
- *   parked, or a tier has work of its own: the engine must keep stepping
+ *   parked, a released [class@Kv.PinLease] waits to be unpinned, or a tier
+ *   has work of its own: the engine must keep stepping
  */
 gboolean
 kv_tiering_manager_has_pending_work (KvTieringManager *self)
@@ -2290,7 +2461,8 @@ kv_tiering_manager_has_pending_work (KvTieringManager *self)
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
   OWNER_SERVE (self, FALSE);
 
-  if (g_hash_table_size (self->jobs) > 0 || self->n_parked_requests > 0)
+  if (g_hash_table_size (self->jobs) > 0 || self->n_parked_requests > 0 ||
+      (self->pins != NULL && _kv_pin_table_has_released (self->pins)))
     return TRUE;
   for (guint i = 0; i < self->tiers->len; i++)
     if (kv_secondary_tier_has_pending_work (tier_slot (self, i)->tier))
@@ -2384,9 +2556,8 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
     {
       g_autoptr(KvStats) policy_stats = kv_admission_policy_get_stats (self->admission);
 
+      /* the first one holds every series, at zero */
       stats = kv_tiering_metrics_take_stats (self->metrics);
-      if (!self->started)
-        kv_tiering_metrics_add_every_series (self->metrics, stats);
       if (policy_stats != NULL)
         kv_stats_aggregate (stats, policy_stats);
     }
@@ -2410,8 +2581,9 @@ kv_tiering_manager_get_stats (KvTieringManager *self)
  * @error: return location for an error
  *
  * Builds the definitions of every metric the manager and its tiers report:
- * vLLM's `vllm:kv_offload_tiering_*` metrics with the reference's
- * histogram buckets, the admission policy's
+ * the manager's own ([method@Kv.MetricRegistry.add_manager_metrics]:
+ * vLLM's `vllm:kv_offload_tiering_*` with the reference's histogram
+ * buckets, and kvtier's `kvtier_tiering_*`), the admission policy's
  * ([method@Kv.AdmissionPolicy.register_metrics]), then each tier class's own
  * ([vfunc@Kv.SecondaryTier.register_metrics]).
  *
@@ -2457,7 +2629,8 @@ kv_tiering_manager_create_metric_registry (KvTieringManager  *self,
  * dropped; finished requests are finalized, active ones kept with no store
  * in flight; the admission policy is reset last (the default one resets
  * the backpressure detectors). Secondary tiers keep their
- * data. Blocks while the tiers drain.
+ * data. Blocks while the tiers drain. Fails with %KV_TIER_ERROR_BUSY while
+ * a [class@Kv.PinLease] is held after the drain (its slots may be read).
  *
  * Returns: %TRUE on success; on error the primary tier is left untouched
  */
@@ -2492,9 +2665,17 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
   if (g_hash_table_size (self->held_slots) > 0)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
-                   "reset_cache: a tier has not answered %u loads failed at their deadline, "
-                   "and may still write their primary slots",
+                   "reset_cache: a tier has not answered %u jobs failed at their deadline, "
+                   "and may still touch their primary slots",
                    g_hash_table_size (self->held_slots));
+      return FALSE;
+    }
+  if (self->pins != NULL && _kv_pin_table_get_n_held (self->pins) > 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
+                   "reset_cache: %u pin leases (KvParentManager.pin) are still held, and "
+                   "their primary slots may still be read",
+                   _kv_pin_table_get_n_held (self->pins));
       return FALSE;
     }
   if (g_hash_table_size (self->jobs) > 0)
@@ -2559,7 +2740,9 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
  * @error: return location for an error
  *
  * Shuts every tier down (each reports its remaining jobs first), then
- * applies the last results so no primary pin is left. A tier that fails to
+ * applies the last results so no primary pin is left: the chunks of a
+ * [class@Kv.PinLease] not released by then are unpinned (with a warning),
+ * and its later release fails with %KV_TIER_ERROR_CLOSED. A tier that fails to
  * shut down does not stop the others; the last such failure is returned,
  * and the primary buffer stays mapped while that tier holds it, since the
  * tier may still touch it. Calling it again does nothing.
@@ -2598,7 +2781,37 @@ kv_tiering_manager_shutdown (KvTieringManager  *self,
     }
 
   process_finished_jobs (self);
+  /* Nothing takes a slot any more: a cascade a tier never answered leaves
+   * no pin behind. */
+  {
+    GHashTableIter iter;
+    gpointer value;
+
+    g_hash_table_iter_init (&iter, self->held_slots);
+    while (g_hash_table_iter_next (&iter, NULL, &value))
+      {
+        HeldSlots *held = value;
+
+        if (held->pinned == NULL)
+          continue;
+        kv_primary_tier_complete_load (self->primary, (KvKey * const *) held->pinned->pdata,
+                                       held->pinned->len);
+        g_hash_table_iter_remove (&iter);
+      }
+  }
   self->shut_down = TRUE;
+  if (self->pins != NULL)
+    {
+      guint n_unreleased = 0;
+      g_autoptr(GPtrArray) left = _kv_pin_table_close (self->pins, &n_unreleased);
+
+      if (n_unreleased > 0)
+        g_warning ("%u pin leases (KvParentManager.pin) were not released before the "
+                   "manager shut down; their chunks are unpinned now, and releasing them "
+                   "later fails", n_unreleased);
+      for (guint i = 0; left != NULL && i < left->len; i++)
+        unpin_lease (self, left->pdata[i]);
+    }
 
   if (last_error != NULL)
     {

@@ -38,9 +38,16 @@ G_BEGIN_DECLS
 #define KV_METRIC_BACKPRESSURE_STORES_DROPPED   "vllm:kv_offload_tiering_backpressure_stores_dropped"
 #define KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED   "vllm:kv_offload_tiering_backpressure_blocks_dropped"
 
-/* kvtier's own, without labels: HIT_PENDING chunks released to recompute
- * at the manager's hit-pending-deadline. */
-#define KV_METRIC_HIT_PENDING_RELEASES          "kvtier:hit_pending_deadline_releases"
+/* kvtier's own (doc/metrics.md). HIT_PENDING chunks released to
+ * recompute at the manager's hit-pending-deadline (no labels). */
+#define KV_METRIC_HIT_PENDING_RELEASES          "kvtier_tiering_hit_pending_deadline_releases"
+/* Store jobs a tier served to another node's request (KvParentManager):
+ * vLLM counts them as cascades into the tier; kvtier counts them here,
+ * labelled ("tier",) as the vLLM families. */
+#define KV_METRIC_SERVED_BYTES                  "kvtier_tiering_served_bytes"
+#define KV_METRIC_SERVED_TIME                   "kvtier_tiering_served_seconds"
+#define KV_METRIC_SERVED_JOB_FAILURES           "kvtier_tiering_served_job_failures"
+#define KV_METRIC_ACTIVE_SERVED_JOBS            "kvtier_tiering_active_served_jobs"
 
 /* The tiering manager's metrics tracker (reference §9). Owner thread only;
  * not a GObject (the manager owns exactly one). Label index 0 is the
@@ -106,13 +113,15 @@ void              kv_tiering_metrics_on_request_allocated   (KvTieringMetrics   
 /* Drops the request's lookup state (finalization). */
 void              kv_tiering_metrics_on_request_finished    (KvTieringMetrics       *m,
                                                              const char             *request_id);
+/* @kind: KV_JOB_KIND_SERVED jobs are counted in the kvtier_tiering_served_*
+ * families, not as cascades. */
 void              kv_tiering_metrics_on_job_registered      (KvTieringMetrics       *m,
                                                              guint                   label_index,
-                                                             gboolean                is_promotion,
+                                                             KvJobKind               kind,
                                                              guint                   n_chunks);
 void              kv_tiering_metrics_on_job_finished        (KvTieringMetrics       *m,
                                                              guint                   label_index,
-                                                             gboolean                is_promotion,
+                                                             KvJobKind               kind,
                                                              guint                   n_chunks,
                                                              KvJobResult            *result);
 void              kv_tiering_metrics_on_promotion_allocation_failure (KvTieringMetrics *m);
@@ -121,7 +130,8 @@ void              kv_tiering_metrics_on_promotion_reserved  (KvTieringMetrics   
                                                              guint                   label_index,
                                                              guint                   n_chunks);
 void              kv_tiering_metrics_on_hit_pending_released (KvTieringMetrics      *m);
-/* Everything since the last call, plus the per-tier gauges (always). */
+/* Everything since the last call, plus the per-tier gauges (always); the
+ * first call also every series at zero (kv_tiering_metrics_add_every_series()). */
 KvStats          *kv_tiering_metrics_take_stats             (KvTieringMetrics       *m);
 /* Adds every series of every label to @stats at zero where @stats has none
  * (counters +0, empty histograms), so that a scrape before the first
@@ -134,7 +144,8 @@ gboolean          kv_tiering_metrics_is_idle                (KvTieringMetrics   
 G_GNUC_INTERNAL
 extern const KvTieringManagerHooks kv_tiering_metrics_hooks;
 
-/* Adds every definition above, with the reference's histogram buckets. */
+/* Adds every definition above, with the reference's histogram buckets
+ * (kv_metric_registry_add_manager_metrics()). */
 gboolean          kv_tiering_metrics_register               (KvMetricRegistry       *registry,
                                                              GError                **error);
 

@@ -43,19 +43,34 @@ typedef struct
   /* hits counted through a primary stamp: one query, one hit and a 0 s
    * sync-delay sample each, folded into the above when stats are taken */
   guint64 stamped_hits;
-  /* jobs in flight */
-  guint64 active_promotions;
-  guint64 active_cascades;
+  /* jobs in flight, by KvJobKind */
+  guint64 active_jobs[3];
   guint64 write_chunks;   /* primary slots being written by promotions */
-  guint64 read_chunks;    /* primary slots being read by cascades */
-  /* bytes and transfer time of finished jobs, [0] cascades (write), [1]
-   * promotions (read): summed here per job and folded into the stats when
-   * they are taken, so that a job probes no table of them */
-  gdouble moved_bytes[2];
-  gdouble moved_time[2];
-  gboolean has_moved_bytes[2];
-  gboolean has_moved_time[2];
+  guint64 read_chunks;    /* primary slots being read by cascades and served stores */
+  /* bytes and transfer time of finished jobs, by KvJobKind: summed here per
+   * job and folded into the stats when they are taken, so that a job
+   * probes no table of them */
+  gdouble moved_bytes[3];
+  gdouble moved_time[3];
+  gboolean has_moved_bytes[3];
+  gboolean has_moved_time[3];
 } LabelState;
+
+/* The families of each job kind's moved bytes and time and failures. */
+static const struct
+{
+  const char *bytes;
+  const char *time;
+  const char *failures;
+  const char *active;
+} job_families[3] = {
+  [KV_JOB_KIND_CASCADE] = { KV_METRIC_WRITE_BYTES, KV_METRIC_WRITE_TIME,
+                            KV_METRIC_CASCADE_JOB_FAILURES, KV_METRIC_ACTIVE_CASCADE_JOBS },
+  [KV_JOB_KIND_PROMOTION] = { KV_METRIC_READ_BYTES, KV_METRIC_READ_TIME,
+                              KV_METRIC_PROMOTION_JOB_FAILURES, KV_METRIC_ACTIVE_PROMOTION_JOBS },
+  [KV_JOB_KIND_SERVED] = { KV_METRIC_SERVED_BYTES, KV_METRIC_SERVED_TIME,
+                           KV_METRIC_SERVED_JOB_FAILURES, KV_METRIC_ACTIVE_SERVED_JOBS },
+};
 
 /* Finished requests' states kept for the next new requests, so that a
  * steady stream of requests allocates nothing here. */
@@ -125,6 +140,7 @@ struct _KvTieringMetrics
   KvRequest    *last_request;
   RequestState *last_state;
   KvStats      *pending;       /* job and backpressure metrics */
+  gboolean      every_series_sent;
 };
 
 char *
@@ -701,31 +717,27 @@ kv_tiering_metrics_on_request_finished (KvTieringMetrics *m,
 void
 kv_tiering_metrics_on_job_registered (KvTieringMetrics *m,
                                       guint             label_index,
-                                      gboolean          is_promotion,
+                                      KvJobKind         kind,
                                       guint             n_chunks)
 {
   LabelState *ls;
 
   g_return_if_fail (m != NULL);
   g_return_if_fail (label_index < m->n_labels);
+  g_return_if_fail (kind <= KV_JOB_KIND_SERVED);
 
   ls = &m->label_state[label_index];
-  if (is_promotion)
-    {
-      ls->active_promotions += 1;
-      ls->write_chunks += n_chunks;
-    }
+  ls->active_jobs[kind] += 1;
+  if (kind == KV_JOB_KIND_PROMOTION)
+    ls->write_chunks += n_chunks;
   else
-    {
-      ls->active_cascades += 1;
-      ls->read_chunks += n_chunks;
-    }
+    ls->read_chunks += n_chunks;
 }
 
 void
 kv_tiering_metrics_on_job_finished (KvTieringMetrics *m,
                                     guint             label_index,
-                                    gboolean          is_promotion,
+                                    KvJobKind         kind,
                                     guint             n_chunks,
                                     KvJobResult      *result)
 {
@@ -734,10 +746,11 @@ kv_tiering_metrics_on_job_finished (KvTieringMetrics *m,
   gboolean success;
   gdouble transfer_time;
   guint n_moved = 0;
-  guint dir = is_promotion ? 1 : 0;
+  guint64 *chunks;
 
   g_return_if_fail (m != NULL);
   g_return_if_fail (label_index < m->n_labels);
+  g_return_if_fail (kind <= KV_JOB_KIND_SERVED);
   g_return_if_fail (result != NULL);
 
   ls = &m->label_state[label_index];
@@ -745,41 +758,30 @@ kv_tiering_metrics_on_job_finished (KvTieringMetrics *m,
   success = kv_job_result_get_success (result);
   transfer_time = kv_job_result_get_transfer_time (result);
 
-  if (is_promotion)
-    {
-      g_return_if_fail (ls->active_promotions > 0 && ls->write_chunks >= n_chunks);
-      ls->active_promotions -= 1;
-      ls->write_chunks -= n_chunks;
-    }
-  else
-    {
-      g_return_if_fail (ls->active_cascades > 0 && ls->read_chunks >= n_chunks);
-      ls->active_cascades -= 1;
-      ls->read_chunks -= n_chunks;
-    }
+  chunks = kind == KV_JOB_KIND_PROMOTION ? &ls->write_chunks : &ls->read_chunks;
+  g_return_if_fail (ls->active_jobs[kind] > 0 && *chunks >= n_chunks);
+  ls->active_jobs[kind] -= 1;
+  *chunks -= n_chunks;
 
   if (!success)
-    kv_stats_increase_counter (m->pending,
-                               is_promotion ? KV_METRIC_PROMOTION_JOB_FAILURES
-                                            : KV_METRIC_CASCADE_JOB_FAILURES,
-                               1, labels);
+    kv_stats_increase_counter (m->pending, job_families[kind].failures, 1, labels);
 
   /* Bytes count what landed: every chunk of a successful job, or the
    * successful keys of a partially failed promotion. The tier's transfer
    * time goes with those bytes only, so bytes / time stays a throughput. */
   if (success)
     n_moved = n_chunks;
-  else if (is_promotion && kv_job_result_has_successful_keys (result))
+  else if (kind == KV_JOB_KIND_PROMOTION && kv_job_result_has_successful_keys (result))
     kv_job_result_get_successful_keys (result, &n_moved);
   else
     return;
 
-  ls->moved_bytes[dir] += (gdouble) n_moved * m->chunk_size;
-  ls->has_moved_bytes[dir] = TRUE;
+  ls->moved_bytes[kind] += (gdouble) n_moved * m->chunk_size;
+  ls->has_moved_bytes[kind] = TRUE;
   if (transfer_time >= 0.0)
     {
-      ls->moved_time[dir] += transfer_time;
-      ls->has_moved_time[dir] = TRUE;
+      ls->moved_time[kind] += transfer_time;
+      ls->has_moved_time[kind] = TRUE;
     }
 }
 
@@ -818,6 +820,11 @@ kv_tiering_metrics_take_stats (KvTieringMetrics *m)
   g_return_val_if_fail (m != NULL, NULL);
 
   stats = kv_stats_take (m->pending);
+  if (!m->every_series_sent)
+    {
+      kv_tiering_metrics_add_every_series (m, stats);
+      m->every_series_sent = TRUE;
+    }
 
   for (guint i = 0; i < m->n_labels; i++)
     {
@@ -851,14 +858,12 @@ kv_tiering_metrics_take_stats (KvTieringMetrics *m)
 
       /* the sums start from 0 as the counters of a fresh stats object do,
        * so the values are those of adding each job to the counter */
-      for (guint p = 0; p < 2; p++)
+      for (guint p = 0; p < G_N_ELEMENTS (job_families); p++)
         {
           if (ls->has_moved_bytes[p])
-            kv_stats_increase_counter (stats, p ? KV_METRIC_READ_BYTES : KV_METRIC_WRITE_BYTES,
-                                       ls->moved_bytes[p], labels);
+            kv_stats_increase_counter (stats, job_families[p].bytes, ls->moved_bytes[p], labels);
           if (ls->has_moved_time[p])
-            kv_stats_increase_counter (stats, p ? KV_METRIC_READ_TIME : KV_METRIC_WRITE_TIME,
-                                       ls->moved_time[p], labels);
+            kv_stats_increase_counter (stats, job_families[p].time, ls->moved_time[p], labels);
           ls->moved_bytes[p] = ls->moved_time[p] = 0.0;
           ls->has_moved_bytes[p] = ls->has_moved_time[p] = FALSE;
         }
@@ -873,8 +878,8 @@ kv_tiering_metrics_take_stats (KvTieringMetrics *m)
       kv_stats_set_gauge (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC,
                           m->n_primary_chunks > 0 ? (gdouble) ls->read_chunks / m->n_primary_chunks : 0.0,
                           labels);
-      kv_stats_set_gauge (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, ls->active_promotions, labels);
-      kv_stats_set_gauge (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, ls->active_cascades, labels);
+      for (guint k = 0; k < G_N_ELEMENTS (job_families); k++)
+        kv_stats_set_gauge (stats, job_families[k].active, ls->active_jobs[k], labels);
     }
 
   return stats;
@@ -887,6 +892,7 @@ kv_tiering_metrics_add_every_series (KvTieringMetrics *m,
   static const char * const counters[] = {
     KV_METRIC_READ_BYTES, KV_METRIC_READ_TIME, KV_METRIC_WRITE_BYTES, KV_METRIC_WRITE_TIME,
     KV_METRIC_PROMOTION_JOB_FAILURES, KV_METRIC_CASCADE_JOB_FAILURES,
+    KV_METRIC_SERVED_BYTES, KV_METRIC_SERVED_TIME, KV_METRIC_SERVED_JOB_FAILURES,
     KV_METRIC_CHUNK_QUERIES, KV_METRIC_CHUNK_HITS,
   };
   static const guint64 no_sync[N_SYNC_BUCKETS + 1] = { 0 };
@@ -920,7 +926,9 @@ kv_tiering_metrics_is_idle (KvTieringMetrics *m)
     {
       const LabelState *ls = &m->label_state[i];
 
-      if (ls->active_promotions != 0 || ls->active_cascades != 0 ||
+      if (ls->active_jobs[KV_JOB_KIND_CASCADE] != 0 ||
+          ls->active_jobs[KV_JOB_KIND_PROMOTION] != 0 ||
+          ls->active_jobs[KV_JOB_KIND_SERVED] != 0 ||
           ls->write_chunks != 0 || ls->read_chunks != 0)
         return FALSE;
     }
@@ -936,6 +944,7 @@ kv_tiering_metrics_register (KvMetricRegistry  *registry,
   g_return_val_if_fail (KV_IS_METRIC_REGISTRY (registry), FALSE);
   g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
 
+  /* vLLM's TieringOffloadingMetrics: names exactly as vLLM defines them */
   return
     kv_metric_registry_add_histogram (registry, KV_METRIC_LOOKUP_SYNC_DELAY,
                                       "Time a tier took to answer one chunk lookup, in seconds",
@@ -951,7 +960,8 @@ kv_tiering_metrics_register (KvMetricRegistry  *registry,
                                     "Seconds a secondary tier spent promoting chunks into the "
                                     "primary tier", tier, error) &&
     kv_metric_registry_add_counter (registry, KV_METRIC_WRITE_BYTES,
-                                    "Bytes cascaded from the primary tier into a secondary tier",
+                                    "Bytes cascaded from the primary tier into a secondary tier "
+                                    "(not those served to other nodes)",
                                     tier, error) &&
     kv_metric_registry_add_counter (registry, KV_METRIC_WRITE_TIME,
                                     "Seconds a secondary tier spent storing cascaded chunks",
@@ -971,7 +981,8 @@ kv_tiering_metrics_register (KvMetricRegistry  *registry,
                                   "tier's promotions", tier, error) &&
     kv_metric_registry_add_gauge (registry, KV_METRIC_PRIMARY_READ_USAGE_PERC,
                                   "Fraction of the primary tier's slots being read by a tier's "
-                                  "cascades (a slot read by two tiers counts twice)", tier, error) &&
+                                  "cascades and served stores (a slot read by two tiers counts "
+                                  "twice)", tier, error) &&
     kv_metric_registry_add_counter (registry, KV_METRIC_PROMOTION_ALLOCATION_FAILURES,
                                     "Promotions not started because the primary tier had no "
                                     "free slot", NULL, error) &&
@@ -979,9 +990,22 @@ kv_tiering_metrics_register (KvMetricRegistry  *registry,
                                   "Promotion jobs in flight", tier, error) &&
     kv_metric_registry_add_gauge (registry, KV_METRIC_ACTIVE_CASCADE_JOBS,
                                   "Cascade jobs in flight", tier, error) &&
+    /* kvtier's own */
     kv_metric_registry_add_counter (registry, KV_METRIC_HIT_PENDING_RELEASES,
                                     "Chunks a request stopped waiting for at the manager's "
-                                    "hit-pending-deadline (it recomputed them)", NULL, error);
+                                    "hit-pending-deadline (it recomputed them)", NULL, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_SERVED_BYTES,
+                                    "Bytes a tier served from the primary tier to another "
+                                    "node's request (not written into the tier)", tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_SERVED_TIME,
+                                    "Seconds a tier spent serving chunks to other nodes' "
+                                    "requests", tier, error) &&
+    kv_metric_registry_add_counter (registry, KV_METRIC_SERVED_JOB_FAILURES,
+                                    "Store jobs serving another node's request that failed",
+                                    tier, error) &&
+    kv_metric_registry_add_gauge (registry, KV_METRIC_ACTIVE_SERVED_JOBS,
+                                  "Store jobs serving other nodes' requests in flight",
+                                  tier, error);
 }
 
 /* ---- the manager's hook -------------------------------------------------- */
@@ -1008,22 +1032,22 @@ hook_tier_lookup (gpointer        data,
 }
 
 static void
-hook_job_registered (gpointer data,
-                     guint    label,
-                     gboolean is_promotion,
-                     guint    n_keys)
+hook_job_registered (gpointer  data,
+                     guint     label,
+                     KvJobKind kind,
+                     guint     n_keys)
 {
-  kv_tiering_metrics_on_job_registered (data, label, is_promotion, n_keys);
+  kv_tiering_metrics_on_job_registered (data, label, kind, n_keys);
 }
 
 static void
 hook_job_finished (gpointer     data,
                    guint        label,
-                   gboolean     is_promotion,
+                   KvJobKind    kind,
                    guint        n_keys,
                    KvJobResult *result)
 {
-  kv_tiering_metrics_on_job_finished (data, label, is_promotion, n_keys, result);
+  kv_tiering_metrics_on_job_finished (data, label, kind, n_keys, result);
 }
 
 static void

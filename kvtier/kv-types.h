@@ -19,7 +19,11 @@ G_BEGIN_DECLS
  * @KV_LOOKUP_RESULT_HIT: the chunk is present and readable now.
  * @KV_LOOKUP_RESULT_HIT_PENDING: the chunk is present but not readable yet (a
  *   write or promotion is in flight). Count it as a hit for the prefix, but
- *   defer the request.
+ *   defer the request and look the chunk up again in a later step: the
+ *   answer then is %KV_LOOKUP_RESULT_HIT, or %KV_LOOKUP_RESULT_MISS when the
+ *   promotion failed or, with lazy promotion allocation, found no room in
+ *   the primary tier when its load started (the request recomputes the
+ *   chunk). It is not a promise that the chunk will be loaded.
  * @KV_LOOKUP_RESULT_RETRY: the location is not known yet (an asynchronous
  *   lookup is in flight). Not a hit; ask again in a later step.
  *

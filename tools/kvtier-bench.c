@@ -2,14 +2,13 @@
 #include "config.h"
 
 #include "kvtier-tool.h"
+#include "kvtier-workload.h"
+#include "kvtier-fleet.h"
 
-#include <errno.h>
-#include <ftw.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <json-glib/json-glib.h>
@@ -86,6 +85,26 @@ typedef struct
   guint       n;
 } StoreJob;
 
+/* How progress is shown: a bar redrawn in place on a terminal, plain lines
+ * every PROGRESS_LINE_NS elsewhere (a log, a CI job), or nothing. */
+typedef enum {
+  PROGRESS_NONE,
+  PROGRESS_BAR,
+  PROGRESS_LINES,
+} ProgressKind;
+
+#define PROGRESS_LINE_NS (5 * G_GINT64_CONSTANT (1000000000))
+
+typedef struct
+{
+  ProgressKind kind;
+  GMutex       lock;      /* the bar, against log lines from other threads */
+  GString     *bar;       /* the bar on screen now (empty: none), NULL after the run */
+} Progress;
+
+/* One per process: the log writer outlives the run. */
+static Progress progress_state;
+
 typedef struct
 {
   /* options */
@@ -114,7 +133,9 @@ typedef struct
   char     *plot_path;
   gboolean  no_verify;
   gboolean  no_progress;
+  char     *progress_mode;   /* --progress: auto, always or never */
   gboolean  quiet;
+  char    **tier_modules;
 
   /* setup */
   ToolWorkload      *workload;
@@ -131,6 +152,7 @@ typedef struct
   guint              n_tiers;
   char             **tier_names;
   KvSecondaryTier  **tiers;
+  GMainContext      *completion_context; /* where module tiers complete (JavaScript) */
   gsize              chunk_bytes;
   gsize              slot_size;
   guint              bpc;
@@ -190,16 +212,8 @@ typedef struct
   gint64   last_sample_ns;
   gint64   last_progress_ns;
   GPtrArray *samples;
+  Progress *progress;
 } Bench;
-
-static gint64
-now_ns (void)
-{
-  struct timespec ts;
-
-  clock_gettime (CLOCK_MONOTONIC, &ts);
-  return (gint64) ts.tv_sec * G_GINT64_CONSTANT (1000000000) + ts.tv_nsec;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Chunks and the device prefix cache */
@@ -219,19 +233,9 @@ intern_chunk (Bench   *b,
 
   if (chunk == NULL)
     {
-      g_autoptr(GChecksum) checksum = g_checksum_new (G_CHECKSUM_SHA256);
-      char decimal[24];
-      guint8 digest[32];
-      gsize len = sizeof digest;
-
-      /* The key of a trace block: SHA-256 of its decimal id. */
-      g_snprintf (decimal, sizeof decimal, "%" G_GUINT64_FORMAT, id);
-      g_checksum_update (checksum, (const guchar *) decimal, -1);
-      g_checksum_get_digest (checksum, digest, &len);
-
       chunk = g_new0 (Chunk, 1);
       chunk->id = id;
-      chunk->key = kv_key_new (digest, len, 0);
+      chunk->key = tool_workload_chunk_key (id);
       chunk->slot = -1;
       chunk->link.data = chunk;
       g_hash_table_insert (b->by_id, &chunk->id, chunk);
@@ -580,9 +584,9 @@ try_schedule (Bench *b,
   if (!kv_prefix_lookup_is_complete (lookup))
     {
       if (req->deferrals++ == 0)
-        req->first_deferred_ns = now_ns ();
+        req->first_deferred_ns = tool_now_ns ();
       b->deferrals++;
-      if (now_ns () - req->first_deferred_ns < MAX_DEFER_NS)
+      if (tool_now_ns () - req->first_deferred_ns < MAX_DEFER_NS)
         return DEFERRED;
       /* Waited long enough: load what is there, compute the rest. */
       b->deferral_timeouts++;
@@ -796,27 +800,30 @@ collect_stats (Bench *b)
 }
 
 /* The failure counters of a tier, found by the last part of their metric
- * name in whatever its stats hold: vLLM's job failures (labelled
- * "<i>:<type>") and the tier's own counters (the fs tier's
- * kvtier:fs_no_space … labelled with its type) and the base class's
- * (kvtier:tier_deadline_failures, kvtier:tier_late_completions), wherever
- * a counter moves, as long as its name ends the same way. */
+ * name in whatever its stats hold (every family labelled with the tier's
+ * "<i>:<type>"): vLLM's job failures, the tier's own counters (the fs
+ * tier's kvtier_fs_no_space_errors …) and the base class's
+ * (kvtier_tier_deadline_failures, kvtier_tier_breaker_openings …), as
+ * long as its name ends the same way. */
 typedef struct
 {
   const char *key;        /* JSON member */
   const char *label;      /* in the table */
   const char *suffixes[4];
+  gboolean    sum;        /* add the counters up (distinct things) */
 } FailureKind;
 
 static const FailureKind failure_kinds[] = {
   { "failed_stores", "failed stores", { "cascade_job_failures", NULL } },
   { "failed_loads", "failed loads", { "promotion_job_failures", NULL } },
-  { "no_space", "ENOSPC", { "no_space", NULL } },
+  { "no_space", "ENOSPC", { "no_space_errors", NULL } },
   { "io_errors", "I/O errors", { "io_errors", NULL } },
   { "evictions", "evictions", { "evicted_chunks", "evictions", NULL } },
   { "corrupt_chunks", "corrupt chunks", { "corrupt_chunks", NULL } },
-  { "breaker_openings", "breaker openings", { "breaker_trips", "breaker_openings", "breaker_opened", NULL } },
-  { "timeouts", "timeouts", { "timeouts", "deadline_failures", NULL } },
+  /* the tier's own breaker, and those of its servers or peers
+   * (kvtier_redis_node_breaker_openings, kvtier_peer_breaker_openings) */
+  { "breaker_openings", "breaker openings", { "breaker_openings", NULL }, TRUE },
+  { "timeouts", "timeouts", { "deadline_failures", NULL } },
   { "late_completions", "late completions", { "late_completions", NULL } },
 };
 
@@ -828,15 +835,15 @@ name_ends_with_part (const char *name,
 {
   gsize len = strlen (name), slen = strlen (suffix);
 
-  /* the whole last part: "kvtier:fs_no_space" ends with "no_space" after
-   * a '_' or ':' */
+  /* the whole last part: "kvtier_fs_no_space_errors" ends with
+   * "no_space_errors" after a '_' or ':' */
   return len > slen && g_str_has_suffix (name, suffix) &&
          (name[len - slen - 1] == '_' || name[len - slen - 1] == ':');
 }
 
 /* Each failure kind of tier @t: the largest of the counters that name it
- * (the fs tier's kvtier:fs_timeouts mirrors the base class's
- * kvtier:tier_deadline_failures; summing would count each job twice). */
+ * (two tiers' counters may count the same thing), or their sum for the
+ * kinds that add up (breakers: the tier's and each server's). */
 static void
 tier_failures (Bench   *b,
                guint    t,
@@ -870,7 +877,7 @@ tier_failures (Bench   *b,
       for (guint k = 0; k < N_FAILURE_KINDS; k++)
         for (guint s = 0; failure_kinds[k].suffixes[s] != NULL; s++)
           if (name_ends_with_part (name, failure_kinds[k].suffixes[s]))
-            out[k] = MAX (out[k], (guint64) value);
+            out[k] = failure_kinds[k].sum ? out[k] + (guint64) value : MAX (out[k], (guint64) value);
     }
 }
 
@@ -969,6 +976,29 @@ hit_rate (Bench *b)
   return b->lookups > 0 ? 100.0 * (b->lookups - b->misses) / b->lookups : 0.0;
 }
 
+/* The log writer of a run: a log line (a tier's message, from any
+ * thread) goes above the progress bar, which is drawn again below it. */
+static GLogWriterOutput
+write_log_above_bar (GLogLevelFlags   level,
+                     const GLogField *fields,
+                     gsize            n_fields,
+                     gpointer         data)
+{
+  Progress *progress = data;
+  GLogWriterOutput output;
+
+  g_mutex_lock (&progress->lock);
+  if (progress->bar != NULL && progress->bar->len > 0)
+    fputs ("\r\033[K", stderr);
+  fflush (stderr);
+  output = g_log_writer_default (level, fields, n_fields, NULL);
+  if (progress->bar != NULL && progress->bar->len > 0)
+    fputs (progress->bar->str, stderr);
+  fflush (stderr);
+  g_mutex_unlock (&progress->lock);
+  return output;
+}
+
 static void
 show_progress (Bench    *b,
                gint64    now,
@@ -977,19 +1007,47 @@ show_progress (Bench    *b,
   guint total = b->reqs->len;
   guint done = b->n_done + b->n_skipped;
   gdouble elapsed = (now - b->start_ns) / 1e9;
-  char bar[31];
-  guint filled = total > 0 ? (guint) ((guint64) done * 30 / total) : 30;
+  guint pct = total > 0 ? (guint) ((guint64) done * 100 / total) : 100;
+  gdouble rate = elapsed > 0 ? done / elapsed : 0.0;
+  Progress *progress = b->progress;
 
-  for (guint k = 0; k < 30; k++)
-    bar[k] = k < filled ? '#' : '.';
-  bar[30] = '\0';
-  fprintf (stderr, "\r  [%s] %3u%%  %u/%u requests  %.0f req/s  hit rate %.1f %%  ",
-           bar, total > 0 ? (guint) ((guint64) done * 100 / total) : 100, done, total,
-           elapsed > 0 ? done / elapsed : 0.0, hit_rate (b));
-  if (final)
-    fprintf (stderr, "\r\033[K");
-  fflush (stderr);
   b->last_progress_ns = now;
+  if (progress->kind == PROGRESS_LINES)
+    {
+      /* plain lines, whole and timed, for logs */
+      g_mutex_lock (&progress->lock);
+      fprintf (stderr, "kvtier bench: %s%.0f s: %3u %%  %u/%u requests  %.0f req/s  hit rate "
+               "%.1f %%\n", final ? "done at " : "", elapsed, pct, done, total, rate, hit_rate (b));
+      fflush (stderr);
+      g_mutex_unlock (&progress->lock);
+      return;
+    }
+  if (progress->kind != PROGRESS_BAR)
+    return;
+
+  g_mutex_lock (&progress->lock);
+  if (progress->bar == NULL)
+    progress->bar = g_string_new (NULL);
+  if (final)
+    {
+      g_string_truncate (progress->bar, 0);
+      fputs ("\r\033[K", stderr);
+    }
+  else
+    {
+      char bar[31];
+      guint filled = total > 0 ? (guint) ((guint64) done * 30 / total) : 30;
+
+      for (guint k = 0; k < 30; k++)
+        bar[k] = k < filled ? '#' : '.';
+      bar[30] = '\0';
+      g_string_printf (progress->bar, "  [%s] %3u%%  %u/%u requests  %.0f req/s  hit rate %.1f %%  ",
+                       bar, pct, done, total, rate, hit_rate (b));
+      fputs ("\r", stderr);
+      fputs (progress->bar->str, stderr);
+    }
+  fflush (stderr);
+  g_mutex_unlock (&progress->lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1058,16 +1116,20 @@ static gboolean
 run (Bench   *b,
      GError **error)
 {
-  gboolean progress = !b->no_progress && !b->quiet && isatty (STDERR_FILENO);
+  gboolean progress = b->progress->kind != PROGRESS_NONE;
+  gint64 progress_every = b->progress->kind == PROGRESS_BAR ? 100 * G_GINT64_CONSTANT (1000000)
+                                                             : PROGRESS_LINE_NS;
   guint64 idle_steps = 0;
 
-  b->start_ns = now_ns ();
+  b->start_ns = tool_now_ns ();
   b->last_sample_ns = b->start_ns;
   take_sample (b, b->start_ns);
+  if (progress)
+    show_progress (b, b->start_ns, FALSE);
 
   while (!interrupted)
     {
-      gint64 step_start = now_ns ();
+      gint64 step_start = tool_now_ns ();
       guint completions;
       guint admitted = 0;
       gboolean stop_admitting = FALSE;
@@ -1080,6 +1142,9 @@ run (Bench   *b,
       b->step_computed = 0;
       g_ptr_array_set_size (b->new_ids, 0);
 
+      if (b->completion_context != NULL)
+        while (g_main_context_iteration (b->completion_context, FALSE))
+          ;
       completions = drain_device (b);
       refill_waiting (b);
 
@@ -1154,7 +1219,7 @@ run (Bench   *b,
         g_debug ("step %" G_GUINT64_FORMAT ": %u scheduled, %" G_GUINT64_FORMAT " manager lookups,"
                  " manager %.3f ms, step %.3f ms, %u waiting, %u free device slots%s",
                  b->steps, admitted, b->step_lookups, b->step_mgr_ns / 1e6,
-                 (now_ns () - step_start) / 1e6, b->waiting.length, b->free_slots->len,
+                 (tool_now_ns () - step_start) / 1e6, b->waiting.length, b->free_slots->len,
                  stop_admitting ? ", admission stopped" : "");
       if (b->step_lookups > 0)
         {
@@ -1162,10 +1227,10 @@ run (Bench   *b,
           g_array_append_val (b->busy_lookups, b->step_lookups);
         }
 
-      now = now_ns ();
+      now = tool_now_ns ();
       if (now - b->last_sample_ns >= 200 * G_GINT64_CONSTANT (1000000))
         take_sample (b, now);
-      if (progress && now - b->last_progress_ns >= 100 * G_GINT64_CONSTANT (1000000))
+      if (progress && now - b->last_progress_ns >= progress_every)
         show_progress (b, now, FALSE);
 
       if (!work_left (b))
@@ -1180,7 +1245,7 @@ run (Bench   *b,
         }
     }
 
-  b->end_ns = now_ns ();
+  b->end_ns = tool_now_ns ();
   b->manager_lookups = kv_connector_get_n_manager_lookups (b->connector);
   b->lookup_ns_total = (gint64) (kv_connector_get_lookup_time (b->connector) * 1e9);
   take_sample (b, b->end_ns);
@@ -1196,22 +1261,6 @@ run (Bench   *b,
 
 /* ------------------------------------------------------------------------ */
 /* Setup */
-
-static int
-remove_entry (const char        *path,
-              const struct stat *sb,
-              int                flag,
-              struct FTW        *ftw)
-{
-  return remove (path);
-}
-
-static void
-remove_tree (const char *root)
-{
-  if (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
-    g_printerr ("kvtier: could not remove %s: %s\n", root, g_strerror (errno));
-}
 
 static gboolean
 set (KvConfig    *config,
@@ -1244,6 +1293,7 @@ build_config (Bench   *b,
   guint64 chunk_size = b->chunk_size, gpu_size = 0, primary_size = 0, tier_size = 0;
   gboolean have_chunk = b->chunk_size_text != NULL;
   gboolean have_gpu = b->gpu_size_text != NULL;
+  g_autofree char *slot_text = NULL;
   gboolean overhead = b->lookups_per_step > 0;
   char text[64];
 
@@ -1263,8 +1313,22 @@ build_config (Bench   *b,
       b->config = kv_config_new_from_file (b->registry, b->config_path, error);
       if (b->config == NULL)
         return FALSE;
-      /* Without --chunk-size a chunk fills the configuration's slot. */
-      if (!have_chunk)
+      /* Without --chunk-size a chunk fills the configuration's slot; a
+       * configuration that sets no slot-size keeps the bench's chunk size
+       * rather than the library's default slot (2 MiB), which would make
+       * every chunk eight times larger and a tier sized for the bench's
+       * chunks hold an eighth as many. */
+      if (!have_chunk &&
+          (slot_text = kv_config_get_value (b->config, "primary", "slot-size")) == NULL)
+        {
+          g_autofree char *size_text = tool_format_size (chunk_size);
+
+          g_printerr ("kvtier bench: %s sets no [primary] slot-size: chunks are %s, the"
+                      " bench's default (set slot-size or --chunk-size to change it)\n",
+                      b->config_path, size_text);
+          have_chunk = TRUE;
+        }
+      else if (!have_chunk)
         {
           chunk_size = kv_config_get_slot_size (b->config);
           if (!have_gpu)
@@ -1397,7 +1461,8 @@ setup (Bench   *b,
   g_auto(GStrv) names = NULL;
   KvHostBuffer *buffer;
 
-  if (!build_config (b, error))
+  if (!tool_load_tier_modules (b->registry, b->tier_modules, error) ||
+      !build_config (b, error))
     return FALSE;
 
   b->manager = kv_config_create_manager (b->config, error);
@@ -1446,6 +1511,10 @@ setup (Bench   *b,
           return FALSE;
         }
       b->tiers[t] = kv_tiering_manager_get_tier (b->manager, t);
+      /* a tier whose jobs complete from main-loop callbacks (a JavaScript
+       * tier module): each step iterates that context */
+      if (b->completion_context == NULL)
+        g_object_get (b->tiers[t], "completion-context", &b->completion_context, NULL);
     }
   b->hits = g_new0 (guint64, n_sources (b));
 
@@ -1472,7 +1541,7 @@ static void
 teardown (Bench *b)
 {
   g_autoptr(GError) error = NULL;
-  gint64 t0 = now_ns ();
+  gint64 t0 = tool_now_ns ();
 
   if (b->connector != NULL)
     {
@@ -1490,7 +1559,7 @@ teardown (Bench *b)
       if (b->manager != NULL && !kv_tiering_manager_shutdown (b->manager, &error))
         g_printerr ("kvtier: manager shutdown: %s\n", error->message);
     }
-  g_debug ("shutdown took %.2f s", (now_ns () - t0) / 1e9);
+  g_debug ("shutdown took %.2f s", (tool_now_ns () - t0) / 1e9);
 
   g_clear_pointer (&b->reqs, g_ptr_array_unref);
   g_clear_pointer (&b->load_jobs, g_hash_table_unref);
@@ -1513,14 +1582,16 @@ teardown (Bench *b)
   g_clear_error (&b->failure);
   g_free (b->hits);
   g_free (b->tiers);
+  g_clear_pointer (&b->completion_context, g_main_context_unref);
   g_strfreev (b->tier_names);
+  g_strfreev (b->tier_modules);
   g_clear_object (&b->registry);
   g_clear_pointer (&b->workload, tool_workload_free);
   if (b->temp_root != NULL)
     {
-      t0 = now_ns ();
-      remove_tree (b->temp_root);
-      g_debug ("removing %s took %.2f s", b->temp_root, (now_ns () - t0) / 1e9);
+      t0 = tool_now_ns ();
+      tool_remove_tree (b->temp_root);
+      g_debug ("removing %s took %.2f s", b->temp_root, (tool_now_ns () - t0) / 1e9);
     }
   g_free (b->temp_root);
   g_free (b->tier_note);
@@ -1534,6 +1605,11 @@ teardown (Bench *b)
   g_free (b->json_path);
   g_free (b->plot_path);
   g_free (b->backpressure);
+  g_free (b->progress_mode);
+  g_mutex_lock (&b->progress->lock);
+  if (b->progress->bar != NULL)
+    g_string_free (g_steal_pointer (&b->progress->bar), TRUE);
+  g_mutex_unlock (&b->progress->lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1634,24 +1710,16 @@ source_name (Bench *b,
   return b->tier_names[source - SOURCE_TIER0];
 }
 
+/* What is run on what, printed before the run starts. */
 static void
-print_report (Bench         *b,
-              const Summary *s)
+print_header (Bench *b)
 {
   g_autofree char *chunk = tool_format_size (b->chunk_bytes);
   g_autofree char *dev = tool_format_size ((guint64) b->n_dev_slots * b->chunk_bytes);
   g_autofree char *prim = tool_format_size ((guint64) kv_primary_tier_get_n_slots (b->primary) * b->slot_size);
   g_autofree char *slot = tool_format_size (b->slot_size);
-  g_autofree char *p50 = format_duration_ns (s->p50_ns);
-  g_autofree char *p99 = format_duration_ns (s->p99_ns);
-  g_autofree char *prompt = format_tokens (b->tokens_prompt);
-  g_autofree char *computed = format_tokens (b->tokens_computed);
-  g_autofree char *saved = format_tokens (b->tokens_offload);
-  g_autofree char *without = format_tokens (b->tokens_computed + b->tokens_offload);
-  g_autofree guint64 *bytes = g_new0 (guint64, n_paths (b));
   GString *tiers = g_string_new (NULL);
 
-  path_bytes (b, bytes);
   for (guint t = 0; t < b->n_tiers; t++)
     {
       const char *type = kv_secondary_tier_get_tier_type (b->tiers[t]);
@@ -1669,13 +1737,30 @@ print_report (Bench         *b,
   printf ("  tiers    %s\n", tiers->len > 0 ? tiers->str : "none");
   if (b->tier_note != NULL)
     printf ("  note     %s\n", b->tier_note);
+  printf ("  requests %u", b->reqs->len);
   if (b->lookups_per_step > 0)
-    printf ("  steps    %" G_GUINT64_FORMAT " (about %d chunk lookups each)\n",
-            b->steps, b->lookups_per_step);
+    printf (", steps of about %d chunk lookups\n", b->lookups_per_step);
   else
-    printf ("  steps    %" G_GUINT64_FORMAT " (up to %d requests scheduled per step)\n",
-            b->steps, b->batch);
+    printf (", up to %d scheduled per step\n", b->batch);
   printf ("\n");
+  fflush (stdout);
+  g_string_free (tiers, TRUE);
+}
+
+static void
+print_report (Bench         *b,
+              const Summary *s)
+{
+  g_autofree char *p50 = format_duration_ns (s->p50_ns);
+  g_autofree char *p99 = format_duration_ns (s->p99_ns);
+  g_autofree char *prompt = format_tokens (b->tokens_prompt);
+  g_autofree char *computed = format_tokens (b->tokens_computed);
+  g_autofree char *saved = format_tokens (b->tokens_offload);
+  g_autofree char *without = format_tokens (b->tokens_computed + b->tokens_offload);
+  g_autofree guint64 *bytes = g_new0 (guint64, n_paths (b));
+
+  path_bytes (b, bytes);
+  printf ("  %-28s %12" G_GUINT64_FORMAT "\n", "steps", b->steps);
 
   printf ("  %-28s %12u", "requests", b->n_done);
   if (b->n_skipped > 0)
@@ -1754,7 +1839,6 @@ print_report (Bench         *b,
     printf ("  %-28s %" G_GUINT64_FORMAT " (a prefix still on its way; %" G_GUINT64_FORMAT
             " gave up after %.0f s)\n", "deferred schedulings", b->deferrals,
             b->deferral_timeouts, MAX_DEFER_NS / 1e9);
-  g_string_free (tiers, TRUE);
 }
 
 /* The schema is documented in doc/bench.md; add fields, never change one. */
@@ -1947,6 +2031,7 @@ tool_bench (int    argc,
     .seed = 1,
     .batch = 8,
     .prefill_rate = 300000,
+    .progress = &progress_state,
   };
   Bench *b = &bench;
   g_autoptr(GOptionContext) context = NULL;
@@ -2004,10 +2089,19 @@ tool_bench (int    argc,
       "Draw hit rates and tier traffic over time (.svg or .png)", "FILE" },
     { "no-verify", 0, 0, G_OPTION_ARG_NONE, &b->no_verify,
       "Do not check loaded chunks byte for byte", NULL },
-    { "no-progress", 0, 0, G_OPTION_ARG_NONE, &b->no_progress, "No progress bar", NULL },
+    { "progress", 0, 0, G_OPTION_ARG_STRING, &b->progress_mode,
+      "Progress on stderr: auto (a bar on a terminal, a plain line every 5 s elsewhere;"
+      " none with --quiet), always, or never (default auto)", "WHEN" },
+    { "no-progress", 0, 0, G_OPTION_ARG_NONE, &b->no_progress, "The same as --progress=never", NULL },
     { "quiet", 'q', 0, G_OPTION_ARG_NONE, &b->quiet, "Print no table (with --json)", NULL },
+    TOOL_TIER_MODULE_OPTION (&b->tier_modules),
     { NULL }
   };
+
+  /* --nodes: a fleet of nodes, simulated by kvtier-fleet.c */
+  for (int i = 1; i < argc; i++)
+    if (g_str_equal (argv[i], "--nodes") || g_str_has_prefix (argv[i], "--nodes="))
+      return tool_bench_fleet (argc, argv);
 
   context = g_option_context_new ("- replay requests through device, primary and tiers");
   g_option_context_set_summary (context,
@@ -2038,6 +2132,16 @@ tool_bench (int    argc,
   if (b->backpressure != NULL && b->config_path != NULL)
     USAGE_ERROR (context, "--backpressure sets the default tier's; with --config,"
                              " set it in the file");
+  if (b->progress_mode != NULL && !g_str_equal (b->progress_mode, "auto") &&
+      !g_str_equal (b->progress_mode, "always") && !g_str_equal (b->progress_mode, "never"))
+    USAGE_ERROR (context, "--progress must be auto, always or never, not '%s'", b->progress_mode);
+  if (b->no_progress && b->progress_mode != NULL && !g_str_equal (b->progress_mode, "never"))
+    USAGE_ERROR (context, "--no-progress and --progress=%s contradict each other", b->progress_mode);
+  if (b->no_progress || g_strcmp0 (b->progress_mode, "never") == 0 ||
+      (b->quiet && g_strcmp0 (b->progress_mode, "always") != 0))
+    b->progress->kind = PROGRESS_NONE;
+  else
+    b->progress->kind = isatty (STDERR_FILENO) ? PROGRESS_BAR : PROGRESS_LINES;
   if (b->lookups_per_step > 0)
     b->no_device_cache = TRUE;
   if (b->plot_path != NULL && !g_str_has_suffix (b->plot_path, ".svg") &&
@@ -2112,9 +2216,16 @@ tool_bench (int    argc,
   signal (SIGINT, on_interrupt);
   signal (SIGTERM, on_interrupt);
 
-  setup_ns = now_ns ();
+  /* log lines of the tiers (any thread) go to stderr, above the progress
+   * bar; stdout is the report's */
+  g_log_writer_default_set_use_stderr (TRUE);
+  g_log_set_writer_func (write_log_above_bar, b->progress, NULL);
+
+  setup_ns = tool_now_ns ();
   ok = setup (b, &error);
-  g_debug ("setup took %.2f s", (now_ns () - setup_ns) / 1e9);
+  g_debug ("setup took %.2f s", (tool_now_ns () - setup_ns) / 1e9);
+  if (ok && !b->quiet)
+    print_header (b);
   if (!ok || !run (b, &error))
     {
       g_printerr ("kvtier: %s\n", error->message);

@@ -1,12 +1,12 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
+#include "kvtier-drawing.h"
 #include "kvtier-tool.h"
 
 #include <math.h>
 
-#include <cairo.h>
-#include <cairo-svg.h>
+#include <gio/gio.h>
 
 /* `kvtier bench --plot`: two panels over the run's time axis. Top: where
  * the chunks looked up in each interval came from (stacked shares). Bottom:
@@ -18,47 +18,6 @@
 #define RIGHT 200.0
 #define TOP 50.0
 #define PANEL_GAP 70.0
-
-static const double palette[][3] = {
-  { 0.12, 0.47, 0.71 }, { 1.00, 0.50, 0.05 }, { 0.17, 0.63, 0.17 },
-  { 0.84, 0.15, 0.16 }, { 0.58, 0.40, 0.74 }, { 0.55, 0.34, 0.29 },
-  { 0.89, 0.47, 0.76 }, { 0.50, 0.50, 0.50 }, { 0.74, 0.74, 0.13 },
-  { 0.09, 0.75, 0.81 },
-};
-
-static void
-set_color (cairo_t *cr,
-           guint    index)
-{
-  const double *c = palette[index % G_N_ELEMENTS (palette)];
-
-  cairo_set_source_rgb (cr, c[0], c[1], c[2]);
-}
-
-static void
-text (cairo_t    *cr,
-      double      x,
-      double      y,
-      double      align,
-      const char *s)
-{
-  cairo_text_extents_t ext;
-
-  cairo_text_extents (cr, s, &ext);
-  cairo_move_to (cr, x - align * ext.width, y);
-  cairo_show_text (cr, s);
-}
-
-static double
-nice_step (double range,
-           int    n)
-{
-  double raw = range / n;
-  double mag = pow (10, floor (log10 (raw)));
-  double norm = raw / mag;
-
-  return (norm < 1.5 ? 1 : norm < 3 ? 2 : norm < 7 ? 5 : 10) * mag;
-}
 
 static void
 axes (cairo_t    *cr,
@@ -80,7 +39,7 @@ axes (cairo_t    *cr,
   cairo_stroke (cr);
   cairo_set_font_size (cr, 11);
 
-  step = nice_step (t_max, 8);
+  step = tool_drawing_nice_step (t_max, 8);
   for (double t = 0; t <= t_max + 1e-9; t += step)
     {
       double x = x0 + w * t / t_max;
@@ -89,11 +48,11 @@ axes (cairo_t    *cr,
       cairo_line_to (cr, x, y0 + h + 4);
       cairo_stroke (cr);
       g_snprintf (buf, sizeof buf, "%g", t);
-      text (cr, x, y0 + h + 16, 0.5, buf);
+      tool_drawing_text (cr, x, y0 + h + 16, 0.5, buf);
     }
-  text (cr, x0 + w / 2, y0 + h + 32, 0.5, "time (s)");
+  tool_drawing_text (cr, x0 + w / 2, y0 + h + 32, 0.5, "time (s)");
 
-  step = nice_step (y_max, 5);
+  step = tool_drawing_nice_step (y_max, 5);
   for (double v = 0; v <= y_max + 1e-9; v += step)
     {
       double y = y0 + h - h * v / y_max;
@@ -104,7 +63,7 @@ axes (cairo_t    *cr,
       cairo_stroke (cr);
       cairo_set_source_rgb (cr, 0, 0, 0);
       g_snprintf (buf, sizeof buf, "%g", v);
-      text (cr, x0 - 6, y + 4, 1.0, buf);
+      tool_drawing_text (cr, x0 - 6, y + 4, 1.0, buf);
     }
 
   cairo_save (cr);
@@ -120,7 +79,7 @@ axes (cairo_t    *cr,
   cairo_restore (cr);
 
   cairo_set_font_size (cr, 13);
-  text (cr, x0, y0 - 8, 0.0, title);
+  tool_drawing_text (cr, x0, y0 - 8, 0.0, title);
 }
 
 static void
@@ -134,18 +93,19 @@ legend (cairo_t     *cr,
   cairo_set_font_size (cr, 11);
   for (guint i = 0; i < n; i++)
     {
-      set_color (cr, color_offset + i);
+      tool_drawing_set_color (cr, color_offset + i);
       cairo_rectangle (cr, x, y + i * 18 - 9, 12, 10);
       cairo_fill (cr);
       cairo_set_source_rgb (cr, 0, 0, 0);
-      text (cr, x + 18, y + i * 18, 0.0, names[i]);
+      tool_drawing_text (cr, x + 18, y + i * 18, 0.0, names[i]);
     }
 }
 
 static void
-draw (cairo_t            *cr,
-      const ToolPlotInfo *info)
+draw (cairo_t  *cr,
+      gpointer  data)
 {
+  const ToolPlotInfo *info = data;
   GPtrArray *samples = info->samples;
   const ToolSample *last = g_ptr_array_index (samples, samples->len - 1);
   double t_max = MAX (last->t_s, 1e-3);
@@ -155,12 +115,6 @@ draw (cairo_t            *cr,
   g_autofree const char **hit_names = g_new0 (const char *, info->n_sources + 2);
   double rate_max = 0;
 
-  cairo_set_source_rgb (cr, 1, 1, 1);
-  cairo_paint (cr);
-  cairo_select_font_face (cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_source_rgb (cr, 0, 0, 0);
-  cairo_set_font_size (cr, 14);
-  text (cr, WIDTH / 2, 24, 0.5, info->title);
 
   /* Top: share of each interval's lookups per source, stacked. */
   for (guint k = 1; k < samples->len; k++)
@@ -181,7 +135,7 @@ draw (cairo_t            *cr,
           double frac = part / lookups;
 
           if (s < info->n_sources)
-            set_color (cr, s);
+            tool_drawing_set_color (cr, s);
           else
             cairo_set_source_rgb (cr, 0.88, 0.88, 0.88);
           cairo_rectangle (cr, xa, y1 + h - h * (acc + frac), MAX (xb - xa, 0.5), h * frac);
@@ -199,7 +153,7 @@ draw (cairo_t            *cr,
   cairo_rectangle (cr, LEFT + w + 20, y1 + 12 + info->n_sources * 18 - 9, 12, 10);
   cairo_fill (cr);
   cairo_set_source_rgb (cr, 0, 0, 0);
-  text (cr, LEFT + w + 38, y1 + 12 + info->n_sources * 18, 0.0, hit_names[info->n_sources]);
+  tool_drawing_text (cr, LEFT + w + 38, y1 + 12 + info->n_sources * 18, 0.0, hit_names[info->n_sources]);
 
   /* Bottom: MB/s per path, per interval. */
   for (guint k = 1; k < samples->len; k++)
@@ -221,7 +175,7 @@ draw (cairo_t            *cr,
     {
       gboolean started = FALSE;
 
-      set_color (cr, info->n_sources + 1 + p);
+      tool_drawing_set_color (cr, info->n_sources + 1 + p);
       for (guint k = 1; k < samples->len; k++)
         {
           const ToolSample *a = g_ptr_array_index (samples, k - 1);
@@ -251,38 +205,11 @@ tool_plot_write (const char          *path,
                  const ToolPlotInfo  *info,
                  GError             **error)
 {
-  gboolean svg = g_str_has_suffix (path, ".svg");
-  cairo_surface_t *surface;
-  cairo_status_t status;
-  cairo_t *cr;
-
   if (info->samples->len < 2)
     {
       g_set_error (error, G_IO_ERROR, G_IO_ERROR_INVALID_DATA,
                    "the run was too short to draw (fewer than two samples)");
       return FALSE;
     }
-
-  surface = svg ? cairo_svg_surface_create (path, WIDTH, HEIGHT)
-                : cairo_image_surface_create (CAIRO_FORMAT_RGB24, (int) WIDTH, (int) HEIGHT);
-  cr = cairo_create (surface);
-  draw (cr, info);
-  cairo_destroy (cr);
-
-  if (svg)
-    {
-      cairo_surface_finish (surface);
-      status = cairo_surface_status (surface);
-    }
-  else
-    status = cairo_surface_write_to_png (surface, path);
-  cairo_surface_destroy (surface);
-
-  if (status != CAIRO_STATUS_SUCCESS)
-    {
-      g_set_error (error, G_IO_ERROR, G_IO_ERROR_FAILED, "%s: %s", path,
-                   cairo_status_to_string (status));
-      return FALSE;
-    }
-  return TRUE;
+  return tool_drawing_write (path, WIDTH, HEIGHT, info->title, draw, (gpointer) info, error);
 }

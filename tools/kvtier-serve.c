@@ -8,6 +8,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <xxhash.h>
+
+#include "kvtier-http-server.h"
 
 /*
  * kvtier serve --config FILE: runs a node's primary tier and secondary
@@ -20,19 +24,48 @@
  * HTTP (libsoup 3), on --http: /metrics, the Prometheus text of the
  * manager's metrics (the vllm:kv_offload_tiering_* families and every
  * tier's own, the peer tier's included), cumulative since the start;
- * /health, 200 "ok" while serving and 503 "draining" after SIGTERM.
+ * /health, 200 "ok" while serving and 503 "draining" after SIGTERM. The
+ * endpoint (ToolHttpServer, kvtier-http-server.c, as `kvtier route`'s)
+ * holds at most HTTP_MAX_CONNECTIONS connections (a new one beyond
+ * closes the one that waited longest), each must finish a request within
+ * HTTP_TIMEOUT_MS of its start or of its previous request, and its
+ * accept loop backs off when descriptors run out.
+ *
+ * The soft descriptor limit is raised to the hard one at start, so that
+ * the peer tier's max-connections fits (it is lowered to fit otherwise).
+ * Idle, the command sleeps: the manager is stepped when a tier completed
+ * work or a peer's request is queued, and every few milliseconds only
+ * while work is pending.
  *
  * SIGTERM or SIGINT: the peer tiers stop accepting, the requests of the
  * peers already connected are answered (up to --drain-timeout-ms), the
  * manager shuts down, and the command exits 0.
  *
+ * Event stream: when a peer tier listens with max-subscribers > 0 (the
+ * default), the primary tier and every tier that can are configured to
+ * queue their chunk events, and each step hands them to the peer tier
+ * (::publish-event, numbered as KvChunkSource: 1 the primary, 2 + t tier
+ * t), which streams them to its subscribers (doc/protocol.md).
+ *
  * --synthetic-chunks N stores N generated chunks before serving, for
  * tests and benchmarks: chunk i (from --synthetic-first) has the key
  * SHA-256("kvtier-synthetic:" i) (group 0) and payload words
- * (i << 32 | w) × 0x9E3779B97F4A7C15, little-endian, for w = 0, 1, ….
+ * (i << 32 | w) × 0x9E3779B97F4A7C15, little-endian, for w = 0, 1, …;
+ * their slots carry their checksum, as chunks a device copied in do.
  */
 
-typedef struct
+/* At most this many HTTP connections (Prometheus uses one), fewer under a
+ * low descriptor limit; each must finish a request within the timeout of
+ * its start or its previous request (a scrape takes milliseconds; one
+ * every 15 s keeps its connection). */
+#define HTTP_MAX_CONNECTIONS 32
+#define HTTP_TIMEOUT_MS 10000
+/* While work is pending, how often the manager is stepped. */
+#define STEP_INTERVAL_MS 5
+
+typedef struct _Serve Serve;
+
+struct _Serve
 {
   KvTieringManager *manager;
   KvScheduleEnd    *schedule_end;
@@ -40,12 +73,16 @@ typedef struct
   KvStats          *totals;
   GMainLoop        *loop;
   GPtrArray        *peer_tiers;    /* tiers with a "drain" action */
+  GPtrArray        *streams;       /* tiers streaming events ("publish-event") */
   gint              step_queued;   /* atomic */
+  guint             tick_id;       /* armed while work is pending or draining */
   gboolean          draining;
   gint64            drain_until_us;
   guint             drain_timeout_ms;
   int               exit_code;
-} Serve;
+
+  ToolHttpServer   *http;
+};
 
 /* The key and bytes of synthetic chunk @index (see the comment above). */
 static KvKey *
@@ -117,11 +154,21 @@ store_synthetic (Serve    *serve,
       for (guint j = 0; j < n_to_store; j++)
         for (guint i = 0; i < n; i++)
           if (kv_key_equal (to_store[j], keys->pdata[i]))
-            synthetic_fill (kv_host_buffer_peek_slot (buffer, chunk_ids[j]), slot_size, start + i);
+            {
+              guint8 *slot = kv_host_buffer_peek_slot (buffer, chunk_ids[j]);
+
+              synthetic_fill (slot, slot_size, start + i);
+              /* as a device leaves a chunk it copied in (KvHostDevice):
+               * the tiers and peers this node serves reuse it */
+              kv_host_buffer_set_slot_checksum (buffer, chunk_ids[j], XXH3_64bits (slot, slot_size));
+            }
       kv_tiering_manager_complete_store (serve->manager, to_store, n_to_store, request, TRUE);
       do
         {
           step (serve);
+          /* tiers whose jobs complete from main-loop callbacks (JavaScript) */
+          while (g_main_context_iteration (NULL, FALSE))
+            ;
           if (kv_tiering_manager_has_pending_work (serve->manager))
             g_usleep (500);
         }
@@ -133,10 +180,96 @@ store_synthetic (Serve    *serve,
 
 /* ---- stepping ---------------------------------------------------------------- */
 
+/* Hands the events of @source to every streaming tier. */
+static void
+publish_events (Serve    *serve,
+                guint     source,
+                KvEvent **events)
+{
+  for (KvEvent **e = events; *e != NULL; e++)
+    {
+      for (guint i = 0; i < serve->streams->len; i++)
+        g_signal_emit_by_name (serve->streams->pdata[i], "publish-event", source, *e);
+      kv_event_unref (*e);
+    }
+  g_free (events);
+}
+
+static gboolean tick (gpointer data);
+
+/* A step; then, while work is pending (or a drain runs), the next one is
+ * due in STEP_INTERVAL_MS: completions wake the loop (the manager's
+ * source), but a pending answer is not always a completion. */
 static void
 step (Serve *serve)
 {
   kv_tiering_manager_on_schedule_end (serve->manager, serve->schedule_end);
+  /* The events the step made, by source (what each event costs was paid
+   * where it was made: here they are only handed over). */
+  if (serve->streams != NULL && serve->streams->len > 0)
+    {
+      publish_events (serve, KV_CHUNK_SOURCE_PRIMARY,
+                      kv_primary_tier_take_events (kv_tiering_manager_get_primary (serve->manager)));
+      for (guint t = 0; t < kv_tiering_manager_get_n_tiers (serve->manager); t++)
+        publish_events (serve, KV_CHUNK_SOURCE_TIER + t,
+                        kv_secondary_tier_take_events (kv_tiering_manager_get_tier (serve->manager, t)));
+    }
+  if (serve->loop != NULL && serve->tick_id == 0 &&
+      (serve->draining || kv_tiering_manager_has_pending_work (serve->manager)))
+    serve->tick_id = g_timeout_add (STEP_INTERVAL_MS, tick, serve);
+}
+
+/* Whether a peer tier of @config will stream events: it listens and
+ * allows subscribers. */
+static gboolean
+config_streams_events (KvConfig *config)
+{
+  g_auto(GStrv) names = kv_config_get_tier_names (config);
+
+  for (guint i = 0; names[i] != NULL; i++)
+    {
+      g_autofree char *section = g_strdup_printf ("tier %s", names[i]);
+      g_autofree char *listen = NULL;
+      g_autofree char *subscribers = NULL;
+
+      if (g_strcmp0 (kv_config_get_tier_type (config, names[i]), "peer") != 0)
+        continue;
+      listen = kv_config_get_value (config, section, "listen");
+      subscribers = kv_config_get_value (config, section, "max-subscribers");
+      if (listen != NULL && listen[0] != '\0' && g_strcmp0 (subscribers, "0") != 0)
+        return TRUE;
+    }
+  return FALSE;
+}
+
+/* Turns on the events of the primary tier and of every tier that has
+ * them, unless the configuration says otherwise. */
+static gboolean
+enable_events (KvConfig  *config,
+               GError   **error)
+{
+  KvTierRegistry *registry = kv_config_get_registry (config);
+  g_auto(GStrv) names = kv_config_get_tier_names (config);
+  g_autofree char *primary = kv_config_get_value (config, "primary", "events");
+
+  if (primary == NULL && !kv_config_set_value (config, "primary", "events", "true", error))
+    return FALSE;
+  for (guint i = 0; names[i] != NULL; i++)
+    {
+      g_autofree char *section = g_strdup_printf ("tier %s", names[i]);
+      g_autofree char *value = kv_config_get_value (config, section, "enable-events");
+      GType type = kv_tier_registry_lookup_tier_type (registry, kv_config_get_tier_type (config, names[i]),
+                                                      NULL);
+      g_autoptr(GTypeClass) klass = NULL;
+
+      if (value != NULL || type == G_TYPE_INVALID)
+        continue;
+      klass = g_type_class_ref (type);
+      if (g_object_class_find_property (G_OBJECT_CLASS (klass), "enable-events") != NULL &&
+          !kv_config_set_value (config, section, "enable-events", "true", error))
+        return FALSE;
+    }
+  return TRUE;
 }
 
 static gboolean
@@ -172,8 +305,7 @@ tick (gpointer data)
 {
   Serve *serve = data;
 
-  if (kv_tiering_manager_has_pending_work (serve->manager))
-    step (serve);
+  serve->tick_id = 0;
   if (serve->draining &&
       (!kv_tiering_manager_has_pending_work (serve->manager) ||
        g_get_monotonic_time () >= serve->drain_until_us))
@@ -182,8 +314,10 @@ tick (gpointer data)
         g_printerr ("kvtier serve: drain timed out after %u ms; shutting down\n",
                     serve->drain_timeout_ms);
       g_main_loop_quit (serve->loop);
+      return G_SOURCE_REMOVE;
     }
-  return G_SOURCE_CONTINUE;
+  step (serve);
+  return G_SOURCE_REMOVE;
 }
 
 static gboolean
@@ -198,6 +332,7 @@ on_signal (gpointer data)
   for (guint i = 0; i < serve->peer_tiers->len; i++)
     g_signal_emit_by_name (serve->peer_tiers->pdata[i], "drain");
   g_printerr ("kvtier serve: draining\n");
+  step (serve);
   return G_SOURCE_CONTINUE;
 }
 
@@ -244,60 +379,38 @@ handle_health (SoupServer        *server,
                                     body, strlen (body));
 }
 
-/* libsoup's own listener leaks the GSocket of every connection it accepts
- * (libsoup 3.2): connections are accepted here and handed to the server. */
 static gboolean
-http_incoming (GSocketService    *service,
-               GSocketConnection *connection,
-               GObject           *source_object,
-               gpointer           data)
+start_http (Serve       *serve,
+            const char  *address,
+            GError     **error)
 {
-  SoupServer *server = data;
-  g_autoptr(GSocketAddress) local = g_socket_connection_get_local_address (connection, NULL);
-  g_autoptr(GSocketAddress) remote = g_socket_connection_get_remote_address (connection, NULL);
-  g_autoptr(GError) error = NULL;
+  SoupServer *soup;
 
-  if (local == NULL || remote == NULL ||
-      !soup_server_accept_iostream (server, G_IO_STREAM (connection), local, remote, &error))
-    g_debug ("kvtier serve: HTTP connection dropped: %s", error != NULL ? error->message : "no address");
+  serve->http = tool_http_server_new ("kvtier serve: HTTP", address, "kvtier", HTTP_MAX_CONNECTIONS,
+                                      HTTP_TIMEOUT_MS, error);
+  if (serve->http == NULL)
+    return FALSE;
+  soup = tool_http_server_get_soup (serve->http);
+  soup_server_add_handler (soup, "/metrics", handle_metrics, serve, NULL);
+  soup_server_add_handler (soup, "/health", handle_health, serve, NULL);
   return TRUE;
 }
 
-static SoupServer *
-start_http (Serve            *serve,
-            const char       *address,
-            GSocketService  **out_service,
-            char            **out_bound,
-            GError          **error)
+/* The soft descriptor limit up to the hard one: each peer and HTTP
+ * connection is a descriptor, and the default soft limit (1024) is below
+ * the peer tier's max-connections. */
+static void
+raise_descriptor_limit (void)
 {
-  g_autoptr(SoupServer) server = soup_server_new ("server-header", "kvtier", NULL);
-  g_autoptr(GSocketService) service = g_socket_service_new ();
-  g_autoptr(GSocketConnectable) connectable = NULL;
-  g_autoptr(GSocketAddressEnumerator) enumerator = NULL;
-  g_autoptr(GSocketAddress) socket_address = NULL;
-  g_autoptr(GSocketAddress) effective = NULL;
-  g_autofree char *host = NULL;
+  struct rlimit limit;
 
-  connectable = g_network_address_parse (address, 0, error);
-  if (connectable == NULL)
-    return NULL;
-  enumerator = g_socket_connectable_enumerate (connectable);
-  socket_address = g_socket_address_enumerator_next (enumerator, NULL, error);
-  if (socket_address == NULL)
-    return NULL;
-  soup_server_add_handler (server, "/metrics", handle_metrics, serve, NULL);
-  soup_server_add_handler (server, "/health", handle_health, serve, NULL);
-  if (!g_socket_listener_add_address (G_SOCKET_LISTENER (service), socket_address,
-                                      G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, NULL,
-                                      &effective, error))
-    return NULL;
-  g_signal_connect (service, "incoming", G_CALLBACK (http_incoming), server);
-  g_socket_service_start (service);
-  host = g_inet_address_to_string (g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (effective)));
-  *out_bound = g_strdup_printf ("%s:%u", host,
-                                g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (effective)));
-  *out_service = g_steal_pointer (&service);
-  return g_steal_pointer (&server);
+  if (getrlimit (RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max)
+    {
+      limit.rlim_cur = limit.rlim_max;
+      if (setrlimit (RLIMIT_NOFILE, &limit) != 0)
+        g_debug ("kvtier serve: cannot raise the descriptor limit to %llu",
+                 (unsigned long long) limit.rlim_max);
+    }
 }
 
 /* ---- the command ------------------------------------------------------------------ */
@@ -310,18 +423,16 @@ tool_serve (int    argc,
   g_autoptr(GError) error = NULL;
   g_autoptr(KvTierRegistry) registry = NULL;
   g_autoptr(KvConfig) config = NULL;
-  g_autoptr(SoupServer) http = NULL;
-  g_autoptr(GSocketService) http_service = NULL;
   g_autoptr(GSource) wakeup = NULL;
   g_autofree char *config_path = NULL;
   g_autofree char *http_option = NULL;
   const char *http_address;
-  g_autofree char *http_bound = NULL;
   gint64 synthetic_chunks = 0, synthetic_first = 0;
   gint drain_timeout_ms = 10000;
   gboolean plugin_errors = FALSE;
+  g_auto(GStrv) tier_modules = NULL;
   Serve serve = { 0 };
-  guint tick_id, term_id, int_id;
+  guint term_id, int_id;
   GOptionEntry entries[] = {
     { "config", 'c', 0, G_OPTION_ARG_FILENAME, &config_path, "The node's configuration", "FILE" },
     { "http", 0, 0, G_OPTION_ARG_STRING, &http_option,
@@ -333,6 +444,7 @@ tool_serve (int    argc,
       "Store N generated chunks before serving (tests, benchmarks)", "N" },
     { "synthetic-first", 0, 0, G_OPTION_ARG_INT64, &synthetic_first,
       "The index of the first generated chunk (default 0)", "I" },
+    TOOL_TIER_MODULE_OPTION (&tier_modules),
     { NULL }
   };
 
@@ -355,9 +467,20 @@ tool_serve (int    argc,
   if (synthetic_chunks < 0 || synthetic_first < 0 || drain_timeout_ms < 0)
     return tool_usage_error (context, "counts and times must not be negative");
 
+  raise_descriptor_limit ();
   registry = tool_load_registry (TRUE, &plugin_errors);
+  if (!tool_load_tier_modules (registry, tier_modules, &error))
+    {
+      g_printerr ("kvtier serve: %s\n", error->message);
+      return TOOL_EXIT_FAILURE;
+    }
   config = kv_config_new_from_file (registry, config_path, &error);
   if (config == NULL)
+    {
+      g_printerr ("kvtier serve: %s\n", error->message);
+      return TOOL_EXIT_FAILURE;
+    }
+  if (config_streams_events (config) && !enable_events (config, &error))
     {
       g_printerr ("kvtier serve: %s\n", error->message);
       return TOOL_EXIT_FAILURE;
@@ -375,9 +498,21 @@ tool_serve (int    argc,
       g_printerr ("kvtier serve: %s\n", error->message);
       goto out;
     }
-  serve.totals = kv_stats_new ();
+  serve.totals = kv_stats_new_for_registry (serve.registry);
   serve.loop = g_main_loop_new (NULL, FALSE);
   serve.peer_tiers = g_ptr_array_new ();
+  serve.streams = g_ptr_array_new ();
+  for (guint i = 0; i < kv_tiering_manager_get_n_tiers (serve.manager); i++)
+    {
+      KvSecondaryTier *tier = kv_tiering_manager_get_tier (serve.manager, i);
+      guint subscribers = 0;
+
+      if (g_signal_lookup ("publish-event", G_OBJECT_TYPE (tier)) == 0)
+        continue;
+      g_object_get (tier, "max-subscribers", &subscribers, NULL);
+      if (subscribers > 0)
+        g_ptr_array_add (serve.streams, tier);
+    }
   serve.drain_timeout_ms = drain_timeout_ms;
   serve.exit_code = TOOL_EXIT_OK;
 
@@ -406,14 +541,13 @@ tool_serve (int    argc,
 
   if (http_address[0] != '\0')
     {
-      http = start_http (&serve, http_address, &http_service, &http_bound, &error);
-      if (http == NULL)
+      if (!start_http (&serve, http_address, &error))
         {
           printf ("\n");
           g_printerr ("kvtier serve: cannot serve HTTP on %s: %s\n", http_address, error->message);
           goto out;
         }
-      printf (" http=%s", http_bound);
+      printf (" http=%s", tool_http_server_get_address (serve.http));
     }
   printf ("\n");
   fflush (stdout);
@@ -421,32 +555,22 @@ tool_serve (int    argc,
   wakeup = kv_tiering_manager_create_source (serve.manager);
   g_source_set_callback (wakeup, woken, &serve, NULL);
   g_source_attach (wakeup, NULL);
-  tick_id = g_timeout_add (5, tick, &serve);
   term_id = g_unix_signal_add (SIGTERM, on_signal, &serve);
   int_id = g_unix_signal_add (SIGINT, on_signal, &serve);
+  /* work the synthetic chunks left pending, and the first tick */
+  step (&serve);
 
   g_main_loop_run (serve.loop);
 
-  g_source_remove (tick_id);
+  if (serve.tick_id != 0)
+    g_source_remove (serve.tick_id);
+  serve.tick_id = 0;
   g_source_remove (term_id);
   g_source_remove (int_id);
   g_source_destroy (wakeup);
   for (guint i = 0; i < kv_tiering_manager_get_n_tiers (serve.manager); i++)
     g_signal_handlers_disconnect_by_data (kv_tiering_manager_get_tier (serve.manager, i), &serve);
-  if (http_service != NULL)
-    {
-      g_socket_service_stop (http_service);
-      g_socket_listener_close (G_SOCKET_LISTENER (http_service));
-      g_signal_handlers_disconnect_by_data (http_service, http);
-    }
-  if (http != NULL)
-    {
-      soup_server_disconnect (http);
-      /* the connections it closed are freed from idles of this context */
-      while (g_main_context_iteration (NULL, FALSE))
-        ;
-      g_clear_object (&http);
-    }
+  g_clear_pointer (&serve.http, tool_http_server_free);
   if (!kv_tiering_manager_shutdown (serve.manager, &error))
     {
       g_printerr ("kvtier serve: shutdown: %s\n", error->message);
@@ -457,12 +581,16 @@ tool_serve (int    argc,
 
 out:
   serve.exit_code = TOOL_EXIT_FAILURE;
+  g_clear_pointer (&serve.http, tool_http_server_free);
   kv_tiering_manager_shutdown (serve.manager, NULL);
 done:
+  if (serve.tick_id != 0)
+    g_source_remove (serve.tick_id);
   /* steps the server threads queued before they stopped */
   while (g_idle_remove_by_data (&serve))
     ;
   g_clear_pointer (&serve.peer_tiers, g_ptr_array_unref);
+  g_clear_pointer (&serve.streams, g_ptr_array_unref);
   g_clear_pointer (&serve.loop, g_main_loop_unref);
   g_clear_object (&serve.totals);
   g_clear_object (&serve.registry);

@@ -80,6 +80,8 @@ int      tool_inspect     (int    argc,
                            char **argv);
 int      tool_serve       (int    argc,
                            char **argv);
+int      tool_peer        (int    argc,
+                           char **argv);
 
 /* Small helpers shared by the subcommands. */
 gboolean tool_parse_size  (const char  *text,
@@ -90,8 +92,19 @@ char    *tool_format_count (guint64     n);
 int      tool_usage_error (GOptionContext *context,
                            const char     *format,
                            ...) G_GNUC_PRINTF (2, 3);
+gint64   tool_now_ns      (void);
+void     tool_remove_tree (const char  *root);
 KvTierRegistry *tool_load_registry (gboolean    report_errors,
                                     gboolean   *out_plugin_errors);
+gboolean tool_load_tier_modules (KvTierRegistry  *registry,
+                                 char           **paths,
+                                 GError         **error);
+
+/* The --tier-module option of bench, serve, plugins and config check. */
+#define TOOL_TIER_MODULE_OPTION(location)                                          \
+  { "tier-module", 'm', 0, G_OPTION_ARG_FILENAME_ARRAY, (location),               \
+    "Load a Python (.py) or JavaScript (.js) file that defines tier types, named" \
+    " after the file (repeatable)", "FILE" }
 
 /* "name": value members of the JSON the subcommands write. */
 void     tool_json_add_int    (JsonBuilder *builder,

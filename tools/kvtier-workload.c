@@ -312,3 +312,19 @@ tool_workload_synthetic (const ToolSyntheticParams *params,
                      params->system_chunks, params->seed, workload->requests->len, n_refs);
   return g_steal_pointer (&workload);
 }
+
+/* The key of a trace block: SHA-256 of its decimal id, the same on every
+ * node and in every run. */
+KvKey *
+tool_workload_chunk_key (guint64 id)
+{
+  g_autoptr(GChecksum) checksum = g_checksum_new (G_CHECKSUM_SHA256);
+  char decimal[24];
+  guint8 digest[32];
+  gsize len = sizeof digest;
+
+  g_snprintf (decimal, sizeof decimal, "%" G_GUINT64_FORMAT, id);
+  g_checksum_update (checksum, (const guchar *) decimal, -1);
+  g_checksum_get_digest (checksum, digest, &len);
+  return kv_key_new (digest, len, 0);
+}

@@ -16,4 +16,6 @@ gboolean tool_workload_parse_trace_line (const char   *line,
                                          ToolRequest  *request,
                                          GError      **error);
 
+KvKey   *tool_workload_chunk_key        (guint64       id);
+
 G_END_DECLS

@@ -2,11 +2,15 @@
 #include "config.h"
 
 #include "kvtier-tool.h"
+#include "kvtier-fleet.h"
 
+#include <errno.h>
+#include <ftw.h>
 #include <locale.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <json-glib/json-glib.h>
 
@@ -121,6 +125,34 @@ tool_usage_error (GOptionContext *context,
   return TOOL_EXIT_USAGE;
 }
 
+/* Monotonic nanoseconds, for the benches' timings. */
+gint64
+tool_now_ns (void)
+{
+  struct timespec ts;
+
+  clock_gettime (CLOCK_MONOTONIC, &ts);
+  return (gint64) ts.tv_sec * G_GINT64_CONSTANT (1000000000) + ts.tv_nsec;
+}
+
+static int
+remove_entry (const char        *path,
+              const struct stat *sb,
+              int                flag,
+              struct FTW        *ftw)
+{
+  return remove (path);
+}
+
+/* Removes a directory a subcommand made for its run, without following
+ * links out of it; says so when it cannot. */
+void
+tool_remove_tree (const char *root)
+{
+  if (nftw (root, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+    g_printerr ("kvtier: could not remove %s: %s\n", root, g_strerror (errno));
+}
+
 KvTierRegistry *
 tool_load_registry (gboolean  report_errors,
                     gboolean *out_plugin_errors)
@@ -136,6 +168,26 @@ tool_load_registry (gboolean  report_errors,
         g_printerr ("kvtier: warning: %s\n", error->message);
     }
   return registry;
+}
+
+/* Loads each --tier-module into @registry; the tier types they define
+ * are named after their files (doc/config.md, "Tier modules"). */
+gboolean
+tool_load_tier_modules (KvTierRegistry  *registry,
+                        char           **paths,
+                        GError         **error)
+{
+  for (guint i = 0; paths != NULL && paths[i] != NULL; i++)
+    {
+      g_auto(GStrv) names = kv_tier_registry_load_tier_module (registry, paths[i], error);
+      g_autofree char *joined = NULL;
+
+      if (names == NULL)
+        return FALSE;
+      joined = g_strjoinv (", ", names);
+      g_debug ("%s defines tier types %s", paths[i], joined);
+    }
+  return TRUE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -168,8 +220,9 @@ print_type (KvTierRegistry *registry,
       g_variant_lookup (prop, "type", "&s", &type);
       g_variant_lookup (prop, "default", "&s", &def);
       g_variant_lookup (prop, "blurb", "&s", &blurb);
-      printf ("      %-22s %-28s default %s%s%s\n", pname, type,
-              *def != '\0' ? def : "(none)", *blurb != '\0' ? "  — " : "", blurb);
+      printf ("      %-26s = %-16s (%s)\n", pname, *def != '\0' ? def : "(none)", type);
+      if (*blurb != '\0')
+        printf ("          %s\n", blurb);
       g_variant_unref (prop);
     }
 }
@@ -184,17 +237,21 @@ cmd_plugins (int    argc,
   g_auto(GStrv) dirs = NULL;
   g_auto(GStrv) tiers = NULL;
   g_auto(GStrv) devices = NULL;
+  g_auto(GStrv) tier_modules = NULL;
   gboolean as_json = FALSE;
   gboolean plugin_errors = FALSE;
   GOptionEntry entries[] = {
     { "json", 0, 0, G_OPTION_ARG_NONE, &as_json, "Print the descriptions as JSON", NULL },
+    TOOL_TIER_MODULE_OPTION (&tier_modules),
     { NULL }
   };
 
   context = g_option_context_new ("- list the tier and device types and their properties");
   g_option_context_set_summary (context,
     "Loads the plugins of KVTIER_PLUGIN_PATH and " KVTIER_PLUGINDIR "\n"
-    "and lists every tier and device type with the properties a configuration can set.\n"
+    "and lists every tier and device type with the properties a configuration can set,\n"
+    "each with its default (what an object of the type runs with when the configuration\n"
+    "does not set it) and a one-line description.\n"
     "Exits with 1 when a plugin failed to load.");
   g_option_context_add_main_entries (context, entries, NULL);
   if (!g_option_context_parse (context, &argc, &argv, &error))
@@ -203,6 +260,11 @@ cmd_plugins (int    argc,
     return tool_usage_error (context, "unexpected argument '%s'", argv[1]);
 
   registry = tool_load_registry (TRUE, &plugin_errors);
+  if (!tool_load_tier_modules (registry, tier_modules, &error))
+    {
+      g_printerr ("kvtier: %s\n", error->message);
+      return TOOL_EXIT_FAILURE;
+    }
   dirs = kv_tier_registry_get_plugin_dirs ();
   tiers = kv_tier_registry_list_tier_types (registry);
   devices = kv_tier_registry_list_device_types (registry);
@@ -265,6 +327,20 @@ cmd_plugins (int    argc,
 /* kvtier config check */
 
 static void
+print_value (const char *key,
+             const char *value,
+             gboolean    is_default,
+             const char *blurb)
+{
+  g_autofree char *shown = g_strdup_printf ("%s%s", value, is_default ? "  (default)" : "");
+
+  if (blurb != NULL && *blurb != '\0')
+    printf ("    %-28s = %-20s  # %s\n", key, shown, blurb);
+  else
+    printf ("    %-28s = %s\n", key, shown);
+}
+
+static void
 print_section (KvConfig       *config,
                KvTierRegistry *registry,
                GVariant       *section,
@@ -274,6 +350,7 @@ print_section (KvConfig       *config,
   g_autoptr(GVariant) description = NULL;
   g_autoptr(GVariant) props = NULL;
   g_autoptr(GHashTable) listed = g_hash_table_new (g_str_hash, g_str_equal);
+  g_autoptr(GHashTable) blurbs = g_hash_table_new (g_str_hash, g_str_equal);
   const char *type = NULL, *gtype = NULL, *origin = NULL;
   GVariantIter iter;
   const char *key;
@@ -286,7 +363,21 @@ print_section (KvConfig       *config,
   g_variant_lookup (description, "origin", "&s", &origin);
   printf ("[%s]  type %s → %s (%s)\n", title, type, gtype, origin);
 
-  /* What the file sets, in its order, then the defaults. */
+  /* the one-line description of each property */
+  props = g_variant_lookup_value (description, "properties", G_VARIANT_TYPE ("aa{sv}"));
+  g_variant_iter_init (&iter, props);
+  while ((prop = g_variant_iter_next_value (&iter)) != NULL)
+    {
+      const char *pname = NULL, *blurb = NULL;
+
+      g_variant_lookup (prop, "name", "&s", &pname);
+      g_variant_lookup (prop, "blurb", "&s", &blurb);
+      g_hash_table_insert (blurbs, (gpointer) pname, (gpointer) blurb);
+      g_variant_unref (prop);
+    }
+
+  /* What the file sets, in its order, then the defaults: the values a
+   * tier of the type runs with when the file does not set them. */
   g_variant_iter_init (&iter, section);
   while (g_variant_iter_next (&iter, "{&sv}", &key, NULL))
     {
@@ -295,10 +386,9 @@ print_section (KvConfig       *config,
       if (g_str_equal (key, "name") || g_str_equal (key, "type"))
         continue;
       value = kv_config_get_value (config, title, key);
-      printf ("    %-28s = %s\n", key, value);
+      print_value (key, value, FALSE, g_hash_table_lookup (blurbs, key));
       g_hash_table_add (listed, (gpointer) key);
     }
-  props = g_variant_lookup_value (description, "properties", G_VARIANT_TYPE ("aa{sv}"));
   g_variant_iter_init (&iter, props);
   while ((prop = g_variant_iter_next_value (&iter)) != NULL)
     {
@@ -307,7 +397,8 @@ print_section (KvConfig       *config,
       g_variant_lookup (prop, "name", "&s", &pname);
       g_variant_lookup (prop, "default", "&s", &def);
       if (!g_hash_table_contains (listed, pname))
-        printf ("    %-28s = %s  (default)\n", pname, *def != '\0' ? def : "(none)");
+        print_value (pname, *def != '\0' ? def : "(none)", TRUE,
+                     g_hash_table_lookup (blurbs, pname));
       g_variant_unref (prop);
     }
 }
@@ -330,6 +421,11 @@ cmd_config (int    argc,
   guint64 slot_size;
   GVariantIter iter;
   GVariant *tier;
+  g_auto(GStrv) tier_modules = NULL;
+  GOptionEntry entries[] = {
+    TOOL_TIER_MODULE_OPTION (&tier_modules),
+    { NULL }
+  };
 
   context = g_option_context_new ("check FILE - validate a configuration and print the resolved objects");
   g_option_context_set_summary (context,
@@ -338,6 +434,7 @@ cmd_config (int    argc,
     "defaults of the rest. Every object is constructed and checked as building would,\n"
     "but nothing is started: no memory is mapped and no file or device is opened.\n"
     "Exits with 1 when the file is invalid or building it would fail.");
+  g_option_context_add_main_entries (context, entries, NULL);
   if (!g_option_context_parse (context, &argc, &argv, &error))
     return tool_usage_error (context, "%s", error->message);
   if (argc < 2)
@@ -350,6 +447,11 @@ cmd_config (int    argc,
     return tool_usage_error (context, "unexpected argument '%s'", argv[3]);
 
   registry = tool_load_registry (TRUE, &plugin_errors);
+  if (!tool_load_tier_modules (registry, tier_modules, &error))
+    {
+      g_printerr ("kvtier: %s\n", error->message);
+      return TOOL_EXIT_FAILURE;
+    }
   config = kv_config_new_from_file (registry, argv[2], &error);
   if (config == NULL)
     {
@@ -422,6 +524,10 @@ static const Command commands[] = {
   { "inspect", tool_inspect, "inspect fs ROOT: namespaces, chunks, checksums, stale files" },
 #ifdef KVTIER_HAVE_SERVE
   { "serve", tool_serve, "serve --config FILE: run a node, serve its tiers to peers, /metrics" },
+  { "route", tool_route, "route --config FILE --nodes …: pick the node of each request (HTTP)" },
+#endif
+#ifdef KVTIER_HAVE_PEER_CHECK
+  { "peer", tool_peer, "peer check HOST:PORT --config FILE: can this node use that peer?" },
 #endif
 };
 

@@ -6,8 +6,11 @@
 #   tools/quickstart.sh test    install, build, run the whole test suite, then
 #                               the core C suites again under valgrind, the
 #                               whole suite again built with ASan and UBSan
-#                               (./build-asan), and each fuzz target for 20 s
-#                               (./build-fuzz, clang and libFuzzer)
+#                               (./build-asan), an install into a temporary
+#                               prefix used from there (./build-install,
+#                               tests/install/test-install.sh), and each fuzz
+#                               target for 20 s (./build-fuzz, clang and
+#                               libFuzzer)
 #   tools/quickstart.sh test ARGS...
 #                               only `meson test` in ./build with those
 #                               arguments (test names, --suite ...)
@@ -22,6 +25,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build="${KVTIER_BUILD_DIR:-$here/build}"
 build_asan="${KVTIER_ASAN_BUILD_DIR:-$here/build-asan}"
 build_fuzz="${KVTIER_FUZZ_BUILD_DIR:-$here/build-fuzz}"
+build_install="${KVTIER_INSTALL_BUILD_DIR:-$here/build-install}"
 
 packages=(
   meson ninja-build pkgconf gcc
@@ -30,6 +34,8 @@ packages=(
   libjson-glib-dev gir1.2-json-1.0
   liburing-dev libxxhash-dev libcairo2-dev
   python3-gi python3-pytest python3-numpy gjs gi-docgen
+  # kvtier.vllm's stats in a real Prometheus client, as vLLM exports them
+  python3-prometheus-client
   # the gtk-doc reference and its undocumented-symbol check (-Dgtk_doc)
   gtk-doc-tools
   valgrind
@@ -40,6 +46,16 @@ packages=(
   # the peer tier and kvtier serve: libsoup 3 (TLS through glib-networking,
   # above); its tests use openssl (certificates) and curl (/metrics)
   libsoup-3.0-dev curl
+  # doc/metrics.md, deploy/: a real Prometheus and promtool scrape and check
+  # /metrics, the scrape configuration and the alert rules; systemd-analyze
+  # verifies the unit (no running systemd needed)
+  prometheus systemd
+  # the s3 tier (plugins/s3): libcurl's multi interface (OpenSSL for
+  # https); its tests and bench/s3-throughput run a real Ceph RADOS Gateway
+  # on a one-node RADOS cluster (about 68 MB)
+  libcurl4-openssl-dev radosgw ceph-mon ceph-osd
+  # tier modules (plugins/loader-*): libpython 3 to embed, libgjs
+  python3-dev libgjs-dev
 )
 
 install_packages() {
@@ -112,6 +128,15 @@ run_tests() {
     rc=1
   fi
   logs+=("$build_asan/meson-logs/testlog.json")
+
+  # kvtier as installed: a build installed into a temporary prefix, used
+  # from there in a clean environment (CLI, man, C, Python, pip, GJS)
+  banner "installed into a temporary prefix ($build_install)"
+  local install_result=OK
+  "$here/tests/install/test-install.sh" "$build_install" || { install_result=FAIL; rc=1; }
+  mkdir -p "$build_install"
+  printf '{"name": "install", "result": "%s"}\n' "$install_result" >"$build_install/install-testlog.json"
+  logs+=("$build_install/install-testlog.json")
 
   # each libFuzzer target for a fixed time (tests/fuzz/README.md); their
   # seed corpora also ran above, in both builds, as the fuzz-replay tests

@@ -48,6 +48,58 @@ kv_chunk_check_to_string (KvChunkCheck check)
     }
 }
 
+/* ---- streaming ------------------------------------------------------------- */
+
+struct _KvChunkHasher
+{
+  XXH3_state_t *state;
+};
+
+KvChunkHasher *
+kv_chunk_hasher_new (void)
+{
+  KvChunkHasher *hasher = g_new (KvChunkHasher, 1);
+
+  hasher->state = XXH3_createState ();
+  if (hasher->state == NULL)
+    g_error ("%s: out of memory", G_STRFUNC);
+  XXH3_64bits_reset (hasher->state);
+  return hasher;
+}
+
+void
+kv_chunk_hasher_reset (KvChunkHasher *hasher)
+{
+  XXH3_64bits_reset (hasher->state);
+}
+
+void
+kv_chunk_hasher_update (KvChunkHasher *hasher,
+                        const void    *data,
+                        gsize          len)
+{
+#if defined(__x86_64__)
+  XXH3_64bits_update_dispatch (hasher->state, data, len);
+#else
+  XXH3_64bits_update (hasher->state, data, len);
+#endif
+}
+
+guint64
+kv_chunk_hasher_digest (KvChunkHasher *hasher)
+{
+  return XXH3_64bits_digest (hasher->state);
+}
+
+void
+kv_chunk_hasher_free (KvChunkHasher *hasher)
+{
+  if (hasher == NULL)
+    return;
+  XXH3_freeState (hasher->state);
+  g_free (hasher);
+}
+
 /* XXH3-64 with seed 0; the dispatching variant picks AVX2/AVX-512 at run
  * time and returns the same value as the portable one. */
 guint64

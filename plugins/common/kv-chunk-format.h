@@ -53,6 +53,22 @@ const char *kv_chunk_check_to_string      (KvChunkCheck     check);
 guint64     kv_chunk_checksum             (const void   *data,
                                         gsize         len);
 
+/* A payload checksum computed in pieces, as the bytes arrive (a network
+ * read, a copy): hashing each piece right after it was written, while it is
+ * still in the core's cache, costs a fraction of a second pass over the
+ * whole chunk. The result equals kv_chunk_checksum() of the concatenation. */
+typedef struct _KvChunkHasher KvChunkHasher;
+
+KvChunkHasher *kv_chunk_hasher_new       (void);
+void        kv_chunk_hasher_reset         (KvChunkHasher *hasher);
+void        kv_chunk_hasher_update        (KvChunkHasher *hasher,
+                                           const void    *data,
+                                           gsize          len);
+guint64     kv_chunk_hasher_digest        (KvChunkHasher *hasher);
+void        kv_chunk_hasher_free          (KvChunkHasher *hasher);
+
+G_DEFINE_AUTOPTR_CLEANUP_FUNC (KvChunkHasher, kv_chunk_hasher_free)
+
 void        kv_chunk_namespace_digest     (const char   *namespace_,
                                         gsize         block_size,
                                         guint8        digest[KV_CHUNK_NAMESPACE_DIGEST_LEN]);

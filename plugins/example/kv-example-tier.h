@@ -12,22 +12,24 @@ G_DECLARE_DERIVABLE_TYPE (KvExampleTier, kv_example_tier, KV, EXAMPLE_TIER, KvSe
 /**
  * KvExampleTierClass:
  * @parent_class: the parent class
- * @run_store: copies the job's primary slots into the store and returns
- *   the job's result; runs on a worker thread.
- * @run_load: copies stored bytes into the job's primary slots and returns
- *   the job's result; runs on a worker thread.
+ * @run_store: copies the job's primary slots into the store and marks
+ *   each key of @tier_job; runs on a worker thread, which reports the job
+ *   afterwards.
+ * @run_load: copies stored bytes into the job's primary slots and marks
+ *   each key of @tier_job; runs on a worker thread.
  *
  * Subclasses may wrap the two worker-thread hooks (to delay, fail or
- * trim jobs) and chain up to do the copies.
+ * trim jobs) and chain up to do the copies; keys a subclass marked before
+ * it chains up are left alone.
  */
 struct _KvExampleTierClass
 {
   KvSecondaryTierClass parent_class;
 
-  KvJobResult *(*run_store) (KvExampleTier *self,
-                             KvTransferJob *job);
-  KvJobResult *(*run_load)  (KvExampleTier *self,
-                             KvTransferJob *job);
+  void (*run_store) (KvExampleTier *self,
+                     KvTierJob     *tier_job);
+  void (*run_load)  (KvExampleTier *self,
+                     KvTierJob     *tier_job);
 
   /*< private >*/
   gpointer _reserved[4];

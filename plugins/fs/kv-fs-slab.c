@@ -65,7 +65,35 @@ struct _KvFsSlab
   guint32       n_free;
   GHashTable   *map;         /* KvKey (slot->key) → slot number + 1 */
   guint64       last_sequence;
+
+  /* While a restart scan reads the slots: the stretches read so far
+   * (FileScan *, their valid slots oldest first), which a store that
+   * finds no free slot takes from (kv_fs_slab_take_scanned()); NULL
+   * otherwise. */
+  GPtrArray    *scanned;
+  GHashTable   *taken;         /* keys whose scanned slot a store took */
 };
+
+/* A slot whose header the restart scan found valid. */
+typedef struct
+{
+  KvKey   *key;       /* NULL once a store took the slot */
+  guint32  slot;
+  guint64  sequence;
+} Candidate;
+
+/* The scan of slots [first, first + n_slots) of one slab file. */
+typedef struct
+{
+  KvFsSlab   *slab;
+  SlabFile   *file;
+  guint32     first;     /* in the file */
+  guint32     n_slots;
+  const gint *cancel;
+  GArray     *found;     /* Candidate, oldest first once read */
+  guint       next_take; /* found[next_take] is the next a store takes */
+  guint64     n_bad;
+} FileScan;
 
 /* ---- files -------------------------------------------------------------- */
 
@@ -901,12 +929,6 @@ kv_fs_slab_locate (KvFsSlab     *self,
  * one request per header. */
 #define SCAN_BATCH_BYTES ((gsize) 4 << 20)
 
-typedef struct
-{
-  KvKey   *key;
-  guint32  slot;
-  guint64  sequence;
-} Candidate;
 
 /* Reads the headers of @file's slots [@first, @first + @n) into @buf
  * (KV_CHUNK_HEADER_SIZE each): one large read when the slots are small
@@ -973,21 +995,67 @@ compare_newest_first (gconstpointer a,
   return ca->sequence < cb->sequence ? 1 : ca->sequence > cb->sequence ? -1 : 0;
 }
 
+/* Oldest first; of equal sequence numbers, the first slot first (the
+ * scan keeps the first of two equal copies). */
+static int
+compare_oldest_first (gconstpointer a,
+                      gconstpointer b)
+{
+  const Candidate *ca = a;
+  const Candidate *cb = b;
+
+  if (ca->sequence != cb->sequence)
+    return ca->sequence < cb->sequence ? -1 : 1;
+  return ca->slot < cb->slot ? -1 : ca->slot > cb->slot ? 1 : 0;
+}
+
+/*
+ * A slot for a store while a restart scan runs and no slot is free: that
+ * of the oldest chunk among the slots the scan has read so far (each
+ * stretch's are sorted oldest first: one look per stretch). Its chunk,
+ * not in the index yet, is dropped (the caller counts it evicted), and
+ * any other copy of its key the scan finds is freed. Without this, a full
+ * slab refused every store until the whole scan was over, seconds on a
+ * large one. FALSE when no scan runs or none of the slots it read is left.
+ */
+gboolean
+kv_fs_slab_take_scanned (KvFsSlab *self,
+                         guint32  *out_slot)
+{
+  FileScan *oldest = NULL;
+  Candidate *c;
+
+  g_mutex_lock (&self->lock);
+  for (guint i = 0; self->scanned != NULL && i < self->scanned->len; i++)
+    {
+      FileScan *scan = self->scanned->pdata[i];
+
+      if (scan->next_take < scan->found->len &&
+          (oldest == NULL ||
+           compare_oldest_first (&g_array_index (scan->found, Candidate, scan->next_take),
+                                 &g_array_index (oldest->found, Candidate,
+                                                 oldest->next_take)) < 0))
+        oldest = scan;
+    }
+  if (oldest == NULL)
+    {
+      g_mutex_unlock (&self->lock);
+      return FALSE;
+    }
+  c = &g_array_index (oldest->found, Candidate, oldest->next_take++);
+  /* the slot is BUSY (unread slots of an earlier tier's file are): the
+   * store's now */
+  g_assert (self->slots[c->slot].state == SLOT_BUSY);
+  g_hash_table_add (self->taken, g_steal_pointer (&c->key));
+  *out_slot = c->slot;
+  g_mutex_unlock (&self->lock);
+  return TRUE;
+}
+
 /* Slots per scan task: the tasks run on a few threads, so that a
  * device sees several header reads at once. */
 #define SCAN_TASK_SLOTS 128
 
-/* The scan of slots [first, first + n_slots) of one slab file. */
-typedef struct
-{
-  KvFsSlab   *slab;
-  SlabFile   *file;
-  guint32     first;     /* in the file */
-  guint32     n_slots;
-  const gint *cancel;
-  GArray     *found;    /* Candidate */
-  guint64     n_bad;
-} FileScan;
 
 /* Reads @scan's slot headers in batches: valid ones become candidates,
  * the others are freed at once (stores may use them while the other
@@ -1041,6 +1109,13 @@ scan_file (gpointer data,
     }
   free (buf);
   free (span);
+
+  /* a store with no free slot may take the oldest of them from now on */
+  g_array_sort (scan->found, compare_oldest_first);
+  g_mutex_lock (&self->lock);
+  if (self->scanned != NULL)
+    g_ptr_array_add (self->scanned, scan);
+  g_mutex_unlock (&self->lock);
 }
 
 /*
@@ -1050,16 +1125,22 @@ scan_file (gpointer data,
  * Slots that hold no valid header are freed as they are read, so stores
  * go on meanwhile; of two slots of one key the higher sequence number
  * wins and the other is freed; the winners go into @index, oldest in the
- * eviction order, unless a store of the key came first. Returns the
- * chunks added; *@out_n_bad counts slots that held a damaged header (not
- * those never written).
+ * eviction order, unless a store of the key came first. While the slots
+ * are read, a store that finds no free slot takes one already read
+ * (kv_fs_slab_take_scanned()). @read_done, if not NULL, is called once
+ * every slot is read, before the index gets the keys (a test hook).
+ * Returns the chunks added; *@out_n_bad counts slots that held a damaged
+ * header (not those never written).
  */
 guint64
-kv_fs_slab_scan (KvFsSlab   *self,
-                 KvFsIndex  *index,
-                 const gint *cancel,
-                 guint64    *out_n_bad)
+kv_fs_slab_scan (KvFsSlab         *self,
+                 KvFsIndex        *index,
+                 const gint       *cancel,
+                 KvFsSlabScanHook  read_done,
+                 gpointer          read_done_data,
+                 guint64          *out_n_bad)
 {
+  g_autoptr(GHashTable) taken = NULL;
   g_autoptr(GHashTable) best = g_hash_table_new (kv_key_hash, kv_key_equal);  /* → Candidate * */
   g_autoptr(GArray) found = g_array_new (FALSE, FALSE, sizeof (Candidate));
   g_autoptr(GArray) scans = g_array_new (FALSE, TRUE, sizeof (FileScan));
@@ -1074,16 +1155,36 @@ kv_fs_slab_scan (KvFsSlab   *self,
     for (guint32 i = 0; self->files[f].existed && i < self->files[f].n_slots;
          i += SCAN_TASK_SLOTS)
       {
-        FileScan scan = { self, &self->files[f], i,
-                          MIN (SCAN_TASK_SLOTS, self->files[f].n_slots - i), cancel,
-                          g_array_new (FALSE, FALSE, sizeof (Candidate)), 0 };
+        FileScan scan = { 0 };
 
+        scan.slab = self;
+        scan.file = &self->files[f];
+        scan.first = i;
+        scan.n_slots = MIN (SCAN_TASK_SLOTS, self->files[f].n_slots - i);
+        scan.cancel = cancel;
+        scan.found = g_array_new (FALSE, FALSE, sizeof (Candidate));
         g_array_append_val (scans, scan);
       }
+  /* (scans holds every stretch now: their addresses stay) */
+  g_mutex_lock (&self->lock);
+  self->scanned = g_ptr_array_new ();
+  self->taken = g_hash_table_new_full (kv_key_hash, kv_key_equal,
+                                       (GDestroyNotify) kv_key_unref, NULL);
+  g_mutex_unlock (&self->lock);
+
   pool = g_thread_pool_new (scan_file, NULL, MIN (8, MAX (scans->len, 1)), TRUE, NULL);
   for (guint t = 0; t < scans->len; t++)
     g_thread_pool_push (pool, &g_array_index (scans, FileScan, t), NULL);
   g_thread_pool_free (pool, FALSE, TRUE);
+  if (read_done != NULL)
+    read_done (read_done_data);
+
+  /* no store takes a scanned slot from here on: the candidates are this
+   * thread's again */
+  g_mutex_lock (&self->lock);
+  g_clear_pointer (&self->scanned, g_ptr_array_unref);
+  taken = g_steal_pointer (&self->taken);
+  g_mutex_unlock (&self->lock);
 
   /* of two copies of a key, the newer stays */
   for (guint t = 0; t < scans->len; t++)
@@ -1093,10 +1194,22 @@ kv_fs_slab_scan (KvFsSlab   *self,
       for (guint i = 0; i < scan->found->len; i++)
         {
           Candidate *c = &g_array_index (scan->found, Candidate, i);
-          Candidate *other = g_hash_table_lookup (best, c->key);
+          Candidate *other;
           guint32 loser;
 
           max_sequence = MAX (max_sequence, c->sequence);
+          if (c->key == NULL)
+            continue;  /* a store took the slot */
+          if (g_hash_table_contains (taken, c->key))
+            {
+              /* another copy of a key whose slot a store took: gone too */
+              g_clear_pointer (&c->key, kv_key_unref);
+              g_mutex_lock (&self->lock);
+              free_slot_locked (self, c->slot);
+              g_mutex_unlock (&self->lock);
+              continue;
+            }
+          other = g_hash_table_lookup (best, c->key);
           if (other == NULL)
             {
               g_hash_table_insert (best, c->key, c);

@@ -37,6 +37,9 @@ typedef struct _KvFsSlab KvFsSlab;
 #define KV_FS_SLAB_FILE_FORMAT "slab-%04u.kvslab"
 #define KV_FS_SLAB_DEFAULT_SIZE (G_GUINT64_CONSTANT (1) << 30)
 
+/* Called by kv_fs_slab_scan() once it has read every slot (tests). */
+typedef void (*KvFsSlabScanHook) (gpointer data);
+
 KvFsSlab   *kv_fs_slab_new              (const KvFsLayout *layout,
                                          guint64           capacity,
                                          guint64           slab_size,
@@ -80,7 +83,11 @@ gboolean    kv_fs_slab_locate           (KvFsSlab         *self,
 guint64     kv_fs_slab_scan             (KvFsSlab         *self,
                                          KvFsIndex        *index,
                                          const gint       *cancel,
+                                         KvFsSlabScanHook  read_done,
+                                         gpointer          read_done_data,
                                          guint64          *out_n_bad);
+gboolean    kv_fs_slab_take_scanned     (KvFsSlab         *self,
+                                         guint32          *out_slot);
 
 /* Engine side: any thread, no lock. */
 guint64     kv_fs_slab_payload_checksum (const KvFsOp     *op);

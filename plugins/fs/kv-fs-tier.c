@@ -24,51 +24,32 @@
 #define KV_FS_DEFAULT_INFLIGHT_BYTES (G_GUINT64_CONSTANT (256) << 20)
 #define KV_FS_DEFAULT_QUEUE_DEPTH 256
 
-typedef enum {
-  KEY_PENDING,
-  KEY_OK,
-  KEY_SKIPPED,
-  KEY_FAILED,
-} KeyState;
-
-/* One job (or one breaker probe) in flight. Fields after the request
- * part are guarded by the tier lock. Deadlines, the breaker and the
- * negative cache are the base class's: a job only learns that its
- * deadline passed through its cancellable. */
+/* One job (or one breaker probe) in flight: the tier's own part of it,
+ * the I/O ops. What the job reports (the state of each key, time, bytes,
+ * the stored event) is its KvTierJob's; deadlines, the breaker and the
+ * negative caches are the base class's: a job only learns that its
+ * deadline passed through its KvTierJob's cancel func. Fields after the
+ * request part are guarded by the tier lock. */
 typedef struct
 {
   KvFsTier       *tier;
+  KvTierJob      *tier_job;     /* NULL for a probe */
   KvTransferJob  *job;          /* NULL for a probe */
   gboolean        is_load;
   gboolean        is_probe;
   guint64         probe_id;
-  GCancellable   *cancellable;  /* cancelled at the deadline */
-  gulong          cancelled_id;
-  struct _CancelLink *cancel_link;
+  GCancellable   *probe_cancellable;  /* the probe's, from the base class */
+  gulong          probe_handler;
   guint           n_keys;
   KvFsOp         *ops;          /* one per key (per root for a probe) */
   KvFsEntry     **entries;      /* loads: the pinned index entries; stores: the
                                  * evicted entry whose file the store takes over */
   guint8         *from_spare;   /* stores: TRUE where op->reuse_path is a spare file */
-  guint8         *key_state;
   guint           n_outstanding;
   gboolean        expired;      /* failed by its deadline; I/O may still run */
-  gboolean        reported;
-  gboolean        io_failure;   /* counts against the circuit breaker */
-  gboolean        checksum_failed;
-  gint64          first_start;
-  gint64          last_end;
-  guint           refs;         /* the ops (as one), plus a running cancellation */
+  gboolean        probe_failed;
+  guint           refs;         /* the ops (as one), the launcher, a running cancel func */
 } FsJob;
-
-/* What a job's cancelled handler reaches the job through: the job clears
- * it when freed, since a handler may still run (on the watchdog's thread)
- * after that. */
-typedef struct _CancelLink
-{
-  KvFsTier *tier;
-  FsJob    *job;
-} CancelLink;
 
 /* A delete of an evicted chunk. */
 typedef struct
@@ -95,7 +76,6 @@ struct _KvFsTier
   guint64          max_size;
   gboolean         preallocate;
   KvFsEviction     eviction;
-  gboolean         enable_events;
   guint            n_read_threads;
   guint            n_write_threads;
   guint64          inflight_bytes;
@@ -123,7 +103,6 @@ struct _KvFsTier
   guint            n_live_jobs;
   guint            n_expired_live;  /* of those, failed by their deadline */
   guint            n_deletes;       /* evictions whose unlink is in flight */
-  GPtrArray       *pending_misses;  /* KvKey: verdicts to turn into MISS */
   gboolean         shut_down;
 
   /* with an index, when preallocate is on or a previous run left spare
@@ -138,8 +117,9 @@ struct _KvFsTier
   gint             scan_cancel;     /* (atomic) */
   gint             index_ready;     /* (atomic) */
 
-  guint64          counters[KV_FS_N_COUNTERS];
+  KvCounterSet    *counters;        /* KvFsCounter order */
   guint64          reported[KV_FS_N_COUNTERS];  /* owner thread: taken by get_stats */
+  gboolean         stats_taken;                 /* owner thread: get_stats ran */
 
   /* in this instance's temporary file names */
   guint64          temp_tag;
@@ -162,7 +142,6 @@ enum {
   PROP_MAX_SIZE,
   PROP_PREALLOCATE,
   PROP_EVICTION,
-  PROP_ENABLE_EVENTS,
   PROP_N_READ_THREADS,
   PROP_N_WRITE_THREADS,
   PROP_INFLIGHT_BYTES,
@@ -178,10 +157,11 @@ enum {
 
 static GParamSpec *properties[N_PROPS];
 
-/* kv_fs_tier_hold_scans() */
+/* kv_fs_tier_hold_scans(), kv_fs_tier_hold_slab_scans_read() */
 static GMutex scan_hold_lock;
 static GCond scan_hold_cond;
 static gboolean scan_hold;
+static gboolean scan_hold_read;
 
 static void kv_fs_tier_initable_iface_init (GInitableIface *iface);
 static void kv_fs_tier_configurable_iface_init (KvConfigurableInterface *iface);
@@ -236,7 +216,7 @@ count (KvFsTier    *self,
        KvFsCounter  counter,
        guint64      n)
 {
-  __atomic_fetch_add (&self->counters[counter], n, __ATOMIC_RELAXED);
+  kv_counter_set_add (self->counters, counter, n);
 }
 
 static void
@@ -247,7 +227,7 @@ push_event (KvFsTier      *self,
 {
   g_autoptr(KvEvent) event = NULL;
 
-  if (!self->enable_events || n_keys == 0)
+  if (!kv_secondary_tier_get_enable_events (KV_SECONDARY_TIER (self)) || n_keys == 0)
     return;
   event = kv_event_new (keys, n_keys, KV_MEDIUM_STORAGE, removed, self->locality);
   kv_secondary_tier_push_event (KV_SECONDARY_TIER (self), event);
@@ -447,156 +427,71 @@ spare_created (gpointer user_data)
 
 /* ---- job completion ----------------------------------------------------- */
 
+/* Lock not held. */
 static void
 fs_job_free (FsJob *fj)
 {
-  /* Not disconnected (a handler may be running on another thread): the
-   * link is cut under the lock, and freed with the cancellable. */
-  if (fj->cancel_link != NULL)
-    {
-      g_mutex_lock (&fj->tier->lock);
-      fj->cancel_link->job = NULL;
-      g_mutex_unlock (&fj->tier->lock);
-    }
-  g_clear_object (&fj->cancellable);
+  KvFsTier *self = fj->tier;
+  gboolean expired = fj->expired;
+
   for (guint i = 0; i < fj->n_keys; i++)
     kv_fs_op_clear (&fj->ops[i]);
   g_free (fj->ops);
   g_free (fj->entries);
   g_free (fj->from_spare);
-  g_free (fj->key_state);
+  g_clear_object (&fj->tier_job);
+  g_clear_object (&fj->probe_cancellable);
   g_clear_pointer (&fj->job, kv_transfer_job_unref);
   g_free (fj);
+
+  /* drain_jobs() waits for this: no op of the job touches a slot now */
+  g_mutex_lock (&self->lock);
+  self->n_live_jobs--;
+  if (expired)
+    self->n_expired_live--;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
 }
 
-/* Builds the job's result (lock held). */
-static KvJobResult *
-build_result (KvFsTier *self,
-              FsJob    *fj)
-{
-  guint64 id = kv_transfer_job_get_id (fj->job);
-  gboolean success = TRUE;
-  guint n_prefix = 0;
-  guint n_moved = 0;
-  KvJobResult *result;
-
-  for (guint i = 0; i < fj->n_keys; i++)
-    {
-      if (fj->key_state[i] == KEY_OK)
-        n_moved++;
-      if (fj->key_state[i] != KEY_OK && fj->key_state[i] != KEY_SKIPPED)
-        success = FALSE;
-    }
-  if (fj->is_load)
-    while (n_prefix < fj->n_keys && fj->key_state[n_prefix] == KEY_OK)
-      n_prefix++;
-
-  result = kv_job_result_new (id, success);
-  /* A partial load lands the longest prefix of its keys, as the
-   * reference does; chunks after a gap are of no use to the request. */
-  if (fj->is_load && !success && n_prefix > 0)
-    {
-      KvKey * const *keys = kv_transfer_job_get_keys (fj->job, NULL);
-
-      kv_job_result_set_successful_keys (result, keys, n_prefix);
-    }
-  if (fj->first_start > 0 && fj->last_end >= fj->first_start)
-    kv_job_result_set_transfer_time (result, (fj->last_end - fj->first_start) / 1e6);
-  {
-    guint n = fj->is_load ? (success ? fj->n_keys : n_prefix) : n_moved;
-
-    if (n > 0)
-      kv_job_result_set_transfer_bytes (result, (gint64) n * self->block_size);
-  }
-  if (fj->checksum_failed)
-    kv_job_result_set_checksum_failed (result, TRUE);
-  return result;
-}
-
-typedef struct
-{
-  KvJobResult *result;
-  KvEvent     *event;
-  FsJob       *free_job;
-  gboolean     tier_fault;  /* a failure that counts against the breaker */
-  guint64      probe_id;    /* a probe to report, or 0 */
-  gboolean     probe_ok;
-} Completion;
-
-/* Called with the lock held when a job's result is final. */
+/* Drops one of @fj's references. Lock not held. */
 static void
-report_locked (KvFsTier   *self,
-               FsJob      *fj,
-               Completion *out)
+fs_job_unref (FsJob *fj)
 {
-  gboolean success;
+  KvFsTier *self = fj->tier;
+  gboolean last;
 
-  fj->reported = TRUE;
+  g_mutex_lock (&self->lock);
+  g_assert (fj->refs > 0);
+  last = --fj->refs == 0;
+  g_mutex_unlock (&self->lock);
+  if (last)
+    fs_job_free (fj);
+}
 
+/* The last op of @fj is done: report it (the probe to the base class, the
+ * job through its KvTierJob) and drop the ops' reference. Lock not held:
+ * the report waits for a cancel func that takes it. */
+static void
+fs_job_finish (FsJob *fj)
+{
   if (fj->is_probe)
     {
-      out->probe_id = fj->probe_id;
-      out->probe_ok = TRUE;
-      for (guint i = 0; i < fj->n_keys; i++)
-        if (fj->key_state[i] != KEY_OK)
-          out->probe_ok = FALSE;
-      return;
+      gulong handler;
+
+      kv_secondary_tier_complete_probe (KV_SECONDARY_TIER (fj->tier), fj->probe_id,
+                                        !fj->probe_failed);
+      g_mutex_lock (&fj->tier->lock);
+      handler = fj->probe_handler;
+      fj->probe_handler = 0;
+      g_mutex_unlock (&fj->tier->lock);
+      /* not g_cancellable_disconnect(), which waits for a running handler
+       * (this may be it); the handler's reference goes with it */
+      if (handler != 0)
+        g_signal_handler_disconnect (fj->probe_cancellable, handler);
     }
-
-  out->result = build_result (self, fj);
-  success = kv_job_result_get_success (out->result);
-  /* Missing or damaged chunks and a full disk say nothing about the
-   * device; I/O errors do. */
-  out->tier_fault = fj->io_failure;
-
-  /* One stored event per fully successful store job (reference §8.7). */
-  if (!fj->is_load && success && self->enable_events && fj->n_keys > 0)
-    out->event = kv_event_new (kv_transfer_job_get_keys (fj->job, NULL), fj->n_keys,
-                               KV_MEDIUM_STORAGE, FALSE, self->locality);
-}
-
-static void
-completion_deliver (KvFsTier   *self,
-                    Completion *c)
-{
-  if (c->event != NULL)
-    {
-      kv_secondary_tier_push_event (KV_SECONDARY_TIER (self), c->event);
-      kv_event_unref (c->event);
-    }
-  if (c->result != NULL)
-    {
-      kv_secondary_tier_complete_job_full (KV_SECONDARY_TIER (self), c->result,
-                                           c->tier_fault || kv_job_result_get_success (c->result) ?
-                                           KV_COMPLETE_JOB_FLAGS_NONE :
-                                           KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT);
-      kv_job_result_unref (c->result);
-    }
-  if (c->probe_id != 0)
-    kv_secondary_tier_complete_probe (KV_SECONDARY_TIER (self), c->probe_id, c->probe_ok);
-  if (c->free_job != NULL)
-    {
-      gboolean expired = c->free_job->expired;
-
-      fs_job_free (c->free_job);
-      g_mutex_lock (&self->lock);
-      self->n_live_jobs--;
-      if (expired)
-        self->n_expired_live--;
-      g_cond_broadcast (&self->cond);
-      g_mutex_unlock (&self->lock);
-    }
-}
-
-/* A key that failed to load: the shared-directory existence cache stops
- * answering HIT for it (the request's own negative cache is the base
- * class's). Lock held. */
-static void
-queue_miss (KvFsTier *self,
-            KvKey    *key)
-{
-  if (self->async_lookup != NULL)
-    g_ptr_array_add (self->pending_misses, kv_key_ref (key));
+  else
+    kv_tier_job_report (fj->tier_job);
+  fs_job_unref (fj);
 }
 
 static void
@@ -606,23 +501,25 @@ op_done (KvFsOp   *op,
   FsJob *fj = user_data;
   KvFsTier *self = fj->tier;
   guint i = op - fj->ops;
-  KeyState state = KEY_FAILED;
-  gboolean io_failure = FALSE;
+  gboolean landed = FALSE;
+  gboolean skipped = FALSE;
+  gboolean missing = FALSE;
+  KvKeyFailureFlags failure = KV_KEY_FAILURE_FLAGS_NOT_A_FAULT;
   gboolean removed = FALSE;
-  Completion c = { NULL, NULL, NULL };
+  gboolean last;
 
   switch (op->kind)
     {
     case KV_FS_OP_STORE:
       if (op->status == KV_FS_OP_STATUS_OK)
         {
-          state = KEY_OK;
+          landed = TRUE;
           count (self, KV_FS_COUNTER_STORED_CHUNKS, 1);
           count (self, KV_FS_COUNTER_BYTES_WRITTEN, op->payload_len);
         }
       else if (op->status == KV_FS_OP_STATUS_EXISTS)
         {
-          state = KEY_SKIPPED;
+          skipped = TRUE;
           count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
         }
       else
@@ -633,13 +530,14 @@ op_done (KvFsOp   *op,
           else if (op->status == KV_FS_OP_STATUS_IO_ERROR)
             {
               count (self, KV_FS_COUNTER_IO_ERRORS, 1);
-              io_failure = TRUE;
+              /* the device, not the data: counts against the breaker */
+              failure = KV_KEY_FAILURE_FLAGS_NONE;
             }
         }
       if (self->slab != NULL)
-        kv_fs_slab_store_done (self->slab, op, state == KEY_OK);
+        kv_fs_slab_store_done (self->slab, op, landed);
       if (self->index != NULL)
-        kv_fs_index_end_store (self->index, op->key, state == KEY_OK);
+        kv_fs_index_end_store (self->index, op->key, landed);
       if (fj->entries[i] != NULL)
         {
           release_reused_victim (self, op, fj->entries[i]);
@@ -663,7 +561,7 @@ op_done (KvFsOp   *op,
        * victim). Not after ENOSPC: the disk is smaller than max-size,
        * and a spare written now would take the space the next store
        * needs. */
-      if (state == KEY_FAILED &&
+      if (!landed && !skipped &&
           !(op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC))
         want_spares (self);
       break;
@@ -672,7 +570,7 @@ op_done (KvFsOp   *op,
       switch (op->status)
         {
         case KV_FS_OP_STATUS_OK:
-          state = KEY_OK;
+          landed = TRUE;
           count (self, KV_FS_COUNTER_LOADED_CHUNKS, 1);
           count (self, KV_FS_COUNTER_BYTES_READ, op->payload_len);
           /* verified against its header: other tiers storing the
@@ -689,7 +587,7 @@ op_done (KvFsOp   *op,
               op->check == KV_CHUNK_CHECK_BAD_FILE_CHECKSUM)
             {
               count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
-              fj->checksum_failed = TRUE;
+              failure = KV_KEY_FAILURE_FLAGS_CHECKSUM;
             }
           if (op->flags & KV_FS_OP_FLAG_SLAB)
             g_message ("fs tier: freed the slot of a corrupt chunk at %s (%s)", op->path,
@@ -700,6 +598,7 @@ op_done (KvFsOp   *op,
           break;
         case KV_FS_OP_STATUS_NOT_FOUND:
           removed = TRUE;
+          missing = TRUE;
           count (self, KV_FS_COUNTER_MISSING_CHUNKS, 1);
           break;
         case KV_FS_OP_STATUS_FOREIGN:
@@ -711,16 +610,17 @@ op_done (KvFsOp   *op,
         case KV_FS_OP_STATUS_IO_ERROR:
           /* Transient (EIO, EACCES, ELOOP...): the file may be fine. */
           count (self, KV_FS_COUNTER_IO_ERRORS, 1);
-          io_failure = op->error != ELOOP && op->error != EACCES && op->error != EPERM;
+          if (op->error != ELOOP && op->error != EACCES && op->error != EPERM)
+            failure = KV_KEY_FAILURE_FLAGS_NONE;
           break;
         default:
           break;
         }
-      if (state != KEY_OK)
+      if (!landed)
         count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
       /* before the index lets the entry go: its slot may be reused then */
       if (op->flags & KV_FS_OP_FLAG_SLAB)
-        kv_fs_slab_unpin (self->slab, op->slab_slot, state == KEY_OK, removed);
+        kv_fs_slab_unpin (self->slab, op->slab_slot, landed, removed);
       if (fj->entries[i] != NULL)
         {
           kv_fs_index_unpin (self->index, fj->entries[i], removed);
@@ -736,35 +636,47 @@ op_done (KvFsOp   *op,
       break;
 
     case KV_FS_OP_PROBE:
-      state = op->status == KV_FS_OP_STATUS_OK ? KEY_OK : KEY_FAILED;
+      landed = op->status == KV_FS_OP_STATUS_OK;
       break;
 
     case KV_FS_OP_DELETE:
       g_assert_not_reached ();
     }
 
-  g_mutex_lock (&self->lock);
-  fj->key_state[i] = state;
-  if (io_failure)
-    fj->io_failure = TRUE;
-  if (op->start_us > 0 && (fj->first_start == 0 || op->start_us < fj->first_start))
-    fj->first_start = op->start_us;
-  if (op->end_us > fj->last_end)
-    fj->last_end = op->end_us;
-  if (op->kind == KV_FS_OP_LOAD && state == KEY_FAILED)
-    queue_miss (self, op->key);
-  g_assert (fj->n_outstanding > 0);
-  fj->n_outstanding--;
-  if (fj->n_outstanding == 0)
+  /* Marked before the op is counted out: the last op reports the job. */
+  if (fj->tier_job != NULL)
     {
-      if (!fj->reported)
-        report_locked (self, fj, &c);
-      if (--fj->refs == 0)
-        c.free_job = fj;
+      if (op->start_us > 0 && op->end_us >= op->start_us)
+        kv_tier_job_record_io (fj->tier_job, op->start_us, op->end_us);
+      if (landed)
+        kv_tier_job_mark_landed (fj->tier_job, i);
+      else if (skipped)
+        kv_tier_job_mark_skipped (fj->tier_job, i);
+      else if (missing)
+        kv_tier_job_mark_missing (fj->tier_job, i);
+      else
+        {
+          g_autoptr(GError) error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                                                 "%s %s: %s%s%s",
+                                                 op->kind == KV_FS_OP_STORE ? "store" : "load",
+                                                 op->path != NULL ? op->path : "(slot)",
+                                                 kv_fs_op_status_to_string (op->status),
+                                                 op->error != 0 ? ": " : "",
+                                                 op->error != 0 ? g_strerror (op->error) : "");
+
+          kv_tier_job_mark_failed (fj->tier_job, i, failure, error);
+        }
     }
+
+  g_mutex_lock (&self->lock);
+  if (fj->is_probe && !landed)
+    fj->probe_failed = TRUE;
+  g_assert (fj->n_outstanding > 0);
+  last = --fj->n_outstanding == 0;
   g_mutex_unlock (&self->lock);
 
-  completion_deliver (self, &c);
+  if (last)
+    fs_job_finish (fj);
 }
 
 /* ---- deadlines, probes --------------------------------------------------- */
@@ -773,26 +685,20 @@ op_done (KvFsOp   *op,
  * report), on the watchdog's thread or the owner's: abort its I/O. A store
  * still writing must not publish (its slots may hold other bytes now);
  * queued ops are cancelled, and one already in the kernel reports when it
- * returns, late, which the base class drops. */
+ * returns, late, which the base class drops. KvTierJob runs this once,
+ * never after the report (which waits for it). */
 static void
-job_cancelled (GCancellable *cancellable,
-               gpointer      user_data)
+job_cancelled (KvTierJob *tier_job,
+               gpointer   user_data)
 {
-  CancelLink *link = user_data;
-  KvFsTier *self = link->tier;
+  FsJob *fj = user_data;
+  KvFsTier *self = fj->tier;
   g_autofree KvFsOp **ops = NULL;
-  FsJob *fj;
-  Completion c = { NULL, NULL, NULL, FALSE, 0, FALSE };
   guint n = 0;
 
+  /* Held while the engine cancels: a cancelled op may report the job and
+   * drop the ops' reference on this thread. */
   g_mutex_lock (&self->lock);
-  fj = link->job;
-  if (fj == NULL || fj->reported)
-    {
-      g_mutex_unlock (&self->lock);
-      return;
-    }
-  /* Held until the cancellations below are done. */
   fj->refs++;
   if (!fj->expired)
     {
@@ -812,61 +718,66 @@ job_cancelled (GCancellable *cancellable,
     }
   kv_fs_engine_cancel (self->engine, ops, n);
 
-  g_mutex_lock (&self->lock);
-  if (--fj->refs == 0)
-    c.free_job = fj;
-  g_mutex_unlock (&self->lock);
-  completion_deliver (self, &c);
+  fs_job_unref (fj);
 }
 
+/* The base class failed the probe at its deadline: withdraw its queued
+ * ops. The handler holds a reference on @fj, dropped when it is
+ * disconnected. */
 static void
-cancel_link_free (gpointer data,
-                  GClosure *closure)
+probe_cancelled (GCancellable *cancellable,
+                 gpointer      user_data)
 {
-  g_free (data);
+  FsJob *fj = user_data;
+  KvFsOp *ops[64];
+  guint n = 0;
+
+  for (guint k = 0; k < fj->n_keys && n < G_N_ELEMENTS (ops); k++)
+    ops[n++] = &fj->ops[k];
+  kv_fs_engine_cancel (fj->tier->engine, ops, n);
 }
 
-/* Lock not held. */
-static void
-watch_cancellable (KvFsTier     *self,
-                   FsJob        *fj,
-                   GCancellable *cancellable)
-{
-  if (cancellable == NULL)
-    return;
-  fj->cancellable = cancellable;
-  fj->cancel_link = g_new (CancelLink, 1);
-  fj->cancel_link->tier = self;
-  fj->cancel_link->job = fj;
-  /* Not g_cancellable_connect(): that runs the handler at once when the
-   * job is already cancelled, before the ops are started. */
-  fj->cancelled_id = g_signal_connect_data (cancellable, "cancelled", G_CALLBACK (job_cancelled),
-                                            fj->cancel_link, cancel_link_free, 0);
-}
-
-/* Submits @ops of @fj (whose refs count them), then catches a deadline
- * that passed before the handler was connected. */
+/* Submits @ops of @fj, whose ops' reference is taken, then links the
+ * job's cancellation (at once if its deadline passed meanwhile). */
 static void
 start_ops (KvFsTier  *self,
            FsJob     *fj,
            KvFsOp   **ops,
            guint      n)
 {
-  Completion c = { NULL, NULL, NULL, FALSE, 0, FALSE };
-
+  /* the launcher's reference: the ops may all report before this returns */
   g_mutex_lock (&self->lock);
   fj->refs++;
   g_mutex_unlock (&self->lock);
 
   kv_fs_engine_submit (self->engine, ops, n);
-  if (fj->cancellable != NULL && g_cancellable_is_cancelled (fj->cancellable))
-    job_cancelled (fj->cancellable, fj->cancel_link);
+  /* After the submit: cancelling unstarted ops would not withdraw them. */
+  if (fj->tier_job != NULL)
+    kv_tier_job_set_cancel_func (fj->tier_job, job_cancelled, fj, NULL);
+  else
+    {
+      gulong handler;
+      gboolean kept = FALSE;
 
-  g_mutex_lock (&self->lock);
-  if (--fj->refs == 0)
-    c.free_job = fj;
-  g_mutex_unlock (&self->lock);
-  completion_deliver (self, &c);
+      /* the handler's reference (none if it ran at once, being cancelled) */
+      g_mutex_lock (&self->lock);
+      fj->refs++;
+      g_mutex_unlock (&self->lock);
+      handler = g_cancellable_connect (fj->probe_cancellable, G_CALLBACK (probe_cancelled), fj,
+                                       (GDestroyNotify) fs_job_unref);
+      g_mutex_lock (&self->lock);
+      /* a probe reported already disconnects nothing: do it here */
+      if (fj->n_outstanding > 0)
+        {
+          fj->probe_handler = handler;
+          kept = TRUE;
+        }
+      g_mutex_unlock (&self->lock);
+      if (handler != 0 && !kept)
+        g_signal_handler_disconnect (fj->probe_cancellable, handler);
+    }
+
+  fs_job_unref (fj);
 }
 
 static gboolean
@@ -884,10 +795,10 @@ kv_fs_tier_probe (KvSecondaryTier  *tier,
   fj->tier = self;
   fj->is_probe = TRUE;
   fj->probe_id = probe_id;
+  fj->probe_cancellable = g_object_ref (cancellable);
   fj->n_keys = n;
   fj->ops = g_new0 (KvFsOp, n);
   fj->entries = g_new0 (KvFsEntry *, n);
-  fj->key_state = g_new0 (guint8, n);
   fj->n_outstanding = n;
   ops = g_new (KvFsOp *, n);
   for (guint r = 0; r < n; r++)
@@ -905,7 +816,6 @@ kv_fs_tier_probe (KvSecondaryTier  *tier,
       op->done_data = fj;
       ops[r] = op;
     }
-  watch_cancellable (self, fj, g_object_ref (cancellable));
 
   g_mutex_lock (&self->lock);
   self->n_live_jobs++;
@@ -928,35 +838,34 @@ fs_job_new (KvFsTier      *self,
   guint n = kv_transfer_job_get_n_keys (job);
 
   fj->tier = self;
+  fj->tier_job = kv_tier_job_new (KV_SECONDARY_TIER (self), job);
   fj->job = kv_transfer_job_ref (job);
   fj->is_load = is_load;
   fj->n_keys = n;
   fj->ops = g_new0 (KvFsOp, MAX (n, 1));
   fj->entries = g_new0 (KvFsEntry *, MAX (n, 1));
-  fj->key_state = g_new0 (guint8, MAX (n, 1));
   if (!is_load)
     fj->from_spare = g_new0 (guint8, MAX (n, 1));
   return fj;
 }
 
-/* Reports @fj now (no op was started) and frees it. */
+/* Key @i of @fj fails before any I/O (a bad slot, a key the layout
+ * cannot name, an index that refuses it): the data's failure. */
 static void
-finish_unstarted (KvFsTier *self,
-                  FsJob    *fj)
+fail_key (FsJob      *fj,
+          guint       i,
+          const char *why)
 {
-  Completion c = { NULL, NULL, NULL, FALSE, 0, FALSE };
+  g_autoptr(GError) error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                                         "%s job %" G_GUINT64_FORMAT ", key %u: %s",
+                                         fj->is_load ? "load" : "store",
+                                         kv_transfer_job_get_id (fj->job), i, why);
 
-  g_mutex_lock (&self->lock);
-  self->n_live_jobs++;
-  fj->refs = 1;
-  report_locked (self, fj, &c);
-  if (--fj->refs == 0)
-    c.free_job = fj;
-  g_mutex_unlock (&self->lock);
-  completion_deliver (self, &c);
+  kv_tier_job_mark_failed (fj->tier_job, i, KV_KEY_FAILURE_FLAGS_NOT_A_FAULT, error);
 }
 
-/* Starts the ops of @fj that were set up (those with a path). */
+/* Starts the ops of @fj that were set up (those with a path); a job with
+ * none is reported at once. */
 static void
 launch (KvFsTier *self,
         FsJob    *fj)
@@ -968,27 +877,24 @@ launch (KvFsTier *self,
     if (fj->ops[i].path != NULL)
       ops[n++] = &fj->ops[i];
 
-  if (n == 0)
-    {
-      finish_unstarted (self, fj);
-      return;
-    }
-
-  watch_cancellable (self, fj,
-                     kv_secondary_tier_get_job_cancellable (KV_SECONDARY_TIER (self), fj->job));
-
   g_mutex_lock (&self->lock);
   fj->n_outstanding = n;
   fj->refs = 1;
   self->n_live_jobs++;
   g_mutex_unlock (&self->lock);
 
+  if (n == 0)
+    {
+      fs_job_finish (fj);
+      return;
+    }
   start_ops (self, fj, ops, n);
 }
 
 /* ---- layout=slab -------------------------------------------------------- */
 
 /* A slot for a store of @key (whose index entry is STORING): a free one,
+ * else, while a restart scan runs, that of the oldest chunk it has read,
  * else that of the chunk evicted for it (by the index's order, never one
  * being read). Owner thread. */
 static gboolean
@@ -1000,6 +906,16 @@ slab_take_slot (KvFsTier *self,
 
   if (kv_fs_slab_alloc (self->slab, NULL, out_slot))
     return TRUE;
+  /* A warm restart of a full slab: the slots not read yet are busy, and
+   * the index holds none of their keys, only chunks stored since (newer
+   * than any of them). The oldest chunk the scan has read gives its
+   * slot, as an eviction would, rather than the store failing until the
+   * whole scan is over. */
+  if (kv_fs_slab_take_scanned (self->slab, out_slot))
+    {
+      count (self, KV_FS_COUNTER_EVICTED_CHUNKS, 1);
+      return TRUE;
+    }
   victims = g_ptr_array_new ();
   kv_fs_index_evict_bytes (self->index, self->file_size, victims);
   found = FALSE;
@@ -1059,7 +975,7 @@ slab_submit_store (KvFsTier      *self,
       parent = key;
       if (begin == KV_FS_BEGIN_STORE_EXISTS)
         {
-          fj->key_state[i] = KEY_SKIPPED;
+          kv_tier_job_mark_skipped (fj->tier_job, i);
           count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
           continue;
         }
@@ -1071,7 +987,7 @@ slab_submit_store (KvFsTier      *self,
         }
       if (begin != KV_FS_BEGIN_STORE_NEW)
         {
-          fj->key_state[i] = KEY_FAILED;
+          fail_key (fj, i, "no slab slot to write it to");
           count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
           continue;
         }
@@ -1126,7 +1042,7 @@ slab_submit_load (KvFsTier      *self,
       if (fj->entries[i] == NULL)
         {
           /* not held (evicted since the lookup, or not scanned yet) */
-          fj->key_state[i] = KEY_FAILED;
+          kv_tier_job_mark_missing (fj->tier_job, i);
           count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
           continue;
         }
@@ -1146,6 +1062,19 @@ slab_submit_load (KvFsTier      *self,
   return TRUE;
 }
 
+/* Every slot read, before the index gets the keys: held there while
+ * kv_fs_tier_hold_slab_scans_read() says so. */
+static void
+slab_scan_read (gpointer user_data)
+{
+  KvFsTier *self = user_data;
+
+  g_mutex_lock (&scan_hold_lock);
+  while (scan_hold_read && !g_atomic_int_get (&self->scan_cancel))
+    g_cond_wait (&scan_hold_cond, &scan_hold_lock);
+  g_mutex_unlock (&scan_hold_lock);
+}
+
 static gpointer
 slab_scan_main (gpointer user_data)
 {
@@ -1158,7 +1087,8 @@ slab_scan_main (gpointer user_data)
     g_cond_wait (&scan_hold_cond, &scan_hold_lock);
   g_mutex_unlock (&scan_hold_lock);
 
-  n_found = kv_fs_slab_scan (self->slab, self->index, &self->scan_cancel, &n_bad);
+  n_found = kv_fs_slab_scan (self->slab, self->index, &self->scan_cancel, slab_scan_read,
+                             self, &n_bad);
   count (self, KV_FS_COUNTER_SCANNED_CHUNKS, n_found);
   count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, n_bad);
   g_atomic_int_set (&self->index_ready, TRUE);
@@ -1248,7 +1178,8 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
 
       if (slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
         {
-          fj->key_state[i] = KEY_FAILED;
+          fail_key (fj, i, slot >= self->n_slots ? "a slot outside the primary buffer"
+                                                 : "a key the layout cannot name");
           count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
           parent = key;
           continue;
@@ -1277,13 +1208,13 @@ kv_fs_tier_submit_store (KvSecondaryTier  *tier,
                 spare = kv_fs_spares_pop (self->spares, root);
               break;
             case KV_FS_BEGIN_STORE_EXISTS:
-              fj->key_state[i] = KEY_SKIPPED;
+              kv_tier_job_mark_skipped (fj->tier_job, i);
               count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
               parent = key;
               continue;
             case KV_FS_BEGIN_STORE_BUSY:
             case KV_FS_BEGIN_STORE_NO_SPACE:
-              fj->key_state[i] = KEY_FAILED;
+              fail_key (fj, i, "no room under max-size, or the chunk is busy");
               count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
               parent = key;
               continue;
@@ -1363,7 +1294,8 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
 
       if (slot >= self->n_slots || !kv_fs_layout_key_supported (self->layout, key))
         {
-          fj->key_state[i] = KEY_FAILED;
+          fail_key (fj, i, slot >= self->n_slots ? "a slot outside the primary buffer"
+                                                 : "a key the layout cannot name");
           count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
           continue;
         }
@@ -1374,7 +1306,7 @@ kv_fs_tier_submit_load (KvSecondaryTier  *tier,
            * key the index has not seen yet during a rebuild may exist. */
           if (fj->entries[i] == NULL && ready)
             {
-              fj->key_state[i] = KEY_FAILED;
+              kv_tier_job_mark_missing (fj->tier_job, i);
               count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
               continue;
             }
@@ -1425,32 +1357,6 @@ kv_fs_tier_lookup (KvSecondaryTier *tier,
       /* Still scanning: ask the disk, off this thread. */
       return kv_async_lookup_lookup (self->async_lookup, key, request);
     }
-}
-
-static void
-apply_pending_verdicts (KvFsTier *self)
-{
-  g_autoptr(GPtrArray) misses = NULL;
-
-  g_mutex_lock (&self->lock);
-  if (self->pending_misses->len > 0)
-    {
-      misses = self->pending_misses;
-      self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
-    }
-  g_mutex_unlock (&self->lock);
-
-  if (misses != NULL && self->async_lookup != NULL)
-    kv_async_lookup_mark_miss (self->async_lookup, (KvKey * const *) misses->pdata, misses->len);
-}
-
-static KvJobResult **
-kv_fs_tier_get_finished_jobs (KvSecondaryTier *tier)
-{
-  KvFsTier *self = KV_FS_TIER (tier);
-
-  apply_pending_verdicts (self);
-  return KV_SECONDARY_TIER_CLASS (kv_fs_tier_parent_class)->get_finished_jobs (tier);
 }
 
 static gboolean
@@ -1510,64 +1416,95 @@ kv_fs_tier_on_schedule_end (KvSecondaryTier *tier,
 
 static const char *const tier_label_names[] = { "tier", NULL };
 
-/* "kvtier:fs_<counter nick>", e.g. kvtier:fs_corrupt_chunks */
-static char *
-counter_metric_name (KvFsCounter counter)
+/* The fs tier's families, in KvFsCounter order (doc/metrics.md); NULL for
+ * the counters that mirror the base class's families (timeouts:
+ * kvtier_tier_deadline_failures, breaker trips:
+ * kvtier_tier_breaker_openings), which are not exported twice. */
+static const struct
 {
-  g_autoptr(GEnumClass) klass = g_type_class_ref (KV_TYPE_FS_COUNTER);
-  GEnumValue *value = g_enum_get_value (klass, counter);
-  g_autofree char *nick = g_strdup (value->value_nick);
+  const char *name;
+  const char *doc;
+} counter_info[KV_FS_N_COUNTERS] = {
+  [KV_FS_COUNTER_STORED_CHUNKS] = { "kvtier_fs_stored_chunks", "Chunks written and published" },
+  [KV_FS_COUNTER_SKIPPED_CHUNKS] = { "kvtier_fs_skipped_chunks",
+                                     "Chunks a store skipped because the tier held them already" },
+  [KV_FS_COUNTER_STORE_FAILURES] = { "kvtier_fs_store_failures", "Chunks a store failed to write" },
+  [KV_FS_COUNTER_LOADED_CHUNKS] = { "kvtier_fs_loaded_chunks", "Chunks read into the primary tier" },
+  [KV_FS_COUNTER_LOAD_FAILURES] = { "kvtier_fs_load_failures", "Chunks a load failed to read" },
+  [KV_FS_COUNTER_CORRUPT_CHUNKS] = { "kvtier_fs_corrupt_chunks",
+                                     "Chunk files that failed their check (short, bad header, "
+                                     "wrong key, bad checksum) and were deleted" },
+  [KV_FS_COUNTER_CHECKSUM_FAILURES] = { "kvtier_fs_checksum_failures",
+                                        "Of the corrupt chunk files, those whose payload or "
+                                        "header checksum did not match" },
+  [KV_FS_COUNTER_MISSING_CHUNKS] = { "kvtier_fs_missing_chunks", "Chunks whose file had vanished" },
+  [KV_FS_COUNTER_IO_ERRORS] = { "kvtier_fs_io_errors",
+                                "Transient I/O errors (EIO, EACCES, ELOOP...); the files were kept" },
+  [KV_FS_COUNTER_NO_SPACE] = { "kvtier_fs_no_space_errors", "Stores that failed with ENOSPC" },
+  [KV_FS_COUNTER_TIMEOUTS] = { NULL, NULL },
+  [KV_FS_COUNTER_BREAKER_TRIPS] = { NULL, NULL },
+  [KV_FS_COUNTER_EVICTED_CHUNKS] = { "kvtier_fs_evicted_chunks",
+                                     "Chunks deleted to stay within max-size or to make room "
+                                     "after ENOSPC" },
+  [KV_FS_COUNTER_REUSED_FILES] = { "kvtier_fs_reused_files",
+                                   "Evicted chunks whose file a store took over instead of "
+                                   "deleting it" },
+  [KV_FS_COUNTER_SPARE_FILES_CREATED] = { "kvtier_fs_spare_files_created",
+                                          "Spare files written ahead of stores (preallocate)" },
+  [KV_FS_COUNTER_SPARE_FILES_USED] = { "kvtier_fs_spare_files_used",
+                                       "Spare files a store took over instead of creating a file" },
+  [KV_FS_COUNTER_TEMP_FILES_REMOVED] = { "kvtier_fs_temp_files_removed",
+                                         "Stale temporary files removed by the warm-restart scan" },
+  [KV_FS_COUNTER_SCANNED_CHUNKS] = { "kvtier_fs_scanned_chunks",
+                                     "Chunks found by the warm-restart scan" },
+  [KV_FS_COUNTER_BYTES_WRITTEN] = { "kvtier_fs_written_bytes", "Payload bytes stored" },
+  [KV_FS_COUNTER_BYTES_READ] = { "kvtier_fs_read_bytes", "Payload bytes loaded" },
+  [KV_FS_COUNTER_FOREIGN_FILES] = { "kvtier_fs_foreign_files",
+                                    "Files under a chunk's name that are not the tier's user's, "
+                                    "not regular or writable by others: never served nor deleted" },
+};
 
-  g_strdelimit (nick, "-", '_');
-  return g_strdup_printf ("kvtier:fs_%s", nick);
-}
+#define FS_USED_BYTES "kvtier_fs_used_bytes"
 
 static gboolean
 kv_fs_tier_register_metrics (KvSecondaryTier   *tier,
                              KvMetricRegistry  *registry,
                              GError           **error)
 {
-  g_autoptr(GEnumClass) klass = g_type_class_ref (KV_TYPE_FS_COUNTER);
-
   for (guint c = 0; c < KV_FS_N_COUNTERS; c++)
-    {
-      g_autofree char *name = counter_metric_name (c);
-      g_autofree char *doc = g_strdup_printf ("fs tier: %s",
-                                              g_enum_get_value (klass, c)->value_nick);
-
-      if (!kv_metric_registry_add_counter (registry, name, doc, tier_label_names, error))
-        return FALSE;
-    }
-  return kv_metric_registry_add_gauge (registry, "kvtier:fs_used_bytes",
-                                       "fs tier: bytes of chunk files held", tier_label_names, error) &&
-         kv_metric_registry_add_gauge (registry, "kvtier:fs_breaker_open",
-                                       "fs tier: 1 while the circuit breaker answers MISS",
+    if (counter_info[c].name != NULL &&
+        !kv_metric_registry_add_counter (registry, counter_info[c].name, counter_info[c].doc,
+                                         tier_label_names, error))
+      return FALSE;
+  return kv_metric_registry_add_gauge (registry, FS_USED_BYTES,
+                                       "Bytes of chunk files the fs tier holds",
                                        tier_label_names, error);
 }
 
-/* Counters since the last call, and the current gauges. */
+/* Counters since the last call (every one on the first call, so that the
+ * series exist from the first scrape), and the gauge. Not the base
+ * class's take of a counter set: the timeouts and breaker trips are
+ * counted here too (kv_fs_tier_get_counter()) but exported only as the
+ * base class's own families. */
 static KvStats *
 kv_fs_tier_get_stats (KvSecondaryTier *tier)
 {
   KvFsTier *self = KV_FS_TIER (tier);
-  const char *labels[] = { kv_secondary_tier_get_tier_type (tier), NULL };
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (tier);
+  const char *labels[] = { label, NULL };
   KvStats *stats = kv_stats_new ();
 
   for (guint c = 0; c < KV_FS_N_COUNTERS; c++)
     {
       guint64 value = kv_fs_tier_get_counter (self, c);
 
-      if (value != self->reported[c])
-        {
-          g_autofree char *name = counter_metric_name (c);
-
-          kv_stats_increase_counter (stats, name, value - self->reported[c], labels);
-          self->reported[c] = value;
-        }
+      if (counter_info[c].name != NULL && (value != self->reported[c] || !self->stats_taken))
+        kv_stats_increase_counter (stats, counter_info[c].name, value - self->reported[c], labels);
+      self->reported[c] = value;
     }
-  if (self->index != NULL)
-    kv_stats_set_gauge (stats, "kvtier:fs_used_bytes", kv_fs_index_get_used (self->index), labels);
-  kv_stats_set_gauge (stats, "kvtier:fs_breaker_open", kv_fs_tier_is_breaker_open (self), labels);
+  self->stats_taken = TRUE;
+  kv_stats_set_gauge (stats, FS_USED_BYTES,
+                      self->index != NULL ? kv_fs_index_get_used (self->index) : 0, labels);
   return stats;
 }
 
@@ -1730,6 +1667,17 @@ kv_fs_tier_hold_scans (gboolean hold)
 {
   g_mutex_lock (&scan_hold_lock);
   scan_hold = hold;
+  g_cond_broadcast (&scan_hold_cond);
+  g_mutex_unlock (&scan_hold_lock);
+}
+
+/* Test hook: holds the warm-restart scans of layout=slab once they have
+ * read every slot, before the index gets their keys. */
+void
+kv_fs_tier_hold_slab_scans_read (gboolean hold)
+{
+  g_mutex_lock (&scan_hold_lock);
+  scan_hold_read = hold;
   g_cond_broadcast (&scan_hold_cond);
   g_mutex_unlock (&scan_hold_lock);
 }
@@ -2050,8 +1998,12 @@ kv_fs_tier_initable_init (GInitable     *initable,
     self->index = kv_fs_index_new (self->eviction, self->max_size);
 
   if (self->shared || has_existing_chunks (self))
-    self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
-                                              batch_exists, self, NULL, 2, 8, 16384);
+    {
+      self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
+                                                batch_exists, self, NULL, 2, 8, 16384);
+      /* a failed load turns its keys into misses there (the base class) */
+      kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
+    }
 
   /* preallocate, or spares to delete since it was turned off; before
    * the scan, which says when the index is ready */
@@ -2103,7 +2055,7 @@ kv_fs_tier_finalize (GObject *object)
   g_clear_pointer (&self->slab, kv_fs_slab_free);
   g_clear_pointer (&self->index, kv_fs_index_free);
   g_clear_pointer (&self->layout, kv_fs_layout_free);
-  g_ptr_array_unref (self->pending_misses);
+  g_clear_pointer (&self->counters, kv_counter_set_unref);
   g_free (self->o_direct);
   g_free (self->temp_marker);
   g_free (self->root);
@@ -2137,7 +2089,6 @@ kv_fs_tier_get_property (GObject    *object,
     case PROP_MAX_SIZE: g_value_set_uint64 (value, self->max_size); break;
     case PROP_PREALLOCATE: g_value_set_boolean (value, self->preallocate); break;
     case PROP_EVICTION: g_value_set_enum (value, self->eviction); break;
-    case PROP_ENABLE_EVENTS: g_value_set_boolean (value, self->enable_events); break;
     case PROP_N_READ_THREADS: g_value_set_uint (value, self->n_read_threads); break;
     case PROP_N_WRITE_THREADS: g_value_set_uint (value, self->n_write_threads); break;
     case PROP_INFLIGHT_BYTES: g_value_set_uint64 (value, self->inflight_bytes); break;
@@ -2182,7 +2133,6 @@ kv_fs_tier_set_property (GObject      *object,
     case PROP_MAX_SIZE: self->max_size = g_value_get_uint64 (value); break;
     case PROP_PREALLOCATE: self->preallocate = g_value_get_boolean (value); break;
     case PROP_EVICTION: self->eviction = g_value_get_enum (value); break;
-    case PROP_ENABLE_EVENTS: self->enable_events = g_value_get_boolean (value); break;
     case PROP_N_READ_THREADS: self->n_read_threads = g_value_get_uint (value); break;
     case PROP_N_WRITE_THREADS: self->n_write_threads = g_value_get_uint (value); break;
     case PROP_INFLIGHT_BYTES: self->inflight_bytes = g_value_get_uint64 (value); break;
@@ -2222,7 +2172,6 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   tier_class->lookup = kv_fs_tier_lookup;
   tier_class->submit_store = kv_fs_tier_submit_store;
   tier_class->submit_load = kv_fs_tier_submit_load;
-  tier_class->get_finished_jobs = kv_fs_tier_get_finished_jobs;
   tier_class->has_pending_work = kv_fs_tier_has_pending_work;
   tier_class->touch = kv_fs_tier_touch;
   tier_class->on_new_request = kv_fs_tier_on_new_request;
@@ -2243,7 +2192,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * the list's order or length remaps every chunk.
    */
   properties[PROP_ROOT] =
-    g_param_spec_string ("root", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("root", NULL,
+                         "Directory of the chunk files (a comma-separated list spreads them over several drives)", NULL, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:namespace:
@@ -2254,7 +2204,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * with different identities never read each other's chunks.
    */
   properties[PROP_NAMESPACE] =
-    g_param_spec_string ("namespace", NULL, NULL, "default", CONSTRUCT_FLAGS);
+    g_param_spec_string ("namespace", NULL,
+                         "The cache identity (model, dtype, layout, parallelism); other identities' chunks are never read", "default", CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:layout:
@@ -2275,7 +2226,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * counted as %KV_FS_COUNTER_CHECKSUM_FAILURES.
    */
   properties[PROP_LAYOUT] =
-    g_param_spec_enum ("layout", NULL, NULL, KV_TYPE_FS_LAYOUT_KIND,
+    g_param_spec_enum ("layout", NULL,
+                       "On-disk layout: kvtier (checksummed headers), vllm (vLLM's files) or slab (preallocated slab files)", KV_TYPE_FS_LAYOUT_KIND,
                        KV_FS_LAYOUT_KIND_KVTIER, CONSTRUCT_FLAGS);
 
   /**
@@ -2285,7 +2237,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * rename) or `full` (and fsync the directory after it).
    */
   properties[PROP_DURABILITY] =
-    g_param_spec_enum ("durability", NULL, NULL, KV_TYPE_FS_DURABILITY,
+    g_param_spec_enum ("durability", NULL,
+                       "Flushing: none, data (fdatasync before the rename) or full (and fsync the directory)", KV_TYPE_FS_DURABILITY,
                        KV_FS_DURABILITY_NONE, CONSTRUCT_FLAGS);
 
   /**
@@ -2296,7 +2249,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * checksum of files that have one.
    */
   properties[PROP_VERIFY] =
-    g_param_spec_boolean ("verify", NULL, NULL, TRUE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("verify", NULL,
+                          "Check each loaded chunk's payload checksum", TRUE, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:io-engine:
@@ -2304,7 +2258,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * `auto`, `uring`, `gio` or `threads`.
    */
   properties[PROP_IO_ENGINE] =
-    g_param_spec_enum ("io-engine", NULL, NULL, KV_TYPE_FS_IO_ENGINE,
+    g_param_spec_enum ("io-engine", NULL,
+                       "How the tier does its I/O: auto, uring (io_uring), gio (GIO async) or threads (a thread pool)", KV_TYPE_FS_IO_ENGINE,
                        KV_FS_IO_ENGINE_AUTO, CONSTRUCT_FLAGS);
 
   /**
@@ -2314,7 +2269,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * or `off`.
    */
   properties[PROP_O_DIRECT] =
-    g_param_spec_enum ("o-direct", NULL, NULL, KV_TYPE_FS_ODIRECT,
+    g_param_spec_enum ("o-direct", NULL,
+                       "O_DIRECT I/O: auto (probe each root), on (fail where unsupported) or off", KV_TYPE_FS_ODIRECT,
                        KV_FS_O_DIRECT_AUTO, CONSTRUCT_FLAGS);
 
   /**
@@ -2325,7 +2281,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * thread and answer RETRY until they know.
    */
   properties[PROP_SHARED] =
-    g_param_spec_boolean ("shared", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("shared", NULL,
+                          "Other processes or nodes write the same directory (no index: lookups check the files)", FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:max-size:
@@ -2335,7 +2292,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * the evicted chunks' files (see doc/on-disk-format.md).
    */
   properties[PROP_MAX_SIZE] =
-    g_param_spec_uint64 ("max-size", NULL, NULL, 0, G_MAXUINT64, 0, CONSTRUCT_FLAGS);
+    g_param_spec_uint64 ("max-size", NULL,
+                         "Most bytes of chunk files the tier keeps; stores past it evict chunks (0: no limit)", 0, G_MAXUINT64, 0, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:preallocate:
@@ -2357,7 +2315,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * the next tier deletes the spares.
    */
   properties[PROP_PREALLOCATE] =
-    g_param_spec_boolean ("preallocate", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("preallocate", NULL,
+                          "Write max-size of spare files ahead, so stores reuse files instead of creating them", FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:eviction:
@@ -2365,16 +2324,9 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * `lru` or `chain` (unreachable chunks and chain tails first).
    */
   properties[PROP_EVICTION] =
-    g_param_spec_enum ("eviction", NULL, NULL, KV_TYPE_FS_EVICTION,
+    g_param_spec_enum ("eviction", NULL,
+                       "Which chunks go first past max-size: lru, or chain (unreachable chunks and chain tails)", KV_TYPE_FS_EVICTION,
                        KV_FS_EVICTION_LRU, CONSTRUCT_FLAGS);
-
-  /**
-   * KvFsTier:enable-events:
-   *
-   * Whether the tier reports stored and removed chunks as events.
-   */
-  properties[PROP_ENABLE_EVENTS] =
-    g_param_spec_boolean ("enable-events", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:n-read-threads:
@@ -2382,7 +2334,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * Load-first threads of the `threads` engine.
    */
   properties[PROP_N_READ_THREADS] =
-    g_param_spec_uint ("n-read-threads", NULL, NULL, 1, 1024, 16, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("n-read-threads", NULL,
+                       "Load-first threads of the threads engine", 1, 1024, 16, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:n-write-threads:
@@ -2390,7 +2343,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * Store-first threads of the `threads` engine.
    */
   properties[PROP_N_WRITE_THREADS] =
-    g_param_spec_uint ("n-write-threads", NULL, NULL, 1, 1024, 16, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("n-write-threads", NULL,
+                       "Store-first threads of the threads engine", 1, 1024, 16, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:inflight-bytes:
@@ -2407,7 +2361,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * throughput.
    */
   properties[PROP_INFLIGHT_BYTES] =
-    g_param_spec_uint64 ("inflight-bytes", NULL, NULL, 0, G_MAXUINT64,
+    g_param_spec_uint64 ("inflight-bytes", NULL,
+                         "Most bytes in flight on one root (0: no limit)", 0, G_MAXUINT64,
                          KV_FS_DEFAULT_INFLIGHT_BYTES, CONSTRUCT_FLAGS);
 
   /**
@@ -2421,7 +2376,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * bench/fs-throughput.
    */
   properties[PROP_QUEUE_DEPTH] =
-    g_param_spec_uint ("queue-depth", NULL, NULL, 2, 4096, KV_FS_DEFAULT_QUEUE_DEPTH,
+    g_param_spec_uint ("queue-depth", NULL,
+                       "Most chunk operations the uring and gio engines run at once", 2, 4096, KV_FS_DEFAULT_QUEUE_DEPTH,
                        CONSTRUCT_FLAGS);
 
   /**
@@ -2433,7 +2389,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * the base class's properties; this tier's defaults are 5000 ms and 5.)
    */
   properties[PROP_PROBE_INTERVAL_MS] =
-    g_param_spec_uint ("probe-interval-ms", NULL, NULL, 0, G_MAXUINT, 1000,
+    g_param_spec_uint ("probe-interval-ms", NULL,
+                       "Milliseconds between probes of the roots while the breaker is open (same as breaker-open-ms)", 0, G_MAXUINT, 1000,
                        G_PARAM_READWRITE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   /**
@@ -2446,7 +2403,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * first 12 hex digits of SHA-256 over its sorted compact JSON.
    */
   properties[PROP_VLLM_IDENTITY] =
-    g_param_spec_string ("vllm-identity", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("vllm-identity", NULL,
+                         "layout=vllm: vLLM's file-mapper identity fields, as a JSON object", NULL, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:vllm-rank:
@@ -2454,7 +2412,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * For `layout=vllm`: the rank in the chunk directory name (`_r<rank>`).
    */
   properties[PROP_VLLM_RANK] =
-    g_param_spec_uint ("vllm-rank", NULL, NULL, 0, G_MAXUINT, 0, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("vllm-rank", NULL,
+                       "layout=vllm: the rank in the chunk directory name", 0, G_MAXUINT, 0, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:active-io-engine:
@@ -2462,7 +2421,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * The engine in use (`uring`, `gio` or `threads`) once constructed.
    */
   properties[PROP_ACTIVE_IO_ENGINE] =
-    g_param_spec_string ("active-io-engine", NULL, NULL, NULL,
+    g_param_spec_string ("active-io-engine", NULL,
+                         "The I/O engine in use once constructed (uring, gio or threads)", NULL,
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS | G_PARAM_EXPLICIT_NOTIFY);
 
   /**
@@ -2482,7 +2442,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * caches.
    */
   properties[PROP_TRUST_GROUP] =
-    g_param_spec_string ("trust-group", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("trust-group", NULL,
+                         "A group whose members may also write the root, its directories and chunk files (none: only this user)", NULL, CONSTRUCT_FLAGS);
 
   /**
    * KvFsTier:slab-size:
@@ -2494,7 +2455,8 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
    * then slots of the chunk size plus 4096 bytes.
    */
   properties[PROP_SLAB_SIZE] =
-    g_param_spec_uint64 ("slab-size", NULL, NULL, 8192, G_MAXUINT64, KV_FS_SLAB_DEFAULT_SIZE,
+    g_param_spec_uint64 ("slab-size", NULL,
+                         "layout=slab: most bytes of one slab file", 8192, G_MAXUINT64, KV_FS_SLAB_DEFAULT_SIZE,
                          CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
@@ -2516,7 +2478,15 @@ kv_fs_tier_init (KvFsTier *self)
   self->inflight_bytes = KV_FS_DEFAULT_INFLIGHT_BYTES;
   self->queue_depth = KV_FS_DEFAULT_QUEUE_DEPTH;
   self->slab_size = KV_FS_SLAB_DEFAULT_SIZE;
-  self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  {
+    const char *names[KV_FS_N_COUNTERS + 1] = { NULL };
+
+    /* get_stats() reports them; the set only counts (the two the base
+     * class exports are never added to it) */
+    for (guint c = 0; c < KV_FS_N_COUNTERS; c++)
+      names[c] = counter_info[c].name != NULL ? counter_info[c].name : "kvtier_fs_unexported";
+    self->counters = kv_counter_set_new (names);
+  }
   self->temp_tag = ((guint64) g_random_int () << 32) | g_random_int ();
   self->temp_marker = g_strdup_printf ("_%016" G_GINT64_MODIFIER "x-", self->temp_tag);
 }
@@ -2555,7 +2525,7 @@ kv_fs_tier_get_counter (KvFsTier    *self,
     return kv_secondary_tier_get_n_expired_jobs (tier);
   if (counter == KV_FS_COUNTER_BREAKER_TRIPS)
     return kv_circuit_breaker_get_n_trips (kv_secondary_tier_get_circuit_breaker (tier));
-  return __atomic_load_n (&self->counters[counter], __ATOMIC_RELAXED);
+  return kv_counter_set_get (self->counters, counter);
 }
 
 guint64

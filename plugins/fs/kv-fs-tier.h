@@ -38,6 +38,7 @@ gboolean    kv_fs_tier_get_slab_location   (KvFsTier     *self,
 /* Test hooks: the tier's I/O engine (stall and error injection); holding
  * warm-restart scans at their start (process-wide). */
 void        kv_fs_tier_hold_scans          (gboolean      hold);
+void        kv_fs_tier_hold_slab_scans_read (gboolean     hold);
 KvFsEngine *kv_fs_tier_get_engine          (KvFsTier     *self);
 
 G_END_DECLS

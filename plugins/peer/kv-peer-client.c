@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kv-chunk-format.h"
+#include "kv-log-limiter.h"
 #include "kv-peer-handshake.h"
 
 /*
@@ -22,6 +23,10 @@
  * The peer's own circuit breaker counts its transport failures (not its
  * misses): while it is open the tier does not ask this peer at all, and
  * after breaker-open-ms the next request decides.
+ *
+ * A peer that cannot be reached (a connection or its handshake failed) is
+ * logged once, naming the tier, the peer and the cause, and so is its
+ * return (kv-log-limiter.h); the breaker logs its own openings.
  */
 
 typedef struct
@@ -31,7 +36,9 @@ typedef struct
   guint32            next_request_id;
   guint32            max_keys;
   guint64            max_inflight_bytes;
-  guint8            *record_header;   /* KV_CHUNK_HEADER_SIZE */
+  guint8            *record_buf;      /* a DATA prefix, then a record header */
+  guint8            *record_header;   /* KV_CHUNK_HEADER_SIZE, in record_buf */
+  KvChunkHasher     *hasher;          /* the payload being received */
   GByteArray        *buf;
 } PeerLink;
 
@@ -50,6 +57,8 @@ struct _KvPeerClient
   GQueue                idle;         /* PeerLink */
   guint                 n_open;
   gboolean              closed;
+  char                 *tier_label;   /* what messages name the tier */
+  KvLogLimiter          reach;        /* whether the peer answers */
 };
 
 G_DEFINE_FINAL_TYPE (KvPeerClient, kv_peer_client, G_TYPE_OBJECT)
@@ -61,7 +70,8 @@ peer_link_free (PeerLink *link)
     g_socket_close (g_socket_connection_get_socket (link->socket_conn), NULL);
   g_clear_object (&link->stream);
   g_clear_object (&link->socket_conn);
-  g_free (link->record_header);
+  g_free (link->record_buf);
+  kv_chunk_hasher_free (link->hasher);
   g_byte_array_unref (link->buf);
   g_free (link);
 }
@@ -194,6 +204,45 @@ read_exact (PeerLink      *link,
   return TRUE;
 }
 
+/* Bytes a payload read asks for at a time: each piece is hashed right
+ * after it arrived, while it is still in the core's cache. */
+#define PAYLOAD_PIECE (128 * 1024)
+
+/* Reads @len payload bytes into @slot, feeding @hasher (if not NULL) one
+ * piece at a time as they arrive, so that the check costs no second pass
+ * over the slot. */
+static gboolean
+read_payload (PeerLink       *link,
+              guint8         *slot,
+              gsize           len,
+              KvChunkHasher  *hasher,
+              GCancellable   *cancellable,
+              GError        **error)
+{
+  GInputStream *input = g_io_stream_get_input_stream (link->stream);
+
+  if (hasher != NULL)
+    kv_chunk_hasher_reset (hasher);
+  for (gsize done = 0; done < len; )
+    {
+      gssize n = g_input_stream_read (input, slot + done, MIN (len - done, PAYLOAD_PIECE),
+                                      cancellable, error);
+
+      if (n < 0)
+        return FALSE;
+      if (n == 0)
+        {
+          g_set_error_literal (error, G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED,
+                               "the connection closed in the middle of a frame");
+          return FALSE;
+        }
+      if (hasher != NULL)
+        kv_chunk_hasher_update (hasher, slot + done, n);
+      done += n;
+    }
+  return TRUE;
+}
+
 /* An ERROR frame from the peer, as a GError. */
 static void
 set_peer_error (KvPeerMessage  *message,
@@ -257,6 +306,8 @@ unexpected (KvPeerMessage  *message,
 }
 
 /* ---- connecting ------------------------------------------------------------- */
+
+static void peer_reached (KvPeerClient *self);
 
 static gboolean
 handshake (KvPeerClient  *self,
@@ -334,7 +385,10 @@ connect_link (KvPeerClient  *self,
   PeerLink *link = g_new0 (PeerLink, 1);
 
   link->buf = g_byte_array_new ();
-  link->record_header = g_malloc (KV_CHUNK_HEADER_SIZE);
+  /* a DATA frame's prefix is read just before its record header */
+  link->record_buf = g_malloc (KV_PEER_DATA_PREFIX_SIZE + KV_CHUNK_HEADER_SIZE);
+  link->record_header = link->record_buf + KV_PEER_DATA_PREFIX_SIZE;
+  link->hasher = kv_chunk_hasher_new ();
   link->socket_conn = g_socket_client_connect (client, self->connectable, cancellable, error);
   if (link->socket_conn == NULL)
     goto failed;
@@ -361,6 +415,7 @@ connect_link (KvPeerClient  *self,
 
   if (!handshake (self, link, cancellable, error))
     goto failed;
+  peer_reached (self);
   return link;
 
 failed:
@@ -444,18 +499,72 @@ kv_peer_client_allows_requests (KvPeerClient *self)
   return kv_circuit_breaker_allows_requests (self->breaker);
 }
 
+/* @error: the failure, named (name_failure()), or NULL on success. */
 static void
 record_outcome (KvPeerClient *self,
-                gboolean      success)
+                gboolean      success,
+                GError      **error)
 {
   /* A job cancelled at its deadline is the peer's failure too. */
   if (success)
     kv_circuit_breaker_record_success (self->breaker);
   else
     {
-      kv_circuit_breaker_record_failure (self->breaker);
+      guint64 trips = kv_circuit_breaker_get_n_trips (self->breaker);
+
+      if (error != NULL && *error != NULL)
+        kv_circuit_breaker_record_error (self->breaker, (*error)->message);
+      else
+        kv_circuit_breaker_record_failure (self->breaker);
+      if (kv_circuit_breaker_get_n_trips (self->breaker) != trips)
+        kv_peer_counters_add (self->counters, KV_PEER_COUNTER_PEER_BREAKER_OPENINGS, 1);
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_PEER_ERRORS, 1);
     }
+}
+
+/* The peer answered a connection (its handshake included). */
+static void
+peer_reached (KvPeerClient *self)
+{
+  g_autofree char *line = NULL;
+  gint64 away_us = 0;
+
+  g_mutex_lock (&self->lock);
+  if (kv_log_limiter_log_up (&self->reach, g_get_monotonic_time (), &away_us))
+    line = g_strdup_printf ("peer tier %s: peer %s answers again after %.1f s",
+                            self->tier_label, self->address, away_us / 1e6);
+  g_mutex_unlock (&self->lock);
+  if (line != NULL)
+    g_message ("%s", line);
+}
+
+/* No connection could be made for a request (@error says why, named). */
+static void
+peer_unreached (KvPeerClient *self,
+                const GError *error)
+{
+  g_autofree char *line = NULL;
+  gboolean loss;
+  guint64 n_losses = 0;
+
+  g_mutex_lock (&self->lock);
+  loss = !self->reach.down;
+  if (loss)
+    kv_peer_counters_add (self->counters, KV_PEER_COUNTER_PEER_OUTAGES, 1);
+  if (kv_log_limiter_log_down (&self->reach, loss, g_get_monotonic_time (), &n_losses))
+    {
+      g_autofree char *more = n_losses > 1 ? g_strdup_printf (" (%" G_GUINT64_FORMAT " outages "
+                                                              "in all since the last message)",
+                                                              n_losses)
+                                           : g_strdup ("");
+
+      line = g_strdup_printf ("peer tier %s: peer %s unreachable: %s%s; it is not asked while "
+                              "its breaker is open", self->tier_label, self->address,
+                              error->message, more);
+    }
+  g_mutex_unlock (&self->lock);
+  if (line != NULL)
+    g_message ("%s", line);
 }
 
 /* No connection for a request: the peer's failure, unless every connection
@@ -468,7 +577,9 @@ record_link_failure (KvPeerClient  *self,
       (g_error_matches (*error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY) ||
        g_error_matches (*error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED)))
     return;
-  record_outcome (self, FALSE);
+  if (error != NULL && *error != NULL)
+    peer_unreached (self, *error);
+  record_outcome (self, FALSE, error);
 }
 
 /* ---- requests ------------------------------------------------------------- */
@@ -521,7 +632,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
 
   if (!ok)
     name_failure (self, &deadline, "a LOOKUP", error);
-  record_outcome (self, ok);
+  record_outcome (self, ok, error);
   give_link (self, link, ok);
   deadline_end (&deadline);
   return ok;
@@ -547,6 +658,8 @@ read_data (KvPeerClient  *self,
   g_auto(KvPeerMessage) message = { 0 };
   KvPeerFrameHeader header;
   KvChunkCheck check;
+  gboolean with_record;
+  guint8 *prefix;
 
   *landed = FALSE;
   if (!read_exact (link, frame, KV_PEER_FRAME_HEADER_SIZE, cancellable, error) ||
@@ -570,10 +683,13 @@ read_data (KvPeerClient  *self,
                    "expected DATA, got a %s frame", kv_peer_frame_type_to_string (header.type));
       return FALSE;
     }
-  if (!read_exact (link, frame + KV_PEER_FRAME_HEADER_SIZE, KV_PEER_DATA_PREFIX_SIZE,
+  /* a whole chunk's frame: its prefix and its record header in one read */
+  with_record = header.body_len == KV_PEER_DATA_PREFIX_SIZE + KV_CHUNK_HEADER_SIZE + block_size;
+  prefix = with_record ? link->record_buf : frame + KV_PEER_FRAME_HEADER_SIZE;
+  if (!read_exact (link, prefix,
+                   KV_PEER_DATA_PREFIX_SIZE + (with_record ? KV_CHUNK_HEADER_SIZE : 0),
                    cancellable, error) ||
-      !kv_peer_message_parse (KV_PEER_FRAME_DATA, frame + KV_PEER_FRAME_HEADER_SIZE,
-                              KV_PEER_DATA_PREFIX_SIZE, 0, &message, error))
+      !kv_peer_message_parse (KV_PEER_FRAME_DATA, prefix, KV_PEER_DATA_PREFIX_SIZE, 0, &message, error))
     return FALSE;
   if (message.request_id != request_id || message.index != index ||
       header.body_len != KV_PEER_DATA_PREFIX_SIZE +
@@ -588,11 +704,15 @@ read_data (KvPeerClient  *self,
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCH_MISSES, 1);
       return TRUE;
     }
-  if (!read_exact (link, link->record_header, KV_CHUNK_HEADER_SIZE, cancellable, error) ||
-      !read_exact (link, slot, block_size, cancellable, error))
+  /* the header is checked before the payload is read, the payload as it
+   * arrives; a chunk that fails is still read whole, to stay in step */
+  check = kv_chunk_header_check (link->record_header, self->settings.namespace_digest, key,
+                                 block_size, payload_checksum);
+  if (!read_payload (link, slot, block_size, check == KV_CHUNK_CHECK_OK ? link->hasher : NULL,
+                     cancellable, error))
     return FALSE;
-  check = kv_chunk_check (link->record_header, KV_CHUNK_HEADER_SIZE, slot, block_size, block_size,
-                          self->settings.namespace_digest, key, TRUE);
+  if (check == KV_CHUNK_CHECK_OK && kv_chunk_hasher_digest (link->hasher) != *payload_checksum)
+    check = KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM;
   if (check != KV_CHUNK_CHECK_OK)
     {
       g_autofree char *name = kv_key_to_string (key);
@@ -603,7 +723,6 @@ read_data (KvPeerClient  *self,
       return TRUE;
     }
   *landed = TRUE;
-  *payload_checksum = kv_chunk_header_get_payload_checksum (link->record_header);
   kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCHED_CHUNKS, 1);
   kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCHED_BYTES, block_size);
   return TRUE;
@@ -675,7 +794,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
       name_failure (self, &deadline, "a FETCH", error);
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCH_FAILURES, 1);
     }
-  record_outcome (self, ok);
+  record_outcome (self, ok, error);
   give_link (self, link, ok);
   deadline_end (&deadline);
   return ok;
@@ -691,6 +810,21 @@ KvCircuitBreaker *
 kv_peer_client_get_breaker (KvPeerClient *self)
 {
   return self->breaker;
+}
+
+/* What the client's messages and its breaker's call the tier ("1:peer").
+ * Any thread. */
+void
+kv_peer_client_set_tier_label (KvPeerClient *self,
+                               const char   *label)
+{
+  g_autofree char *name = g_strdup_printf ("peer tier %s, peer %s", label, self->address);
+
+  g_mutex_lock (&self->lock);
+  g_free (self->tier_label);
+  self->tier_label = g_strdup (label);
+  g_mutex_unlock (&self->lock);
+  kv_circuit_breaker_set_name (self->breaker, name);
 }
 
 /* Closes the idle connections; requests still running close theirs when
@@ -727,6 +861,7 @@ kv_peer_client_finalize (GObject *object)
   g_clear_object (&self->settings.tls_database);
   g_clear_object (&self->settings.tls_certificate);
   g_free (self->address);
+  g_free (self->tier_label);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
 
@@ -783,5 +918,6 @@ kv_peer_client_new (const char                 *address,
   self->connectable = g_steal_pointer (&connectable);
   self->breaker = kv_circuit_breaker_new (settings->breaker_threshold, settings->breaker_open_ms,
                                           settings->clock);
+  kv_peer_client_set_tier_label (self, "peer");
   return self;
 }

@@ -35,6 +35,8 @@ KvPeerClient *kv_peer_client_new          (const char                 *address,
                                            GError                    **error);
 const char   *kv_peer_client_get_address  (KvPeerClient               *self);
 KvCircuitBreaker *kv_peer_client_get_breaker (KvPeerClient            *self);
+void          kv_peer_client_set_tier_label (KvPeerClient             *self,
+                                             const char               *label);
 gboolean      kv_peer_client_allows_requests (KvPeerClient            *self);
 gboolean      kv_peer_client_lookup       (KvPeerClient               *self,
                                            KvKey * const              *keys,

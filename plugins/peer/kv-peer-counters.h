@@ -6,7 +6,7 @@
 G_BEGIN_DECLS
 
 /* The peer tier's counters, shared by its client and server sides and
- * exported as kvtier:peer_<name> (kv-peer-tier.c names them). Updated from
+ * exported as kvtier_peer_<name>_total (kv-peer-tier.c names them). Updated from
  * any thread with atomic adds. */
 typedef enum {
   /* client */
@@ -20,6 +20,8 @@ typedef enum {
   KV_PEER_COUNTER_CONNECT_FAILURES,
   KV_PEER_COUNTER_PEER_ERRORS,
   KV_PEER_COUNTER_PEER_SKIPPED,
+  KV_PEER_COUNTER_PEER_BREAKER_OPENINGS,
+  KV_PEER_COUNTER_PEER_OUTAGES,
   /* server */
   KV_PEER_COUNTER_CONNECTIONS_ACCEPTED,
   KV_PEER_COUNTER_CONNECTIONS_REJECTED,
@@ -37,6 +39,8 @@ typedef enum {
   KV_PEER_COUNTER_SERVED_BYTES,
   KV_PEER_COUNTER_SERVED_MISSES,
   KV_PEER_COUNTER_SERVE_FAILURES,
+  KV_PEER_COUNTER_HANDSHAKES_EVICTED,
+  KV_PEER_COUNTER_ACCEPT_PAUSES,
   KV_PEER_N_COUNTERS
 } KvPeerCounter;
 

@@ -20,6 +20,9 @@
  *   DONE         request id u32 | n sent u32
  *   ERROR        code u32 | length u16 | message (UTF-8, at most 256 bytes)
  *   BYE          (empty)
+ *
+ * The event stream's frames (SUBSCRIBE … HEARTBEAT) are parsed by
+ * kv-peer-stream.c.
  */
 
 G_DEFINE_QUARK (kv-peer-frame-error-quark, kv_peer_frame_error)
@@ -115,6 +118,12 @@ kv_peer_frame_type_to_string (guint type)
     case KV_PEER_FRAME_DONE: return "DONE";
     case KV_PEER_FRAME_ERROR: return "ERROR";
     case KV_PEER_FRAME_BYE: return "BYE";
+    case KV_PEER_FRAME_SUBSCRIBE: return "SUBSCRIBE";
+    case KV_PEER_FRAME_SNAPSHOT_BEGIN: return "SNAPSHOT_BEGIN";
+    case KV_PEER_FRAME_SNAPSHOT_ENTRIES: return "SNAPSHOT_ENTRIES";
+    case KV_PEER_FRAME_SNAPSHOT_END: return "SNAPSHOT_END";
+    case KV_PEER_FRAME_EVENTS: return "EVENTS";
+    case KV_PEER_FRAME_HEARTBEAT: return "HEARTBEAT";
     default: return "unknown";
     }
 }
@@ -140,7 +149,7 @@ kv_peer_frame_header_parse (const guint8        header[KV_PEER_FRAME_HEADER_SIZE
 {
   guint32 body_len = get_u32 (header + 4);
 
-  if (header[0] < KV_PEER_FRAME_HELLO || header[0] > KV_PEER_FRAME_BYE)
+  if (header[0] < KV_PEER_FRAME_HELLO || header[0] > KV_PEER_FRAME_HEARTBEAT)
     {
       g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_BAD_FRAME,
                    "unknown frame type %u", header[0]);

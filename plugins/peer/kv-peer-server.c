@@ -3,12 +3,29 @@
 
 #include "kv-peer-server.h"
 
+#include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <netinet/tcp.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
+#include "kv-accept-loop.h"
 #include "kv-chunk-format.h"
+#include "kv-log-limiter.h"
 #include "kv-peer-handshake.h"
+#include "kv-peer-stream.h"
+
+/* TLS handshakes run at once: glib-networking runs each on a thread of
+ * GIO's shared pool until it ends, so each one waiting for a client ties
+ * up a thread (and GnuTLS's session buffers) until the handshake timeout. */
+#define MAX_TLS_HANDSHAKES 8
+/* The largest TLS record a ClientHello may come in (2^14 bytes of
+ * plaintext and a margin; a ClientHello is sent in plaintext). */
+#define MAX_TLS_RECORD (16384 + 256)
+#define TLS_RECORD_HEADER 5
 
 /*
  * The serving side of the peer protocol (doc/protocol.md). A GSocketService
@@ -28,8 +45,18 @@
  * Timers close what does not move: the handshake must end within
  * handshake-timeout-ms, a ready connection that sends nothing is closed
  * after idle-timeout-ms, and a frame that is not read or written in full
- * within io-timeout-ms (a slow sender or a reader that does not drain) ends
- * its connection. Every rejection is counted.
+ * within io-timeout-ms (a slow sender, one that stops in the middle of a
+ * frame header, or a reader that does not drain) ends its connection.
+ *
+ * Connections that have not authenticated have a budget of their own,
+ * apart from the peers': at most max-handshakes of them (a new one closes
+ * the oldest: a real peer authenticates in a few round trips, a hostile
+ * one holds on) and max-handshakes-per-address from one source address
+ * (more are closed at accept). With TLS, nothing of a connection is
+ * allocated beyond its socket until the client's first TLS record (its
+ * ClientHello) is in the socket's buffer in full (SO_RCVLOWAT makes the
+ * socket readable only then), and at most MAX_TLS_HANDSHAKES TLS
+ * handshakes run at once. Every rejection is counted.
  */
 
 typedef enum {
@@ -37,8 +64,17 @@ typedef enum {
   CONN_AUTH,
   CONN_READY,
   CONN_BUSY,     /* a request is with the owner thread or being answered */
+  CONN_SUBSCRIBED, /* streams the node's events (kv-peer-events.c writes) */
   CONN_CLOSED,
 } ConnState;
+
+/* Where a TLS connection's handshake is (CONN_HELLO meanwhile). */
+typedef enum {
+  TLS_NONE,      /* plain TCP, or its TLS handshake is over */
+  TLS_PEEKING,   /* waiting for its first TLS record in full */
+  TLS_QUEUED,    /* the record is in; waiting for a handshake slot */
+  TLS_RUNNING,   /* the handshake runs */
+} TlsPhase;
 
 typedef struct _Conn Conn;
 typedef void (*FrameFunc) (Conn *conn, const KvPeerFrameHeader *header);
@@ -58,12 +94,22 @@ struct _Conn
   guint64           id;
   ConnState         state;
   GSocketConnection *socket_conn;
+  char             *client;       /* "HOST:PORT" of the peer, for messages */
   GIOStream        *stream;       /* socket_conn, or the TLS connection over it */
   GCancellable     *cancellable;
   GSource          *timer;
   KvPeerCounter     timer_counter;
+  char             *address;      /* the peer's IP address */
+  gboolean          handshaking;  /* in server->handshaking, counted for its address */
+  gboolean          progressed;   /* its first message (ClientHello, or HELLO) came in full */
+  GList             handshake_link;
+  TlsPhase          tls_phase;
+  GSource          *tls_watch;    /* TLS_PEEKING */
+  GList             tls_link;     /* TLS_QUEUED: in server->tls_queue */
+  gboolean          authenticated;
 
   guint8            header[KV_PEER_FRAME_HEADER_SIZE];
+  gsize             header_pos;
   guint8           *body;
   gsize             body_len;
   FrameFunc         on_frame;
@@ -84,6 +130,8 @@ struct _Conn
   guint                fetch_sent;
   guint8              *data_head;  /* DATA header, prefix and chunk header */
   GOutputVector        vectors[2];
+
+  KvPeerEventsSubscriber *subscriber;
 };
 
 struct _KvPeerServer
@@ -98,10 +146,22 @@ struct _KvPeerServer
   GMainContext   *context;
   GMainLoop      *loop;
   GThread        *thread;
-  GSocketService *service;        /* I/O thread */
+  KvAcceptLoop   *accept_loop;    /* I/O thread */
   GHashTable     *conns;          /* I/O thread: id → Conn */
   guint64         next_conn_id;
   char           *address;
+
+  /* the limits in force: the settings', lowered to fit RLIMIT_NOFILE */
+  guint           max_connections;
+  guint           max_handshakes;
+  guint           max_per_address;
+
+  /* I/O thread */
+  GQueue          handshaking;    /* Conn not authenticated yet, oldest first */
+  GHashTable     *per_address;    /* address → its connections in handshaking */
+  guint           n_authenticated;
+  guint           n_tls_running;
+  GQueue          tls_queue;      /* Conn whose ClientHello is in, for a TLS slot */
 
   GMutex          lock;
   GCond           cond;
@@ -111,6 +171,12 @@ struct _KvPeerServer
   GPtrArray      *queue;          /* KvPeerServeRequest, for the owner thread */
   gint            n_connections;  /* atomic */
   gint            n_busy;         /* atomic */
+
+  /* messages */
+  char              *name;        /* guarded by lock: "peer tier 1:peer" */
+  KvLogEventLimiter  auth_log;    /* I/O thread */
+  KvLogEventLimiter  namespace_log;
+  KvLogEventLimiter  tls_log;
 };
 
 G_DEFINE_FINAL_TYPE (KvPeerServer, kv_peer_server, G_TYPE_OBJECT)
@@ -118,12 +184,57 @@ G_DEFINE_FINAL_TYPE (KvPeerServer, kv_peer_server, G_TYPE_OBJECT)
 static void read_frame (Conn *conn, guint32 max_body, guint timeout_ms,
                         KvPeerCounter timeout_counter, FrameFunc on_frame);
 static void read_request (Conn *conn);
+static void subscribe (Conn *conn);
+static void tls_start_next (KvPeerServer *self);
 
 static void
 count (KvPeerServer  *self,
        KvPeerCounter  counter)
 {
   kv_peer_counters_add (self->counters, counter, 1);
+}
+
+/* "HOST:PORT" of the other end of @connection, or NULL. */
+static char *
+client_address (GSocketConnection *connection)
+{
+  g_autoptr(GSocketAddress) remote = g_socket_connection_get_remote_address (connection, NULL);
+  g_autofree char *host = NULL;
+
+  if (remote == NULL || !G_IS_INET_SOCKET_ADDRESS (remote))
+    return NULL;
+  host = g_inet_address_to_string (g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (remote)));
+  return g_strdup_printf (g_inet_address_get_family (g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (remote))) ==
+                          G_SOCKET_FAMILY_IPV6 ? "[%s]:%u" : "%s:%u", host,
+                          g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (remote)));
+}
+
+/* I/O thread: logs a client's failed handshake, at most once every 30 s
+ * per kind (@limiter), naming the tier, this server, the client and the
+ * cause. The counter of the kind counts every one. */
+static void
+log_refused_client (Conn              *conn,
+                    KvLogEventLimiter *limiter,
+                    const char        *what,
+                    const char        *cause)
+{
+  KvPeerServer *self = conn->server;
+  const char *client = conn->client;
+  g_autofree char *name = NULL;
+  guint64 n_events = 0;
+
+  if (!kv_log_event_limiter_log (limiter, g_get_monotonic_time (), &n_events))
+    return;
+  g_mutex_lock (&self->lock);
+  name = g_strdup (self->name != NULL ? self->name : "peer tier");
+  g_mutex_unlock (&self->lock);
+  if (n_events > 1)
+    g_message ("%s, server %s: client %s %s: %s; closed (%" G_GUINT64_FORMAT " such clients "
+               "since the last message)", name, self->address, client != NULL ? client : "(unknown)",
+               what, cause, n_events);
+  else
+    g_message ("%s, server %s: client %s %s: %s; closed", name, self->address,
+               client != NULL ? client : "(unknown)", what, cause);
 }
 
 static Conn *
@@ -140,10 +251,12 @@ conn_unref (Conn *conn)
     return;
   g_clear_object (&conn->stream);
   g_clear_object (&conn->socket_conn);
+  g_clear_pointer (&conn->client, g_free);
   g_clear_object (&conn->cancellable);
   g_clear_pointer (&conn->body, g_free);
   g_clear_pointer (&conn->out, g_byte_array_unref);
   g_clear_pointer (&conn->data_head, g_free);
+  g_free (conn->address);
   g_free (conn);
 }
 
@@ -205,6 +318,24 @@ serve_request_new (Conn            *conn,
   return request;
 }
 
+/* @conn leaves the handshake budget: authenticated, or closed. */
+static void
+handshake_over (Conn *conn)
+{
+  KvPeerServer *self = conn->server;
+  guint n;
+
+  if (!conn->handshaking)
+    return;
+  conn->handshaking = FALSE;
+  g_queue_unlink (&self->handshaking, &conn->handshake_link);
+  n = GPOINTER_TO_UINT (g_hash_table_lookup (self->per_address, conn->address));
+  if (n <= 1)
+    g_hash_table_remove (self->per_address, conn->address);
+  else
+    g_hash_table_insert (self->per_address, g_strdup (conn->address), GUINT_TO_POINTER (n - 1));
+}
+
 /* Closes @conn now (I/O thread). Pending reads and writes fail with
  * G_IO_ERROR_CANCELLED and drop their references. */
 static void
@@ -215,11 +346,27 @@ conn_close (Conn *conn)
 
   if (conn->state == CONN_CLOSED)
     return;
-  authenticated = conn->state == CONN_READY || conn->state == CONN_BUSY;
+  authenticated = conn->state == CONN_READY || conn->state == CONN_BUSY ||
+                  conn->state == CONN_SUBSCRIBED;
+  if (conn->subscriber != NULL)
+    kv_peer_events_unsubscribe (self->settings.events, g_steal_pointer (&conn->subscriber));
   if (conn->state == CONN_BUSY)
     g_atomic_int_add (&self->n_busy, -1);
   conn->state = CONN_CLOSED;
   stop_timer (conn);
+  handshake_over (conn);
+  if (conn->authenticated)
+    self->n_authenticated--;
+  if (conn->tls_watch != NULL)
+    {
+      g_source_destroy (conn->tls_watch);
+      g_clear_pointer (&conn->tls_watch, g_source_unref);
+    }
+  if (conn->tls_phase == TLS_QUEUED)
+    {
+      g_queue_unlink (&self->tls_queue, &conn->tls_link);
+      conn->tls_phase = TLS_NONE;
+    }
   g_cancellable_cancel (conn->cancellable);
   finish_fetch (conn, FALSE);
   /* Closing the socket itself, not the (TLS) stream: a graceful TLS close
@@ -379,22 +526,34 @@ header_read (GObject      *stream,
   KvPeerServer *self = conn->server;
   g_autoptr(GError) error = NULL;
   KvPeerFrameHeader header;
-  gsize n = 0;
+  gssize n;
 
-  g_input_stream_read_all_finish (G_INPUT_STREAM (stream), result, &n, &error);
+  n = g_input_stream_read_finish (G_INPUT_STREAM (stream), result, &error);
   if (conn->state == CONN_CLOSED)
     goto out;
-  if (error != NULL || n < KV_PEER_FRAME_HEADER_SIZE)
+  if (n <= 0)
     {
       /* End of stream between frames is a peer hanging up; anything
        * else is counted. */
       if (error != NULL)
         count (self, KV_PEER_COUNTER_CONNECTION_ERRORS);
-      else if (n > 0)
+      else if (conn->header_pos > 0)
         count (self, KV_PEER_COUNTER_BAD_FRAMES);
       else if (conn->state == CONN_HELLO || conn->state == CONN_AUTH)
         count (self, KV_PEER_COUNTER_HANDSHAKE_FAILURES);
       conn_close (conn);
+      goto out;
+    }
+  if (conn->header_pos == 0 && !in_handshake (conn))
+    /* a frame has begun: the rest of its header, and then its body, are
+     * due within the I/O timeout, not the idle one */
+    start_timer (conn, self->settings.io_timeout_ms, KV_PEER_COUNTER_IDLE_TIMEOUTS);
+  conn->header_pos += n;
+  if (conn->header_pos < KV_PEER_FRAME_HEADER_SIZE)
+    {
+      g_input_stream_read_async (G_INPUT_STREAM (stream), conn->header + conn->header_pos,
+                                 KV_PEER_FRAME_HEADER_SIZE - conn->header_pos, G_PRIORITY_DEFAULT,
+                                 conn->cancellable, header_read, conn_ref (conn));
       goto out;
     }
   if (!kv_peer_frame_header_parse (conn->header, conn->max_body, &header, &error))
@@ -405,6 +564,13 @@ header_read (GObject      *stream,
       if (handshake)
         {
           count (self, KV_PEER_COUNTER_HANDSHAKE_FAILURES);
+          conn_close (conn);
+        }
+      /* the event stream owns the writing side of a subscriber */
+      else if (conn->state == CONN_SUBSCRIBED)
+        {
+          count (self, error->code == KV_PEER_ERROR_LIMIT ? KV_PEER_COUNTER_LIMIT_VIOLATIONS
+                                                          : KV_PEER_COUNTER_BAD_FRAMES);
           conn_close (conn);
         }
       else
@@ -422,9 +588,8 @@ header_read (GObject      *stream,
       goto out;
     }
   /* The body may arrive in pieces, but all of it within the I/O timeout
-   * (the handshake keeps its own, overall timer). */
-  if (conn->state != CONN_HELLO && conn->state != CONN_AUTH)
-    start_timer (conn, self->settings.io_timeout_ms, KV_PEER_COUNTER_IDLE_TIMEOUTS);
+   * the frame's first byte started (the handshake keeps its own, overall
+   * timer). */
   conn->body = g_realloc (conn->body, header.body_len);
   g_input_stream_read_all_async (G_INPUT_STREAM (stream), conn->body, header.body_len,
                                  G_PRIORITY_DEFAULT, conn->cancellable, body_read,
@@ -444,11 +609,13 @@ read_frame (Conn          *conn,
 {
   conn->max_body = max_body;
   conn->on_frame = on_frame;
+  conn->header_pos = 0;
   if (timeout_ms > 0)
     start_timer (conn, timeout_ms, timeout_counter);
-  g_input_stream_read_all_async (g_io_stream_get_input_stream (conn->stream),
-                                 conn->header, KV_PEER_FRAME_HEADER_SIZE, G_PRIORITY_DEFAULT,
-                                 conn->cancellable, header_read, conn_ref (conn));
+  /* in pieces: the first byte switches to the I/O timeout */
+  g_input_stream_read_async (g_io_stream_get_input_stream (conn->stream),
+                             conn->header, KV_PEER_FRAME_HEADER_SIZE, G_PRIORITY_DEFAULT,
+                             conn->cancellable, header_read, conn_ref (conn));
 }
 
 /* ---- handshake ------------------------------------------------------------ */
@@ -477,6 +644,8 @@ auth_frame (Conn                    *conn,
                                  conn->client_nonce, conn->server_nonce,
                                  conn->body, message.mac))
     {
+      log_refused_client (conn, &self->auth_log, "failed authentication",
+                          "its proof does not match this node's shared secret");
       conn_fail (conn, KV_PEER_COUNTER_AUTH_FAILURES, KV_PEER_ERROR_AUTH_FAILED,
                  "authentication failed");
       return;
@@ -487,15 +656,29 @@ auth_frame (Conn                    *conn,
                                               "this node's %" G_GSIZE_FORMAT,
                                               message.block_size, self->settings.block_size);
 
+      log_refused_client (conn, &self->namespace_log, "was refused", why);
       conn_fail (conn, KV_PEER_COUNTER_NAMESPACE_MISMATCHES, KV_PEER_ERROR_CHUNK_SIZE, why);
       return;
     }
   if (!kv_peer_constant_time_equal (message.namespace_digest, self->settings.namespace_digest, 32))
     {
+      log_refused_client (conn, &self->namespace_log, "was refused",
+                          "its cache namespace differs from this node's");
       conn_fail (conn, KV_PEER_COUNTER_NAMESPACE_MISMATCHES, KV_PEER_ERROR_NAMESPACE,
                  "the cache namespace differs from this node's");
       return;
     }
+
+  /* The peers' own budget: a peer over it is told, not left to guess */
+  if (self->n_authenticated >= self->max_connections)
+    {
+      conn_fail (conn, KV_PEER_COUNTER_CONNECTIONS_REJECTED, KV_PEER_ERROR_BUSY,
+                 "the node holds max-connections authenticated connections");
+      return;
+    }
+  handshake_over (conn);
+  conn->authenticated = TRUE;
+  self->n_authenticated++;
 
   kv_peer_frame_auth_params (params, self->settings.block_size, self->settings.namespace_digest,
                              self->settings.max_keys, self->settings.max_inflight_bytes);
@@ -535,6 +718,7 @@ hello_frame (Conn                    *conn,
                  "unsupported protocol version");
       return;
     }
+  conn->progressed = TRUE;
   memcpy (conn->client_nonce, message.nonce, KV_PEER_NONCE_LEN);
   if (!kv_peer_random_nonce (conn->server_nonce, &error))
     {
@@ -565,6 +749,11 @@ request_frame (Conn                    *conn,
   if (header->type == KV_PEER_FRAME_BYE)
     {
       conn_close (conn);
+      return;
+    }
+  if (header->type == KV_PEER_FRAME_SUBSCRIBE)
+    {
+      subscribe (conn);
       return;
     }
   if (header->type != KV_PEER_FRAME_LOOKUP && header->type != KV_PEER_FRAME_FETCH)
@@ -601,6 +790,60 @@ request_frame (Conn                    *conn,
   conn->state = CONN_BUSY;
   g_atomic_int_inc (&self->n_busy);
   push_request (self, request);
+}
+
+/* ---- the event stream ------------------------------------------------------- */
+
+static void
+subscriber_gone (gpointer      data,
+                 KvPeerCounter why)
+{
+  Conn *conn = data;
+
+  count (conn->server, why);
+  conn_close (conn);
+}
+
+/* A subscriber sends nothing but BYE; anything else ends it. */
+static void
+subscribed_frame (Conn                    *conn,
+                  const KvPeerFrameHeader *header)
+{
+  if (header->type != KV_PEER_FRAME_BYE)
+    count (conn->server, KV_PEER_COUNTER_BAD_FRAMES);
+  conn_close (conn);
+}
+
+/* SUBSCRIBE: the connection becomes a stream of the node's events
+ * (kv-peer-events.c); it reads nothing more but BYE. */
+static void
+subscribe (Conn *conn)
+{
+  KvPeerServer *self = conn->server;
+  g_auto(KvPeerStreamMessage) message = { 0 };
+  g_autoptr(GError) error = NULL;
+
+  if (!kv_peer_stream_parse (KV_PEER_FRAME_SUBSCRIBE, conn->body, conn->body_len, 0, &message, &error))
+    {
+      conn_fail (conn, KV_PEER_COUNTER_BAD_FRAMES, error->code, error->message);
+      return;
+    }
+  if (self->settings.events == NULL)
+    {
+      conn_fail (conn, KV_PEER_COUNTER_BAD_FRAMES, KV_PEER_ERROR_BAD_FRAME,
+                 "this node does not stream its events");
+      return;
+    }
+  conn->subscriber = kv_peer_events_subscribe (self->settings.events, conn->stream, conn->cancellable,
+                                               subscriber_gone, conn_ref (conn),
+                                               (GDestroyNotify) conn_unref, &error);
+  if (conn->subscriber == NULL)
+    {
+      conn_fail (conn, KV_PEER_COUNTER_LIMIT_VIOLATIONS, error->code, error->message);
+      return;
+    }
+  conn->state = CONN_SUBSCRIBED;
+  read_frame (conn, 0, 0, KV_PEER_COUNTER_IDLE_TIMEOUTS, subscribed_frame);
 }
 
 static void
@@ -805,19 +1048,25 @@ tls_handshaken (GObject      *source,
                 gpointer      data)
 {
   Conn *conn = data;
+  KvPeerServer *self = conn->server;
   g_autoptr(GError) error = NULL;
 
+  self->n_tls_running--;
+  if (conn->tls_phase == TLS_RUNNING)
+    conn->tls_phase = TLS_NONE;
   if (!g_tls_connection_handshake_finish (G_TLS_CONNECTION (source), result, &error))
     {
       if (conn->state != CONN_CLOSED)
         {
-          g_debug ("peer server: TLS handshake failed: %s", error->message);
+          log_refused_client (conn, &conn->server->tls_log, "failed the TLS handshake",
+                              error->message);
           count (conn->server, KV_PEER_COUNTER_HANDSHAKE_FAILURES);
           conn_close (conn);
         }
     }
   else if (conn->state != CONN_CLOSED)
     start_handshake (conn);
+  tls_start_next (self);
   conn_unref (conn);
 }
 
@@ -833,22 +1082,223 @@ accept_verified_client (GTlsConnection       *connection,
   return errors == 0;
 }
 
+/* The TLS connection over @conn's socket, and its handshake. */
+static void
+tls_start (Conn *conn)
+{
+  KvPeerServer *self = conn->server;
+  g_autoptr(GError) error = NULL;
+  GIOStream *tls = g_tls_server_connection_new (G_IO_STREAM (conn->socket_conn),
+                                                self->settings.tls_certificate, &error);
+
+  if (tls == NULL)
+    {
+      g_warning ("peer server: cannot start TLS: %s", error->message);
+      conn_close (conn);
+      return;
+    }
+  if (self->settings.tls_client_database != NULL)
+    {
+      g_tls_connection_set_database (G_TLS_CONNECTION (tls), self->settings.tls_client_database);
+      g_object_set (tls, "authentication-mode", G_TLS_AUTHENTICATION_REQUIRED, NULL);
+      g_signal_connect (tls, "accept-certificate", G_CALLBACK (accept_verified_client), NULL);
+    }
+  conn->stream = tls;
+  conn->tls_phase = TLS_RUNNING;
+  self->n_tls_running++;
+  g_tls_connection_handshake_async (G_TLS_CONNECTION (tls), G_PRIORITY_DEFAULT,
+                                    conn->cancellable, tls_handshaken, conn_ref (conn));
+}
+
+/* Starts the handshakes waiting for a slot, oldest first. */
+static void
+tls_start_next (KvPeerServer *self)
+{
+  while (self->n_tls_running < MAX_TLS_HANDSHAKES && self->tls_queue.head != NULL)
+    {
+      Conn *conn = self->tls_queue.head->data;
+
+      g_queue_unlink (&self->tls_queue, &conn->tls_link);
+      conn->tls_phase = TLS_NONE;
+      tls_start (conn);
+    }
+}
+
+/* Whether the other end shut its side down (its FIN is in). */
 static gboolean
-incoming (GSocketService    *service,
-          GSocketConnection *connection,
-          GObject           *source_object,
-          gpointer           data)
+peer_stopped_sending (int fd)
+{
+  struct pollfd pfd = { fd, POLLRDHUP, 0 };
+
+  return poll (&pfd, 1, 0) == 1 && (pfd.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+/* The socket's first TLS record is in (or the client went away). Until
+ * then the connection is a socket and this struct: no TLS session, no
+ * thread. SO_RCVLOWAT keeps the socket from reading as ready before the
+ * whole record is there (and it ends at once on a hang-up). */
+static gboolean
+tls_first_record (GSocket      *socket,
+                  GIOCondition  condition,
+                  gpointer      data)
+{
+  Conn *conn = data;
+  KvPeerServer *self = conn->server;
+  int fd = g_socket_get_fd (socket);
+  guint8 head[TLS_RECORD_HEADER];
+  gssize n;
+  int available = 0;
+  int need;
+
+  do
+    n = recv (fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+  while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+    return G_SOURCE_CONTINUE;
+  /* a client that stopped sending (FIN) before the whole record: the
+   * socket stays readable (at its end), whatever SO_RCVLOWAT says */
+  if (n > 0 && peer_stopped_sending (fd))
+    condition |= G_IO_HUP;
+  if (n <= 0 || (n < TLS_RECORD_HEADER && (condition & (G_IO_HUP | G_IO_ERR))))
+    {
+      /* gone before its handshake began */
+      count (self, n < 0 ? KV_PEER_COUNTER_CONNECTION_ERRORS : KV_PEER_COUNTER_HANDSHAKE_FAILURES);
+      conn_close (conn);
+      return G_SOURCE_REMOVE;
+    }
+  if (n < TLS_RECORD_HEADER)
+    return G_SOURCE_CONTINUE;
+  /* a handshake record (22) of TLS 1.x (3.x), of a length a ClientHello
+   * can have: anything else is no TLS client, and learns nothing */
+  need = TLS_RECORD_HEADER + ((head[3] << 8) | head[4]);
+  if (head[0] != 22 || head[1] != 3 || need == TLS_RECORD_HEADER ||
+      need > TLS_RECORD_HEADER + MAX_TLS_RECORD)
+    {
+      count (self, KV_PEER_COUNTER_HANDSHAKE_FAILURES);
+      conn_close (conn);
+      return G_SOURCE_REMOVE;
+    }
+  if (ioctl (fd, FIONREAD, &available) != 0)
+    available = 0;
+  if (available < need)
+    {
+      if (condition & (G_IO_HUP | G_IO_ERR))
+        {
+          count (self, KV_PEER_COUNTER_HANDSHAKE_FAILURES);
+          conn_close (conn);
+          return G_SOURCE_REMOVE;
+        }
+      setsockopt (fd, SOL_SOCKET, SO_RCVLOWAT, &need, sizeof need);
+      return G_SOURCE_CONTINUE;
+    }
+
+  need = 1;
+  setsockopt (fd, SOL_SOCKET, SO_RCVLOWAT, &need, sizeof need);
+  g_clear_pointer (&conn->tls_watch, g_source_unref);
+  conn->progressed = TRUE;
+  conn->tls_phase = TLS_QUEUED;
+  conn->tls_link.data = conn;
+  g_queue_push_tail_link (&self->tls_queue, &conn->tls_link);
+  tls_start_next (self);
+  return G_SOURCE_REMOVE;
+}
+
+/* Whether @conn's first message (its ClientHello, or its HELLO) is in
+ * the socket's buffer in full, not looked at yet: a burst of accepts can
+ * come before the watch that would have seen it. Marks it progressed. */
+static gboolean
+first_message_in (Conn *conn)
+{
+  int fd = g_socket_get_fd (g_socket_connection_get_socket (conn->socket_conn));
+  int available = 0;
+  gsize need;
+
+  if (ioctl (fd, FIONREAD, &available) != 0)
+    return FALSE;
+  if (conn->tls_phase == TLS_PEEKING)
+    {
+      guint8 head[TLS_RECORD_HEADER];
+
+      if (available < TLS_RECORD_HEADER ||
+          recv (fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT) != TLS_RECORD_HEADER)
+        return FALSE;
+      need = TLS_RECORD_HEADER + ((head[3] << 8) | head[4]);
+    }
+  else if (conn->tls_phase == TLS_NONE && conn->state == CONN_HELLO &&
+           conn->stream == G_IO_STREAM (conn->socket_conn))
+    need = KV_PEER_FRAME_HEADER_SIZE + KV_PEER_HELLO_BODY_SIZE - conn->header_pos;
+  else
+    return FALSE;
+  if ((gsize) available < need)
+    return FALSE;
+  conn->progressed = TRUE;
+  return TRUE;
+}
+
+/* The peer's IP address, which its handshakes are counted under. */
+static char *
+remote_address (GSocket *socket)
+{
+  g_autoptr(GSocketAddress) remote = g_socket_get_remote_address (socket, NULL);
+
+  if (remote == NULL || !G_IS_INET_SOCKET_ADDRESS (remote))
+    return g_strdup ("?");
+  return g_inet_address_to_string (g_inet_socket_address_get_address (G_INET_SOCKET_ADDRESS (remote)));
+}
+
+static void
+incoming (KvAcceptLoop *loop,
+          GSocket      *socket,
+          gpointer      data)
 {
   KvPeerServer *self = data;
-  GSocket *socket = g_socket_connection_get_socket (connection);
-  g_autoptr(GError) error = NULL;
+  g_autofree char *address = remote_address (socket);
+  guint from_address = GPOINTER_TO_UINT (g_hash_table_lookup (self->per_address, address));
   Conn *conn;
 
-  if ((guint) g_atomic_int_get (&self->n_connections) >= self->settings.max_connections)
+  /* One source holds at most its share of the handshakes... */
+  if (from_address >= self->max_per_address)
     {
       count (self, KV_PEER_COUNTER_CONNECTIONS_REJECTED);
+      g_debug ("peer server: %s holds max-handshakes-per-address connections: closed", address);
       g_socket_close (socket, NULL);
-      return TRUE;
+      g_object_unref (socket);
+      return;
+    }
+  /* ...and a full budget gives the newest a chance: a handshake that has
+   * not even sent its first message in full goes (a real client sends it
+   * as it connects, a hostile one holds on), taken from the source that
+   * holds the most handshakes, its oldest: a flood from a few addresses
+   * then never closes a lone client that is slow to send its ClientHello.
+   * When there is none, the newcomer is refused: the others are on their
+   * way, and end within the handshake timeout. */
+  if (self->handshaking.length >= self->max_handshakes)
+    {
+      Conn *victim = NULL;
+      guint victim_source_holds = 0;
+
+      for (GList *l = self->handshaking.head; l != NULL; l = l->next)
+        {
+          Conn *candidate = l->data;
+          guint holds = GPOINTER_TO_UINT (g_hash_table_lookup (self->per_address, candidate->address));
+
+          if (holds > victim_source_holds && !candidate->progressed && !first_message_in (candidate))
+            {
+              victim = candidate;
+              victim_source_holds = holds;
+            }
+        }
+      if (victim == NULL)
+        {
+          count (self, KV_PEER_COUNTER_CONNECTIONS_REJECTED);
+          g_debug ("peer server: max-handshakes, none to close for a new one: %s closed", address);
+          g_socket_close (socket, NULL);
+          g_object_unref (socket);
+          return;
+        }
+      count (self, KV_PEER_COUNTER_HANDSHAKES_EVICTED);
+      g_debug ("peer server: max-handshakes: closing a handshake from %s", victim->address);
+      conn_close (victim);
     }
   count (self, KV_PEER_COUNTER_CONNECTIONS_ACCEPTED);
   g_atomic_int_inc (&self->n_connections);
@@ -859,39 +1309,36 @@ incoming (GSocketService    *service,
   conn->server = self;
   conn->id = ++self->next_conn_id;
   conn->state = CONN_HELLO;
-  conn->socket_conn = g_object_ref (connection);
+  conn->socket_conn = g_socket_connection_factory_create_connection (socket);
+  g_object_unref (socket);
+  conn->client = client_address (conn->socket_conn);
   conn->cancellable = g_cancellable_new ();
   conn->out = g_byte_array_new ();
+  conn->address = g_steal_pointer (&address);
+  conn->handshaking = TRUE;
+  conn->handshake_link.data = conn;
+  g_queue_push_tail_link (&self->handshaking, &conn->handshake_link);
+  g_hash_table_insert (self->per_address, g_strdup (conn->address), GUINT_TO_POINTER (from_address + 1));
   g_hash_table_insert (self->conns, &conn->id, conn);
 
   start_timer (conn, self->settings.handshake_timeout_ms, KV_PEER_COUNTER_HANDSHAKE_TIMEOUTS);
   if (self->settings.tls_certificate != NULL)
     {
-      GIOStream *tls = g_tls_server_connection_new (G_IO_STREAM (connection),
-                                                    self->settings.tls_certificate, &error);
+      GSocket *s = g_socket_connection_get_socket (conn->socket_conn);
+      int lowat = TLS_RECORD_HEADER;
 
-      if (tls == NULL)
-        {
-          g_warning ("peer server: cannot start TLS: %s", error->message);
-          conn_close (conn);
-          return TRUE;
-        }
-      if (self->settings.tls_client_database != NULL)
-        {
-          g_tls_connection_set_database (G_TLS_CONNECTION (tls), self->settings.tls_client_database);
-          g_object_set (tls, "authentication-mode", G_TLS_AUTHENTICATION_REQUIRED, NULL);
-          g_signal_connect (tls, "accept-certificate", G_CALLBACK (accept_verified_client), NULL);
-        }
-      conn->stream = tls;
-      g_tls_connection_handshake_async (G_TLS_CONNECTION (tls), G_PRIORITY_DEFAULT,
-                                        conn->cancellable, tls_handshaken, conn_ref (conn));
+      setsockopt (g_socket_get_fd (s), SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat);
+      conn->tls_phase = TLS_PEEKING;
+      conn->tls_watch = g_socket_create_source (s, G_IO_IN | G_IO_HUP | G_IO_ERR, NULL);
+      g_source_set_callback (conn->tls_watch, (GSourceFunc) (void (*) (void)) tls_first_record,
+                             conn, NULL);
+      g_source_attach (conn->tls_watch, self->context);
     }
   else
     {
-      conn->stream = G_IO_STREAM (g_object_ref (connection));
+      conn->stream = G_IO_STREAM (g_object_ref (conn->socket_conn));
       start_handshake (conn);
     }
-  return TRUE;
 }
 
 /* ---- the I/O thread -------------------------------------------------------- */
@@ -910,8 +1357,9 @@ bind_address (KvPeerServer  *self,
   g_autoptr(GSocketConnectable) connectable = NULL;
   g_autoptr(GSocketAddressEnumerator) enumerator = NULL;
   g_autoptr(GSocketAddress) socket_address = NULL;
-  g_autoptr(GSocketAddress) effective = NULL;
   g_autoptr(GError) local_error = NULL;
+  g_autofree char *name = g_strdup_printf ("peer server %s", address);
+  GSocketAddress *effective;
 
   connectable = g_network_address_parse (address, 0, &local_error);
   if (connectable == NULL)
@@ -929,14 +1377,17 @@ bind_address (KvPeerServer  *self,
                    local_error != NULL ? local_error->message : "no address");
       return FALSE;
     }
-  if (!g_socket_listener_add_address (G_SOCKET_LISTENER (self->service), socket_address,
-                                      G_SOCKET_TYPE_STREAM, G_SOCKET_PROTOCOL_TCP, NULL,
-                                      &effective, &local_error))
+  self->accept_loop = kv_accept_loop_new (name, socket_address, 1024, self->context, incoming, self,
+                                          &local_error);
+  if (self->accept_loop == NULL)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
                    "Cannot listen on ‘%s’: %s", address, local_error->message);
       return FALSE;
     }
+  kv_accept_loop_set_pause_counter (self->accept_loop,
+                                    &self->counters->values[KV_PEER_COUNTER_ACCEPT_PAUSES]);
+  effective = kv_accept_loop_get_local_address (self->accept_loop);
   {
     GInetSocketAddress *inet = G_INET_SOCKET_ADDRESS (effective);
     g_autofree char *host = g_inet_address_to_string (g_inet_socket_address_get_address (inet));
@@ -949,6 +1400,39 @@ bind_address (KvPeerServer  *self,
   return TRUE;
 }
 
+/* The limits in force: what the settings ask, lowered so that the
+ * connections fit three quarters of the descriptor limit (the rest is the
+ * process's: files, other sockets), the handshakes at most half of that.
+ * Said once when lowered. */
+static void
+fit_descriptor_limit (KvPeerServer *self)
+{
+  struct rlimit limit = { RLIM_INFINITY, RLIM_INFINITY };
+  guint64 budget;
+
+  /* 0: the peer tier's defaults */
+  self->max_connections = self->settings.max_connections > 0 ? self->settings.max_connections : 1024;
+  self->max_handshakes = self->settings.max_handshakes > 0 ? self->settings.max_handshakes : 128;
+  self->max_per_address = self->settings.max_handshakes_per_address > 0 ?
+                          self->settings.max_handshakes_per_address : 16;
+  if (getrlimit (RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY)
+    return;
+  budget = (guint64) limit.rlim_cur * 3 / 4;
+  if ((guint64) self->max_connections + self->max_handshakes > budget)
+    {
+      guint handshakes = (guint) MIN (self->max_handshakes, MAX (budget / 2, 1));
+      guint connections = (guint) MIN (self->max_connections, MAX (budget - handshakes, 1));
+
+      g_message ("peer server: max-connections=%u and max-handshakes=%u need more descriptors than "
+                 "three quarters of the limit (%llu, `ulimit -n`) leave: using %u and %u",
+                 self->max_connections, self->max_handshakes, (unsigned long long) limit.rlim_cur,
+                 connections, handshakes);
+      self->max_connections = connections;
+      self->max_handshakes = handshakes;
+    }
+  self->max_per_address = MIN (self->max_per_address, self->max_handshakes);
+}
+
 static gpointer
 server_thread (gpointer data)
 {
@@ -957,11 +1441,7 @@ server_thread (gpointer data)
   GError *error = NULL;
 
   g_main_context_push_thread_default (self->context);
-  self->service = g_socket_service_new ();
-  g_socket_listener_set_backlog (G_SOCKET_LISTENER (self->service), 1024);
-  g_signal_connect (self->service, "incoming", G_CALLBACK (incoming), self);
-  if (!bind_address (self, start->address, &error))
-    g_socket_service_stop (self->service);
+  bind_address (self, start->address, &error);
 
   g_mutex_lock (&self->lock);
   self->started = TRUE;
@@ -972,9 +1452,11 @@ server_thread (gpointer data)
   if (error == NULL)
     g_main_loop_run (self->loop);
 
-  g_socket_service_stop (self->service);
-  g_socket_listener_close (G_SOCKET_LISTENER (self->service));
-  g_clear_object (&self->service);
+  if (self->accept_loop != NULL)
+    {
+      kv_accept_loop_stop (self->accept_loop);
+      g_clear_pointer (&self->accept_loop, kv_accept_loop_free);
+    }
   g_main_context_pop_thread_default (self->context);
   g_free (start->address);
   g_free (start);
@@ -992,6 +1474,7 @@ kv_peer_server_listen (KvPeerServer  *self,
   g_return_val_if_fail (KV_IS_PEER_SERVER (self), FALSE);
   g_return_val_if_fail (self->thread == NULL, FALSE);
 
+  fit_descriptor_limit (self);
   start = g_new (StartData, 1);
   start->self = self;
   start->address = g_strdup (address);
@@ -1019,6 +1502,20 @@ kv_peer_server_get_address (KvPeerServer *self)
   return g_strdup (self->address);
 }
 
+/* What the server's messages call its tier ("peer tier 1:peer"). Any
+ * thread. */
+void
+kv_peer_server_set_name (KvPeerServer *self,
+                         const char   *name)
+{
+  g_return_if_fail (KV_IS_PEER_SERVER (self));
+
+  g_mutex_lock (&self->lock);
+  g_free (self->name);
+  self->name = g_strdup (name);
+  g_mutex_unlock (&self->lock);
+}
+
 guint
 kv_peer_server_get_n_connections (KvPeerServer *self)
 {
@@ -1032,16 +1529,28 @@ kv_peer_server_get_n_busy (KvPeerServer *self)
   return g_atomic_int_get (&self->n_busy);
 }
 
+/* max-connections in force (the setting, or less to fit RLIMIT_NOFILE);
+ * set by kv_peer_server_listen(). */
+guint
+kv_peer_server_get_max_connections (KvPeerServer *self)
+{
+  return self->max_connections;
+}
+
+/* max-handshakes in force; set by kv_peer_server_listen(). */
+guint
+kv_peer_server_get_max_handshakes (KvPeerServer *self)
+{
+  return self->max_handshakes;
+}
+
 static gboolean
 stop_accepting_in_thread (gpointer data)
 {
   KvPeerServer *self = data;
 
-  if (self->service != NULL)
-    {
-      g_socket_service_stop (self->service);
-      g_socket_listener_close (G_SOCKET_LISTENER (self->service));
-    }
+  if (self->accept_loop != NULL)
+    kv_accept_loop_stop (self->accept_loop);
   return G_SOURCE_REMOVE;
 }
 
@@ -1099,6 +1608,8 @@ kv_peer_server_stop (KvPeerServer *self)
   while (g_main_context_iteration (self->context, FALSE))
     ;
   g_main_context_pop_thread_default (self->context);
+  if (self->settings.events != NULL)
+    kv_peer_events_set_context (self->settings.events, NULL);
 }
 
 /* ---- the owner thread's side ------------------------------------------------ */
@@ -1231,14 +1742,17 @@ kv_peer_server_finalize (GObject *object)
 
   kv_peer_server_stop (self);
   g_clear_pointer (&self->conns, g_hash_table_unref);
+  g_clear_pointer (&self->per_address, g_hash_table_unref);
   g_clear_pointer (&self->queue, g_ptr_array_unref);
   g_clear_pointer (&self->loop, g_main_loop_unref);
   g_clear_pointer (&self->context, g_main_context_unref);
   g_clear_pointer (&self->settings.secret, g_bytes_unref);
   g_clear_object (&self->settings.tls_certificate);
   g_clear_object (&self->settings.tls_client_database);
+  g_clear_object (&self->settings.events);
   g_clear_error (&self->start_error);
   g_free (self->address);
+  g_free (self->name);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
 
@@ -1260,6 +1774,7 @@ kv_peer_server_init (KvPeerServer *self)
   self->loop = g_main_loop_new (self->context, FALSE);
   self->conns = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL,
                                        (GDestroyNotify) conn_unref);
+  self->per_address = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
   self->queue = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_peer_serve_request_free);
 }
 
@@ -1280,6 +1795,11 @@ kv_peer_server_new (const KvPeerServerSettings *settings,
     g_object_ref (settings->tls_certificate);
   if (settings->tls_client_database != NULL)
     g_object_ref (settings->tls_client_database);
+  if (settings->events != NULL)
+    {
+      g_object_ref (settings->events);
+      kv_peer_events_set_context (settings->events, self->context);
+    }
   self->counters = counters;
   self->queued_func = queued_func;
   self->queued_data = queued_data;

@@ -5,6 +5,7 @@
 #include <kvtier.h>
 
 #include "kv-peer-counters.h"
+#include "kv-peer-events.h"
 #include "kv-peer-frame.h"
 
 G_BEGIN_DECLS
@@ -15,7 +16,9 @@ typedef struct
   GBytes          *secret;
   gsize            block_size;
   guint8           namespace_digest[32];
-  guint            max_connections;
+  guint            max_connections;      /* authenticated; 0: 1024 */
+  guint            max_handshakes;       /* not authenticated yet, from anywhere; 0: 128 */
+  guint            max_handshakes_per_address;  /* 0: 16 */
   guint            handshake_timeout_ms;
   guint            idle_timeout_ms;
   guint            io_timeout_ms;
@@ -23,6 +26,7 @@ typedef struct
   guint            max_keys;             /* per LOOKUP or FETCH */
   GTlsCertificate *tls_certificate;      /* NULL: plain TCP */
   GTlsDatabase    *tls_client_database;  /* non-NULL: client certificates required */
+  KvPeerEvents    *events;               /* NULL: SUBSCRIBE is refused */
 } KvPeerServerSettings;
 
 typedef enum {
@@ -50,8 +54,12 @@ gboolean        kv_peer_server_listen           (KvPeerServer               *sel
                                                  const char                 *address,
                                                  GError                    **error);
 char           *kv_peer_server_get_address      (KvPeerServer               *self);
+void            kv_peer_server_set_name         (KvPeerServer               *self,
+                                                 const char                 *name);
 guint           kv_peer_server_get_n_connections (KvPeerServer              *self);
 guint           kv_peer_server_get_n_busy       (KvPeerServer               *self);
+guint           kv_peer_server_get_max_connections (KvPeerServer            *self);
+guint           kv_peer_server_get_max_handshakes  (KvPeerServer            *self);
 void            kv_peer_server_stop_accepting   (KvPeerServer               *self);
 void            kv_peer_server_stop             (KvPeerServer               *self);
 

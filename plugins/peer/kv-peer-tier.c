@@ -7,6 +7,7 @@
 
 #include "kv-chunk-format.h"
 #include "kv-peer-client.h"
+#include "kv-peer-events.h"
 #include "kv-peer-handshake.h"
 #include "kv-peer-server.h"
 
@@ -28,12 +29,17 @@
  * requests it queues are answered here, in serve_external_requests on the
  * owner thread, from this node's primary and other tiers through the
  * KvParentManager (this tier excluded): a LOOKUP asks the manager, a FETCH
- * pins the chunks with create_store_job (a chunk that cannot be pinned is
- * a miss for the peer) and the server writes them from the pinned slots;
- * the job is reported when the last byte left, or failed if it could not.
+ * pins the chunks with a pin lease (a chunk that cannot be pinned is a
+ * miss for the peer) and the server writes them from the pinned slots; the
+ * lease is released when the last byte left, or the server gave up.
  *
- * The tier stores nothing of its own: its backpressure detector refuses
- * every cascade, so the manager never pins a chunk for it.
+ * The tier stores nothing of its own: its class does not accept cascaded
+ * stores, so the manager never pins a chunk for it.
+ *
+ * Streaming (`max-subscribers` > 0 with `listen`): a KvPeerEvents follows
+ * the node's chunk events, which whoever drives the manager hands over
+ * with the ::publish-event action (`kvtier serve` does, each step), and
+ * the server streams them to subscribers that sent SUBSCRIBE.
  */
 
 struct _KvPeerTier
@@ -51,6 +57,8 @@ struct _KvPeerTier
   char      *tls_ca_file;
   gboolean   tls_require_client_cert;
   guint      max_connections;
+  guint      max_handshakes;
+  guint      max_handshakes_per_address;
   guint      handshake_timeout_ms;
   guint      idle_timeout_ms;
   guint      io_timeout_ms;
@@ -59,17 +67,20 @@ struct _KvPeerTier
   guint      connections_per_peer;
   guint      peer_breaker_threshold;
   guint      peer_breaker_open_ms;
+  guint      max_subscribers;
+  guint64    events_backlog;
+  guint      heartbeat_ms;
 
   gboolean        initialized;
   KvHostBuffer   *primary;
   gsize           block_size;
   guint8          digest[KV_CHUNK_NAMESPACE_DIGEST_LEN];
-  KvPeerCounters  counters;
-  guint64         reported[KV_PEER_N_COUNTERS];   /* owner thread */
-  gboolean        stats_taken;
+  KvPeerCounters  counters;         /* counted by the client and server sides */
+  KvCounterSet   *counter_set;      /* their totals, reported by the base class */
 
   GPtrArray      *clients;          /* KvPeerClient, in `peers` order */
   KvPeerServer   *server;
+  KvPeerEvents   *events;           /* NULL: no event stream */
   GMainContext   *timer_context;
   GMainLoop      *timer_loop;
   GThread        *timer_thread;
@@ -80,6 +91,7 @@ struct _KvPeerTier
   GCond           idle_cond;
   GHashTable     *locations;        /* KvKey → peer index + 1, from lookups */
   guint           n_loads;          /* load jobs not reported yet */
+  guint           n_serving;        /* served fetches whose pin lease is held */
 
   GHashTable     *serve_requests;   /* owner thread: connection id → KvRequest */
   gboolean        draining;
@@ -97,6 +109,8 @@ enum {
   PROP_TLS_CA_FILE,
   PROP_TLS_REQUIRE_CLIENT_CERT,
   PROP_MAX_CONNECTIONS,
+  PROP_MAX_HANDSHAKES,
+  PROP_MAX_HANDSHAKES_PER_ADDRESS,
   PROP_HANDSHAKE_TIMEOUT_MS,
   PROP_IDLE_TIMEOUT_MS,
   PROP_IO_TIMEOUT_MS,
@@ -105,7 +119,12 @@ enum {
   PROP_CONNECTIONS_PER_PEER,
   PROP_PEER_BREAKER_THRESHOLD,
   PROP_PEER_BREAKER_OPEN_MS,
+  PROP_MAX_SUBSCRIBERS,
+  PROP_EVENTS_BACKLOG,
+  PROP_HEARTBEAT_MS,
   PROP_BOUND_ADDRESS,
+  PROP_EVENT_SEQ,
+  PROP_EVENTS_PENDING,
   N_PROPS
 };
 
@@ -114,40 +133,65 @@ static GParamSpec *properties[N_PROPS];
 enum {
   SIGNAL_REQUESTS_QUEUED,
   SIGNAL_DRAIN,
+  SIGNAL_PUBLISH_EVENT,
   N_SIGNALS
 };
 
 static guint signals[N_SIGNALS];
 
-/* kvtier:peer_<name>_total, in KvPeerCounter order */
+/* kvtier_peer_<name>_total, in KvPeerCounter order (doc/metrics.md) */
 static const struct { const char *name; const char *doc; } counter_info[KV_PEER_N_COUNTERS] = {
-  { "kvtier:peer_lookup_keys", "peer tier: keys asked of peers" },
-  { "kvtier:peer_lookup_hits", "peer tier: keys a peer said it holds" },
-  { "kvtier:peer_fetched_chunks", "peer tier: chunks fetched and verified" },
-  { "kvtier:peer_fetched_bytes", "peer tier: payload bytes fetched and verified" },
-  { "kvtier:peer_fetch_misses", "peer tier: fetched keys the peer no longer had" },
-  { "kvtier:peer_fetch_failures", "peer tier: fetches that failed (connection, timeout, protocol)" },
-  { "kvtier:peer_checksum_failures", "peer tier: fetched chunks that failed their check" },
-  { "kvtier:peer_connect_failures", "peer tier: connections to a peer that failed (connect, TLS, handshake)" },
-  { "kvtier:peer_request_errors", "peer tier: requests to a peer that failed (counted by its breaker)" },
-  { "kvtier:peer_breaker_skips", "peer tier: requests not sent because the peer's breaker was open" },
-  { "kvtier:peer_connections_accepted", "peer server: connections accepted" },
-  { "kvtier:peer_connections_rejected", "peer server: connections refused at max-connections" },
-  { "kvtier:peer_handshake_failures", "peer server: handshakes that failed (not the protocol, bad HELLO or AUTH, TLS)" },
-  { "kvtier:peer_auth_failures", "peer server: clients that failed the HMAC proof" },
-  { "kvtier:peer_namespace_mismatches", "peer server: authenticated clients of another namespace or chunk size" },
-  { "kvtier:peer_bad_frames", "peer server: malformed, unexpected or truncated frames" },
-  { "kvtier:peer_limit_violations", "peer server: frames over the size, key or in-flight limits" },
-  { "kvtier:peer_handshake_timeouts", "peer server: connections closed for not finishing the handshake in time" },
-  { "kvtier:peer_idle_timeouts", "peer server: connections closed for idling or sending too slowly" },
-  { "kvtier:peer_slow_readers", "peer server: connections closed for not reading an answer in time" },
-  { "kvtier:peer_connection_errors", "peer server: connections that failed with an I/O error" },
-  { "kvtier:peer_served_lookup_keys", "peer server: keys looked up for peers" },
-  { "kvtier:peer_served_chunks", "peer server: chunks sent to peers" },
-  { "kvtier:peer_served_bytes", "peer server: payload bytes sent to peers" },
-  { "kvtier:peer_served_misses", "peer server: fetched keys answered as misses" },
-  { "kvtier:peer_serve_failures", "peer server: fetch answers that could not be sent in full" },
+  { "kvtier_peer_lookup_keys", "Peer tier: keys asked of peers" },
+  { "kvtier_peer_lookup_hits", "Peer tier: keys a peer said it holds" },
+  { "kvtier_peer_fetched_chunks", "Peer tier: chunks fetched and verified" },
+  { "kvtier_peer_fetched_bytes", "Peer tier: payload bytes fetched and verified" },
+  { "kvtier_peer_fetch_misses", "Peer tier: fetched keys the peer no longer had" },
+  { "kvtier_peer_fetch_failures", "Peer tier: fetches that failed (connection, timeout, protocol)" },
+  { "kvtier_peer_checksum_failures", "Peer tier: fetched chunks that failed their check" },
+  { "kvtier_peer_connect_failures",
+    "Peer tier: connections to a peer that failed (connect, TLS, handshake)" },
+  { "kvtier_peer_request_errors", "Peer tier: requests to a peer that failed (counted by its breaker)" },
+  { "kvtier_peer_breaker_skips", "Peer tier: requests not sent because the peer's breaker was open" },
+  { "kvtier_peer_breaker_openings",
+    "Peer tier: times the circuit breaker of one peer opened (each is logged)" },
+  { "kvtier_peer_outages",
+    "Peer tier: times a peer became unreachable (each is logged, and its return)" },
+  { "kvtier_peer_connections_accepted", "Peer server: connections accepted" },
+  { "kvtier_peer_connections_rejected",
+    "Peer server: connections refused at max-connections or max-handshakes-per-address" },
+  { "kvtier_peer_handshake_failures",
+    "Peer server: handshakes that failed (not the protocol, bad HELLO or AUTH, TLS; logged)" },
+  { "kvtier_peer_auth_failures",
+    "Peer server: clients that failed the shared-secret proof (logged)" },
+  { "kvtier_peer_namespace_mismatches",
+    "Peer server: authenticated clients of another namespace or chunk size (logged)" },
+  { "kvtier_peer_bad_frames", "Peer server: malformed, unexpected or truncated frames" },
+  { "kvtier_peer_limit_violations", "Peer server: frames over the size, key or in-flight limits" },
+  { "kvtier_peer_handshake_timeouts",
+    "Peer server: connections closed for not finishing the handshake in time" },
+  { "kvtier_peer_idle_timeouts", "Peer server: connections closed for idling or sending too slowly" },
+  { "kvtier_peer_slow_readers",
+    "Peer server: connections closed for not reading an answer in time" },
+  { "kvtier_peer_connection_errors", "Peer server: connections that failed with an I/O error" },
+  { "kvtier_peer_served_lookup_keys", "Peer server: keys looked up for peers" },
+  { "kvtier_peer_served_chunks", "Peer server: chunks sent to peers" },
+  { "kvtier_peer_served_bytes",
+    "Peer server: payload bytes sent to peers (not counted as written into a tier)" },
+  { "kvtier_peer_served_misses", "Peer server: fetched keys answered as misses" },
+  { "kvtier_peer_serve_failures", "Peer server: fetch answers that could not be sent in full" },
+  { "kvtier_peer_handshakes_evicted",
+    "Peer server: handshakes closed to make room for newer ones at max-handshakes" },
+  { "kvtier_peer_accept_pauses",
+    "Peer server: times accepting paused because descriptors or memory ran out" },
 };
+
+#define PEER_CONNECTIONS_OPEN  "kvtier_peer_connections_open"
+#define PEER_BREAKERS_OPEN     "kvtier_peer_breakers_open"
+/* the event stream's (kv-peer-events.c) */
+#define PEER_EVENT_SUBSCRIBERS "kvtier_peer_event_subscribers"
+#define PEER_EVENT_KEYS        "kvtier_peer_event_keys"
+#define PEER_EVENT_SNAPSHOTS   "kvtier_peer_event_snapshots"
+#define PEER_EVENT_RESYNCS     "kvtier_peer_event_resyncs"
 
 static void kv_peer_tier_initable_iface_init (GInitableIface *iface);
 static void kv_peer_tier_configurable_iface_init (KvConfigurableInterface *iface);
@@ -163,61 +207,6 @@ G_DEFINE_FINAL_TYPE_WITH_CODE (KvPeerTier, kv_peer_tier, KV_TYPE_SECONDARY_TIER,
                                                       kv_peer_tier_initable_iface_init)
                                G_IMPLEMENT_INTERFACE (KV_TYPE_CONFIGURABLE,
                                                       kv_peer_tier_configurable_iface_init))
-
-/* ---- a detector that refuses every cascade ---------------------------------- */
-
-#define KV_TYPE_PEER_NO_STORES (kv_peer_no_stores_get_type ())
-G_DECLARE_FINAL_TYPE (KvPeerNoStores, kv_peer_no_stores, KV, PEER_NO_STORES, KvBackpressureDetector)
-
-struct _KvPeerNoStores
-{
-  KvBackpressureDetector parent_instance;
-};
-
-G_DEFINE_FINAL_TYPE (KvPeerNoStores, kv_peer_no_stores, KV_TYPE_BACKPRESSURE_DETECTOR)
-
-/* Not a drop: the tier never stores, so nothing is counted. */
-static gboolean
-kv_peer_no_stores_should_store (KvBackpressureDetector *detector,
-                                guint                   n_chunks)
-{
-  return FALSE;
-}
-
-static gboolean
-kv_peer_no_stores_is_under_pressure (KvBackpressureDetector *detector)
-{
-  return FALSE;
-}
-
-/* The jobs the tier serves to peers are stores too: nothing to learn. */
-static void
-kv_peer_no_stores_on_store_completed (KvBackpressureDetector *detector,
-                                      gdouble                 elapsed_s,
-                                      guint64                 n_bytes)
-{
-}
-
-static void
-kv_peer_no_stores_reset (KvBackpressureDetector *detector)
-{
-}
-
-static void
-kv_peer_no_stores_class_init (KvPeerNoStoresClass *klass)
-{
-  KvBackpressureDetectorClass *detector_class = KV_BACKPRESSURE_DETECTOR_CLASS (klass);
-
-  detector_class->should_store = kv_peer_no_stores_should_store;
-  detector_class->is_under_pressure = kv_peer_no_stores_is_under_pressure;
-  detector_class->on_store_completed = kv_peer_no_stores_on_store_completed;
-  detector_class->reset = kv_peer_no_stores_reset;
-}
-
-static void
-kv_peer_no_stores_init (KvPeerNoStores *self)
-{
-}
 
 /* ---- settings ------------------------------------------------------------- */
 
@@ -485,11 +474,8 @@ kv_peer_tier_lookup (KvSecondaryTier *tier,
 typedef struct
 {
   KvPeerTier     *self;
-  KvTransferJob  *job;
-  gboolean       *landed;
+  KvTierJob      *tier_job;
   gint            n_groups_left;  /* atomic */
-  gint            faulted;        /* atomic: a peer failed, not the data */
-  gint64          start_us;
 } LoadTask;
 
 typedef struct
@@ -499,34 +485,15 @@ typedef struct
   GArray   *indices;   /* guint: the keys of the job this peer fetches */
 } FetchGroup;
 
+/* The last fetch group of @task is done: report the job (by the one
+ * partial-load rule of KvTierJob) and let drain_jobs() go on. */
 static void
 finish_load (LoadTask *task)
 {
   KvPeerTier *self = task->self;
-  guint n_keys;
-  KvKey * const *keys = kv_transfer_job_get_keys (task->job, &n_keys);
-  g_autoptr(GPtrArray) landed = g_ptr_array_new ();
-  KvJobResult *result;
 
-  for (guint i = 0; i < n_keys; i++)
-    if (task->landed[i])
-      g_ptr_array_add (landed, keys[i]);
-
-  result = kv_job_result_new (kv_transfer_job_get_id (task->job), landed->len == n_keys);
-  if (landed->len > 0 && landed->len < n_keys)
-    kv_job_result_set_successful_keys (result, (KvKey * const *) landed->pdata, landed->len);
-  kv_job_result_set_transfer_bytes (result, (gint64) landed->len * self->block_size);
-  kv_job_result_set_transfer_time (result, (g_get_monotonic_time () - task->start_us) /
-                                           (gdouble) G_USEC_PER_SEC);
-  /* a missing or damaged chunk is the data's failure, not the tier's */
-  kv_secondary_tier_complete_job_full (KV_SECONDARY_TIER (self), result,
-                                       g_atomic_int_get (&task->faulted)
-                                         ? KV_COMPLETE_JOB_FLAGS_NONE
-                                         : KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT);
-  kv_job_result_unref (result);
-
-  kv_transfer_job_unref (task->job);
-  g_free (task->landed);
+  kv_tier_job_report (task->tier_job);
+  g_object_unref (task->tier_job);
   g_free (task);
 
   g_mutex_lock (&self->lock);
@@ -544,49 +511,59 @@ fetch_group (gpointer data,
   FetchGroup *group = data;
   LoadTask *task = group->task;
   KvPeerTier *self = task->self;
+  KvTransferJob *job = kv_tier_job_get_job (task->tier_job);
   KvPeerClient *client = self->clients->pdata[group->peer];
   guint n = group->indices->len;
   g_autofree KvKey **keys = g_new (KvKey *, n);
   g_autofree guint8 **slots = g_new (guint8 *, n);
   g_autofree gboolean *landed = g_new0 (gboolean, n);
   g_autofree guint64 *checksums = g_new0 (guint64, n);
-  g_autoptr(GCancellable) cancellable = NULL;
   g_autoptr(GError) error = NULL;
 
   for (guint j = 0; j < n; j++)
     {
       guint i = g_array_index (group->indices, guint, j);
 
-      keys[j] = kv_transfer_job_get_key (task->job, i);
-      slots[j] = kv_host_buffer_peek_slot (self->primary, kv_transfer_job_get_chunk_id (task->job, i));
+      keys[j] = kv_transfer_job_get_key (job, i);
+      slots[j] = kv_host_buffer_peek_slot (self->primary, kv_transfer_job_get_chunk_id (job, i));
     }
 
   if (!kv_peer_client_allows_requests (client))
     {
       kv_peer_counters_add (&self->counters, KV_PEER_COUNTER_PEER_SKIPPED, 1);
-      g_atomic_int_set (&task->faulted, TRUE);
+      g_set_error (&error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                   "Peer %u is not asked while its circuit breaker is open", group->peer);
     }
-  else
+  else if (!kv_peer_client_fetch (client, keys, n, slots, landed, checksums,
+                                  kv_tier_job_get_cancellable (task->tier_job), &error))
     {
-      cancellable = kv_secondary_tier_get_job_cancellable (KV_SECONDARY_TIER (self), task->job);
-      if (!kv_peer_client_fetch (client, keys, n, slots, landed, checksums, cancellable, &error))
-        {
-          g_message ("peer tier: %s", error->message);
-          g_atomic_int_set (&task->faulted, TRUE);
-        }
-      for (guint j = 0; j < n; j++)
-        {
-          guint i = g_array_index (group->indices, guint, j);
+      /* one line per fetch would flood the log while a peer fails:
+       * the peer's breaker and its unreachable message name it once */
+      g_debug ("peer tier: %s", error->message);
+      kv_circuit_breaker_set_cause (kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self)),
+                                    error->message);
+    }
 
-          task->landed[i] = landed[j];
+  for (guint j = 0; j < n; j++)
+    {
+      guint i = g_array_index (group->indices, guint, j);
+
+      if (landed[j])
+        {
           /* verified: tiers storing the fetched chunk need not hash it
            * again (before the job is reported, while the slot is this
            * load's) */
-          if (landed[j])
-            kv_host_buffer_set_slot_checksum (self->primary,
-                                              kv_transfer_job_get_chunk_id (task->job, i),
-                                              checksums[j]);
+          kv_host_buffer_set_slot_checksum (self->primary, kv_transfer_job_get_chunk_id (job, i),
+                                            checksums[j]);
+          kv_tier_job_mark_landed (task->tier_job, i);
         }
+      else if (error != NULL)
+        /* the peer failed (a connection, a timeout, an open breaker) */
+        kv_tier_job_mark_failed (task->tier_job, i, KV_KEY_FAILURE_FLAGS_NONE, error);
+      else
+        /* the peer answered, without this chunk (or with a damaged one):
+         * the data's failure, not the tier's */
+        kv_tier_job_mark_missing (task->tier_job, i);
     }
 
   g_array_unref (group->indices);
@@ -647,9 +624,7 @@ kv_peer_tier_submit_load (KvSecondaryTier  *tier,
 
   task = g_new0 (LoadTask, 1);
   task->self = g_object_ref (self);
-  task->job = kv_transfer_job_ref (job);
-  task->landed = g_new0 (gboolean, MAX (n_keys, 1));
-  task->start_us = g_get_monotonic_time ();
+  task->tier_job = kv_tier_job_new (tier, job);
   task->n_groups_left = n_groups;
   if (n_groups == 0)
     {
@@ -674,7 +649,7 @@ kv_peer_tier_submit_store (KvSecondaryTier  *tier,
                            KvTransferJob    *job,
                            GError          **error)
 {
-  /* Only reached if a configuration replaced the backpressure detector. */
+  /* Never reached through the manager: the class accepts no cascades. */
   g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
                        "The peer tier stores nothing of its own: it fetches from its peers");
   return FALSE;
@@ -684,28 +659,12 @@ kv_peer_tier_submit_store (KvSecondaryTier  *tier,
 
 typedef struct
 {
-  KvPeerTier   *self;
-  GPtrArray    *jobs;          /* KvTransferJob */
-  GPtrArray    *job_cancellables;
-  GArray       *handlers;      /* gulong, one per job cancellable */
-  GCancellable *cancellable;   /* cancelled when any job's deadline passes */
+  KvPeerTier *self;
+  KvPinLease *lease;   /* NULL: nothing could be pinned */
 } ServedFetch;
 
-static void
-unref_if_set (gpointer object)
-{
-  if (object != NULL)
-    g_object_unref (object);
-}
-
-static void
-cancel_other (GCancellable *cancellable,
-              gpointer      data)
-{
-  g_cancellable_cancel (data);
-}
-
-/* The server finished (or gave up) sending: each job is reported once. */
+/* The server finished (or gave up) sending, on its I/O thread or, when it
+ * stopped, on the owner thread: the slots are no longer read. */
 static void
 served_fetch_done (gboolean success,
                    gpointer data)
@@ -713,98 +672,59 @@ served_fetch_done (gboolean success,
   ServedFetch *served = data;
   KvPeerTier *self = served->self;
 
-  for (guint i = 0; i < served->jobs->len; i++)
+  if (served->lease != NULL)
     {
-      KvTransferJob *job = served->jobs->pdata[i];
-      GCancellable *job_cancellable = served->job_cancellables->pdata[i];
-      KvJobResult *result = kv_job_result_new (kv_transfer_job_get_id (job), success);
+      g_autoptr(GError) error = NULL;
 
-      if (job_cancellable != NULL)
-        g_cancellable_disconnect (job_cancellable, g_array_index (served->handlers, gulong, i));
-      kv_job_result_set_transfer_bytes (result, success ? (gint64) kv_transfer_job_get_n_keys (job) *
-                                                          self->block_size : 0);
-      kv_secondary_tier_complete_job (KV_SECONDARY_TIER (self), result);
-      kv_job_result_unref (result);
+      /* CLOSED: the manager shut down first and unpinned the chunks */
+      if (!kv_pin_lease_release (served->lease, success, &error))
+        g_debug ("Peer tier: a served fetch's pin lease: %s", error->message);
+      g_object_unref (served->lease);
     }
-  g_ptr_array_unref (served->jobs);
-  g_ptr_array_unref (served->job_cancellables);
-  g_array_unref (served->handlers);
-  g_object_unref (served->cancellable);
-  g_object_unref (served->self);
   g_free (served);
+
+  g_mutex_lock (&self->lock);
+  if (--self->n_serving == 0)
+    g_cond_broadcast (&self->idle_cond);
+  g_mutex_unlock (&self->lock);
+  g_object_unref (self);
 }
 
-static void
-add_served_job (KvPeerTier    *self,
-                ServedFetch   *served,
-                KvTransferJob *job)
-{
-  GCancellable *job_cancellable = kv_secondary_tier_get_job_cancellable (KV_SECONDARY_TIER (self), job);
-  gulong handler = 0;
-
-  if (job_cancellable != NULL)
-    handler = g_cancellable_connect (job_cancellable, G_CALLBACK (cancel_other),
-                                     g_object_ref (served->cancellable), g_object_unref);
-  g_ptr_array_add (served->jobs, job);
-  g_ptr_array_add (served->job_cancellables, job_cancellable);
-  g_array_append_val (served->handlers, handler);
-}
-
-/* A pinned slot as the server sends it: its bytes do not change while the
- * store job holds it, so neither does the checksum it carries. */
-static void
-serve_chunk (KvPeerTier        *self,
-             KvPeerServedChunk *chunk,
-             guint32            slot)
-{
-  chunk->payload = kv_host_buffer_peek_slot (self->primary, slot);
-  chunk->has_payload_checksum = kv_host_buffer_get_slot_checksum (self->primary, slot,
-                                                                  &chunk->payload_checksum);
-}
-
-/* Pins the keys a peer fetches (all in one job, or one by one when some
- * cannot be pinned: those are misses for the peer) and hands the slots to
- * the server. */
+/* Pins the keys a peer fetches (those not in the primary tier are misses
+ * for the peer) and hands their slots to the server: a pinned slot's bytes
+ * do not change while the lease is held, so neither does the checksum
+ * carried with it. */
 static void
 serve_fetch (KvPeerTier         *self,
              KvParentManager    *parent,
-             KvPeerServeRequest *serve,
-             KvRequest          *request)
+             KvPeerServeRequest *serve)
 {
   guint n_keys;
   KvKey * const *keys = kv_peer_serve_request_get_keys (serve, &n_keys);
-  g_autofree KvKey **terminated = g_new0 (KvKey *, n_keys + 1);
-  g_autofree KvPeerServedChunk *chunks = g_new0 (KvPeerServedChunk, n_keys);
+  g_autofree KvPeerServedChunk *chunks = g_new0 (KvPeerServedChunk, MAX (n_keys, 1));
+  g_autoptr(GError) error = NULL;
   ServedFetch *served = g_new0 (ServedFetch, 1);
-  KvTransferJob *job;
 
   served->self = g_object_ref (self);
-  served->jobs = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_transfer_job_unref);
-  served->job_cancellables = g_ptr_array_new_with_free_func (unref_if_set);
-  served->handlers = g_array_new (FALSE, FALSE, sizeof (gulong));
-  served->cancellable = g_cancellable_new ();
-
-  memcpy (terminated, keys, sizeof (KvKey *) * n_keys);
-  job = kv_parent_manager_create_store_job (parent, terminated, request, NULL);
-  if (job != NULL)
+  served->lease = kv_parent_manager_pin (parent, (KvKey **) keys, n_keys, &error);
+  if (served->lease == NULL)
+    g_debug ("Peer tier: nothing of a fetch of %u chunks could be pinned: %s",
+             n_keys, error->message);
+  for (guint i = 0; served->lease != NULL && i < n_keys; i++)
     {
-      for (guint i = 0; i < n_keys; i++)
-        serve_chunk (self, &chunks[i], kv_transfer_job_get_chunk_id (job, i));
-      add_served_job (self, served, job);
+      guint32 slot = kv_pin_lease_get_chunk_id (served->lease, i);
+
+      if (slot == G_MAXUINT32)
+        continue;
+      chunks[i].payload = kv_host_buffer_peek_slot (self->primary, slot);
+      chunks[i].has_payload_checksum =
+        kv_host_buffer_get_slot_checksum (self->primary, slot, &chunks[i].payload_checksum);
     }
-  else
-    for (guint i = 0; i < n_keys; i++)
-      {
-        KvKey *one[2] = { keys[i], NULL };
 
-        job = kv_parent_manager_create_store_job (parent, one, request, NULL);
-        if (job == NULL)
-          continue;
-        serve_chunk (self, &chunks[i], kv_transfer_job_get_chunk_id (job, 0));
-        add_served_job (self, served, job);
-      }
-
-  kv_peer_serve_request_answer_fetch (serve, chunks, served->cancellable, served_fetch_done, served);
+  g_mutex_lock (&self->lock);
+  self->n_serving++;
+  g_mutex_unlock (&self->lock);
+  kv_peer_serve_request_answer_fetch (serve, chunks, NULL, served_fetch_done, served);
 }
 
 static void
@@ -872,7 +792,7 @@ kv_peer_tier_serve_external_requests (KvSecondaryTier *tier,
           kv_peer_serve_request_answer_lookup (serve, answers);
         }
       else
-        serve_fetch (self, parent, serve, request);
+        serve_fetch (self, parent, serve);
     }
 }
 
@@ -921,11 +841,13 @@ kv_peer_tier_on_schedule_end (KvSecondaryTier *tier,
     kv_async_lookup_flush (self->async_lookup);
 }
 
+/* Until every load is reported and every served fetch has released its
+ * pin lease. */
 static void
-wait_loads (KvPeerTier *self)
+wait_idle (KvPeerTier *self)
 {
   g_mutex_lock (&self->lock);
-  while (self->n_loads > 0)
+  while (self->n_loads > 0 || self->n_serving > 0)
     g_cond_wait (&self->idle_cond, &self->lock);
   g_mutex_unlock (&self->lock);
 }
@@ -935,10 +857,18 @@ kv_peer_tier_drain_jobs (KvSecondaryTier  *tier,
                          GError          **error)
 {
   /* Fetches end within their I/O timeouts, and served fetches once written
-   * or their connection closed; then the base class's wait. */
-  wait_loads (KV_PEER_TIER (tier));
+   * or their connection closed (their leases are unpinned at the manager's
+   * next step); then the base class's wait. */
+  wait_idle (KV_PEER_TIER (tier));
   kv_secondary_tier_wait_jobs (tier);
   return TRUE;
+}
+
+static gboolean
+quit_timer_loop (gpointer data)
+{
+  g_main_loop_quit (data);
+  return G_SOURCE_REMOVE;
 }
 
 static void
@@ -955,12 +885,18 @@ stop_everything (KvPeerTier *self)
       for (guint i = 0; i < pools->len; i++)
         g_thread_pool_free (pools->pdata[i], FALSE, TRUE);
     }
-  wait_loads (self);
+  wait_idle (self);
   for (guint i = 0; self->clients != NULL && i < self->clients->len; i++)
     kv_peer_client_close (self->clients->pdata[i]);
   if (self->timer_thread != NULL)
     {
-      g_main_loop_quit (self->timer_loop);
+      /* quit from within the loop: a quit that comes before the thread
+       * entered g_main_loop_run() (a tier shut down right after it was
+       * made) is lost, and the join would wait forever */
+      g_autoptr(GSource) quit = g_idle_source_new ();
+
+      g_source_set_callback (quit, quit_timer_loop, self->timer_loop, NULL);
+      g_source_attach (quit, self->timer_context);
       g_thread_join (g_steal_pointer (&self->timer_thread));
     }
 }
@@ -990,40 +926,56 @@ kv_peer_tier_register_metrics (KvSecondaryTier   *tier,
     if (!kv_metric_registry_add_counter (registry, counter_info[c].name, counter_info[c].doc,
                                          tier_label_names, error))
       return FALSE;
-  return kv_metric_registry_add_gauge (registry, "kvtier:peer_connections_open",
-                                       "peer server: connections open now", tier_label_names, error) &&
-         kv_metric_registry_add_gauge (registry, "kvtier:peer_breakers_open",
-                                       "peer tier: peers whose circuit breaker is open now",
-                                       tier_label_names, error);
+  return kv_metric_registry_add_gauge (registry, PEER_CONNECTIONS_OPEN,
+                                       "Peer server: connections open now", tier_label_names, error) &&
+         kv_metric_registry_add_gauge (registry, PEER_BREAKERS_OPEN,
+                                       "Peer tier: peers whose circuit breaker is open now",
+                                       tier_label_names, error) &&
+         kv_metric_registry_add_gauge (registry, PEER_EVENT_SUBSCRIBERS,
+                                       "Peer server: subscribers following this node's events now",
+                                       tier_label_names, error) &&
+         kv_metric_registry_add_gauge (registry, PEER_EVENT_KEYS,
+                                       "Peer server: keys the event stream says this node holds",
+                                       tier_label_names, error) &&
+         kv_metric_registry_add_counter (registry, PEER_EVENT_SNAPSHOTS,
+                                         "Peer server: snapshots sent to subscribers (resyncs included)",
+                                         tier_label_names, error) &&
+         kv_metric_registry_add_counter (registry, PEER_EVENT_RESYNCS,
+                                         "Peer server: subscribers that fell behind the backlog and got a new snapshot",
+                                         tier_label_names, error);
 }
 
 static KvStats *
 kv_peer_tier_get_stats (KvSecondaryTier *tier)
 {
   KvPeerTier *self = KV_PEER_TIER (tier);
-  const char *labels[] = { kv_secondary_tier_get_tier_type (tier), NULL };
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (tier);
+  const char *labels[] = { label, NULL };
   KvStats *stats = kv_stats_new ();
   guint n_open = 0;
 
+  /* the base class reports what they moved */
   for (guint c = 0; c < KV_PEER_N_COUNTERS; c++)
+    kv_counter_set_update (self->counter_set, c, kv_peer_counters_get (&self->counters, c));
+  if (self->events != NULL)
     {
-      guint64 value = kv_peer_counters_get (&self->counters, c);
-
-      /* every series from the first call on, zeros included */
-      if (value != self->reported[c] || !self->stats_taken)
-        {
-          kv_stats_increase_counter (stats, counter_info[c].name, value - self->reported[c], labels);
-          self->reported[c] = value;
-        }
+      kv_counter_set_update (self->counter_set, KV_PEER_N_COUNTERS,
+                             kv_peer_events_get_n_snapshots (self->events));
+      kv_counter_set_update (self->counter_set, KV_PEER_N_COUNTERS + 1,
+                             kv_peer_events_get_n_resyncs (self->events));
     }
   for (guint i = 0; self->clients != NULL && i < self->clients->len; i++)
     if (!kv_circuit_breaker_allows_requests (kv_peer_client_get_breaker (self->clients->pdata[i])))
       n_open++;
-  self->stats_taken = TRUE;
-  kv_stats_set_gauge (stats, "kvtier:peer_connections_open",
+  kv_stats_set_gauge (stats, PEER_CONNECTIONS_OPEN,
                       self->server != NULL ? kv_peer_server_get_n_connections (self->server) : 0,
                       labels);
-  kv_stats_set_gauge (stats, "kvtier:peer_breakers_open", n_open, labels);
+  kv_stats_set_gauge (stats, PEER_BREAKERS_OPEN, n_open, labels);
+  kv_stats_set_gauge (stats, PEER_EVENT_SUBSCRIBERS,
+                      self->events != NULL ? kv_peer_events_get_n_subscribers (self->events) : 0,
+                      labels);
+  kv_stats_set_gauge (stats, PEER_EVENT_KEYS,
+                      self->events != NULL ? kv_peer_events_get_n_keys (self->events) : 0, labels);
   return stats;
 }
 
@@ -1045,6 +997,31 @@ static void
 requests_queued (gpointer data)
 {
   g_signal_emit (data, signals[SIGNAL_REQUESTS_QUEUED], 0);
+}
+
+/* What the messages of the clients (and their breakers) and of the
+ * server call the tier: its metric label ("1:peer"). Any thread. */
+static void
+name_parts (KvPeerTier *self)
+{
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (KV_SECONDARY_TIER (self));
+  g_autofree char *name = g_strdup_printf ("peer tier %s", label);
+
+  for (guint i = 0; self->clients != NULL && i < self->clients->len; i++)
+    kv_peer_client_set_tier_label (self->clients->pdata[i], label);
+  if (self->server != NULL)
+    kv_peer_server_set_name (self->server, name);
+}
+
+static void
+metric_label_changed (GObject    *object,
+                      GParamSpec *pspec,
+                      gpointer    data)
+{
+  KvPeerTier *self = KV_PEER_TIER (object);
+
+  if (self->initialized)
+    name_parts (self);
 }
 
 static gboolean
@@ -1114,6 +1091,8 @@ kv_peer_tier_initable_init (GInitable     *initable,
     {
       self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                                 lookup_batch, self, NULL, 2, 8, 16384);
+      /* a failed load turns its keys into misses there (the base class) */
+      kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
       /* a pool per peer: one slow peer holds its own threads only */
       self->fetch_pools = g_ptr_array_new ();
       for (guint i = 0; i < self->clients->len; i++)
@@ -1133,6 +1112,8 @@ kv_peer_tier_initable_init (GInitable     *initable,
         .secret = secret,
         .block_size = self->block_size,
         .max_connections = self->max_connections,
+        .max_handshakes = self->max_handshakes,
+        .max_handshakes_per_address = self->max_handshakes_per_address,
         .handshake_timeout_ms = self->handshake_timeout_ms,
         .idle_timeout_ms = self->idle_timeout_ms,
         .io_timeout_ms = self->io_timeout_ms,
@@ -1143,12 +1124,26 @@ kv_peer_tier_initable_init (GInitable     *initable,
       };
 
       memcpy (settings.namespace_digest, self->digest, sizeof self->digest);
+      if (self->max_subscribers > 0)
+        {
+          KvPeerEventsSettings events_settings = {
+            .max_subscribers = self->max_subscribers,
+            .max_entries = self->max_keys,
+            .backlog_bytes = self->events_backlog,
+            .heartbeat_ms = self->heartbeat_ms,
+            .io_timeout_ms = self->io_timeout_ms,
+          };
+
+          self->events = kv_peer_events_new (&events_settings, &self->counters);
+          settings.events = self->events;
+        }
       self->server = kv_peer_server_new (&settings, &self->counters, requests_queued, self);
       if (!kv_peer_server_listen (self->server, self->listen, error))
         return FALSE;
     }
 
   self->initialized = TRUE;
+  name_parts (self);
   return TRUE;
 }
 
@@ -1183,26 +1178,16 @@ kv_peer_tier_drain (KvPeerTier *self)
   self->draining = TRUE;
 }
 
-/* ---- GObject -------------------------------------------------------------------- */
-
-/* Gives the tier its detector that refuses cascades, unless the
- * constructor was given another, and its locality: across a network,
- * unless said otherwise (a request's load tier filter matches it). */
-static GObject *
-kv_peer_tier_constructor (GType                  type,
-                          guint                  n_params,
-                          GObjectConstructParam *params)
+static void
+kv_peer_tier_publish_event (KvPeerTier *self,
+                            guint       source,
+                            KvEvent    *event)
 {
-  for (guint i = 0; i < n_params; i++)
-    if (g_str_equal (params[i].pspec->name, "backpressure-detector") &&
-        g_value_get_object (params[i].value) == NULL)
-      g_value_take_object (params[i].value, g_object_new (KV_TYPE_PEER_NO_STORES, NULL));
-    else if (g_str_equal (params[i].pspec->name, "locality") &&
-             g_value_get_enum (params[i].value) == KV_LOCALITY_UNSPECIFIED)
-      g_value_set_enum (params[i].value, KV_LOCALITY_REMOTE);
-
-  return G_OBJECT_CLASS (kv_peer_tier_parent_class)->constructor (type, n_params, params);
+  if (self->events != NULL && event != NULL)
+    kv_peer_events_publish (self->events, source, event);
 }
+
+/* ---- GObject -------------------------------------------------------------------- */
 
 static void
 kv_peer_tier_dispose (GObject *object)
@@ -1211,6 +1196,7 @@ kv_peer_tier_dispose (GObject *object)
 
   stop_everything (self);
   g_clear_object (&self->server);
+  g_clear_object (&self->events);
   g_clear_object (&self->async_lookup);
 
   G_OBJECT_CLASS (kv_peer_tier_parent_class)->dispose (object);
@@ -1222,6 +1208,7 @@ kv_peer_tier_finalize (GObject *object)
   KvPeerTier *self = KV_PEER_TIER (object);
 
   g_clear_pointer (&self->clients, g_ptr_array_unref);
+  g_clear_pointer (&self->counter_set, kv_counter_set_unref);
   g_clear_pointer (&self->locations, g_hash_table_unref);
   g_clear_pointer (&self->serve_requests, g_hash_table_unref);
   g_clear_pointer (&self->timer_loop, g_main_loop_unref);
@@ -1259,6 +1246,8 @@ kv_peer_tier_get_property (GObject    *object,
     case PROP_TLS_CA_FILE: g_value_set_string (value, self->tls_ca_file); break;
     case PROP_TLS_REQUIRE_CLIENT_CERT: g_value_set_boolean (value, self->tls_require_client_cert); break;
     case PROP_MAX_CONNECTIONS: g_value_set_uint (value, self->max_connections); break;
+    case PROP_MAX_HANDSHAKES: g_value_set_uint (value, self->max_handshakes); break;
+    case PROP_MAX_HANDSHAKES_PER_ADDRESS: g_value_set_uint (value, self->max_handshakes_per_address); break;
     case PROP_HANDSHAKE_TIMEOUT_MS: g_value_set_uint (value, self->handshake_timeout_ms); break;
     case PROP_IDLE_TIMEOUT_MS: g_value_set_uint (value, self->idle_timeout_ms); break;
     case PROP_IO_TIMEOUT_MS: g_value_set_uint (value, self->io_timeout_ms); break;
@@ -1267,7 +1256,16 @@ kv_peer_tier_get_property (GObject    *object,
     case PROP_CONNECTIONS_PER_PEER: g_value_set_uint (value, self->connections_per_peer); break;
     case PROP_PEER_BREAKER_THRESHOLD: g_value_set_uint (value, self->peer_breaker_threshold); break;
     case PROP_PEER_BREAKER_OPEN_MS: g_value_set_uint (value, self->peer_breaker_open_ms); break;
+    case PROP_MAX_SUBSCRIBERS: g_value_set_uint (value, self->max_subscribers); break;
+    case PROP_EVENTS_BACKLOG: g_value_set_uint64 (value, self->events_backlog); break;
+    case PROP_HEARTBEAT_MS: g_value_set_uint (value, self->heartbeat_ms); break;
     case PROP_BOUND_ADDRESS: g_value_take_string (value, kv_peer_tier_get_listen_address (self)); break;
+    case PROP_EVENT_SEQ:
+      g_value_set_uint64 (value, self->events != NULL ? kv_peer_events_get_seq (self->events) : 0);
+      break;
+    case PROP_EVENTS_PENDING:
+      g_value_set_uint (value, self->events != NULL ? kv_peer_events_get_n_pending (self->events) : 0);
+      break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1308,6 +1306,8 @@ kv_peer_tier_set_property (GObject      *object,
     case PROP_TLS_CA_FILE: set_string (&self->tls_ca_file, value); break;
     case PROP_TLS_REQUIRE_CLIENT_CERT: self->tls_require_client_cert = g_value_get_boolean (value); break;
     case PROP_MAX_CONNECTIONS: self->max_connections = g_value_get_uint (value); break;
+    case PROP_MAX_HANDSHAKES: self->max_handshakes = g_value_get_uint (value); break;
+    case PROP_MAX_HANDSHAKES_PER_ADDRESS: self->max_handshakes_per_address = g_value_get_uint (value); break;
     case PROP_HANDSHAKE_TIMEOUT_MS: self->handshake_timeout_ms = g_value_get_uint (value); break;
     case PROP_IDLE_TIMEOUT_MS: self->idle_timeout_ms = g_value_get_uint (value); break;
     case PROP_IO_TIMEOUT_MS: self->io_timeout_ms = g_value_get_uint (value); break;
@@ -1316,6 +1316,9 @@ kv_peer_tier_set_property (GObject      *object,
     case PROP_CONNECTIONS_PER_PEER: self->connections_per_peer = g_value_get_uint (value); break;
     case PROP_PEER_BREAKER_THRESHOLD: self->peer_breaker_threshold = g_value_get_uint (value); break;
     case PROP_PEER_BREAKER_OPEN_MS: self->peer_breaker_open_ms = g_value_get_uint (value); break;
+    case PROP_MAX_SUBSCRIBERS: self->max_subscribers = g_value_get_uint (value); break;
+    case PROP_EVENTS_BACKLOG: self->events_backlog = g_value_get_uint64 (value); break;
+    case PROP_HEARTBEAT_MS: self->heartbeat_ms = g_value_get_uint (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1330,13 +1333,17 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
   GObjectClass *object_class = G_OBJECT_CLASS (klass);
   KvSecondaryTierClass *tier_class = KV_SECONDARY_TIER_CLASS (klass);
 
-  object_class->constructor = kv_peer_tier_constructor;
   object_class->dispose = kv_peer_tier_dispose;
   object_class->finalize = kv_peer_tier_finalize;
   object_class->get_property = kv_peer_tier_get_property;
   object_class->set_property = kv_peer_tier_set_property;
 
   tier_class->medium = KV_MEDIUM_CPU;
+  /* it stores nothing of its own: no cascade job, nothing pinned for it */
+  tier_class->accepts_cascaded_stores = FALSE;
+  /* across a network, unless said otherwise (a request's load tier
+   * filter matches it) */
+  tier_class->locality = KV_LOCALITY_REMOTE;
   tier_class->lookup = kv_peer_tier_lookup;
   tier_class->submit_store = kv_peer_tier_submit_store;
   tier_class->submit_load = kv_peer_tier_submit_load;
@@ -1357,14 +1364,16 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * another namespace or chunk size are refused at the handshake.
    */
   properties[PROP_NAMESPACE] =
-    g_param_spec_string ("namespace", NULL, NULL, "default", CONSTRUCT_FLAGS);
+    g_param_spec_string ("namespace", NULL,
+                         "The cache namespace (model, dtype, layout, parallelism); peers of another one are refused", "default", CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:peers:
    *
    * The peers to ask, "HOST:PORT" separated by commas, in order.
    */
   properties[PROP_PEERS] =
-    g_param_spec_string ("peers", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("peers", NULL,
+                         "The peers to ask, HOST:PORT separated by commas, in order", NULL, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:listen:
    *
@@ -1372,7 +1381,8 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * empty not to serve.
    */
   properties[PROP_LISTEN] =
-    g_param_spec_string ("listen", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("listen", NULL,
+                         "HOST:PORT to serve this node's chunks on (port 0: any free port; empty: do not serve)", NULL, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:secret-file:
    *
@@ -1380,28 +1390,32 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * 0600, owned by this user).
    */
   properties[PROP_SECRET_FILE] =
-    g_param_spec_string ("secret-file", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("secret-file", NULL,
+                         "File holding the nodes' shared secret (16 bytes to 4 KiB, mode 0600)", NULL, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:tls:
    *
    * Whether connections run over TLS.
    */
   properties[PROP_TLS] =
-    g_param_spec_boolean ("tls", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("tls", NULL,
+                          "Connections run over TLS", FALSE, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:tls-cert-file:
    *
    * PEM certificate: the server's, and the client's for mutual TLS.
    */
   properties[PROP_TLS_CERT_FILE] =
-    g_param_spec_string ("tls-cert-file", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("tls-cert-file", NULL,
+                         "PEM certificate: the server's, and the client's for mutual TLS", NULL, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:tls-key-file:
    *
    * The PEM private key of [property@Kv.PeerTier:tls-cert-file].
    */
   properties[PROP_TLS_KEY_FILE] =
-    g_param_spec_string ("tls-key-file", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("tls-key-file", NULL,
+                         "PEM private key of tls-cert-file", NULL, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:tls-ca-file:
    *
@@ -1409,7 +1423,8 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * system's).
    */
   properties[PROP_TLS_CA_FILE] =
-    g_param_spec_string ("tls-ca-file", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("tls-ca-file", NULL,
+                         "PEM CA certificates trusted for the peers' certificates (none: the system's)", NULL, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:tls-require-client-cert:
    *
@@ -1417,28 +1432,59 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * [property@Kv.PeerTier:tls-ca-file].
    */
   properties[PROP_TLS_REQUIRE_CLIENT_CERT] =
-    g_param_spec_boolean ("tls-require-client-cert", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("tls-require-client-cert", NULL,
+                          "Mutual TLS: the server requires a client certificate signed by tls-ca-file", FALSE, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:max-connections:
    *
-   * Connections the server holds open at once; more are closed at accept.
+   * Authenticated connections the server holds open at once; one more is
+   * refused (`ERROR` busy) once it authenticated. Connections still in
+   * their handshake have their own budget,
+   * [property@KvPeerTier:max-handshakes]. Both are lowered to fit the
+   * process's descriptor limit (`RLIMIT_NOFILE`), with a message.
    */
   properties[PROP_MAX_CONNECTIONS] =
-    g_param_spec_uint ("max-connections", NULL, NULL, 1, 65536, 1024, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("max-connections", NULL,
+                       "Authenticated connections the server holds open at once; one more is answered busy",
+                       1, 65536, 1024, CONSTRUCT_FLAGS);
+  /**
+   * KvPeerTier:max-handshakes:
+   *
+   * Connections the server holds that have not authenticated yet, from
+   * every address together; a new one beyond it closes the oldest (a real
+   * peer authenticates in a few round trips, a hostile one holds on).
+   */
+  properties[PROP_MAX_HANDSHAKES] =
+    g_param_spec_uint ("max-handshakes", NULL,
+                       "Connections that have not authenticated yet, from every address together",
+                       1, 65536, 128, CONSTRUCT_FLAGS);
+  /**
+   * KvPeerTier:max-handshakes-per-address:
+   *
+   * Connections not authenticated yet from one source address; more from
+   * that address are closed at accept.
+   */
+  properties[PROP_MAX_HANDSHAKES_PER_ADDRESS] =
+    g_param_spec_uint ("max-handshakes-per-address", NULL,
+                       "Connections that have not authenticated yet from one source address",
+                       1, 65536, 16, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:handshake-timeout-ms:
    *
-   * Time a new connection has to authenticate.
+   * Time a new connection has to authenticate (TLS included).
    */
   properties[PROP_HANDSHAKE_TIMEOUT_MS] =
-    g_param_spec_uint ("handshake-timeout-ms", NULL, NULL, 1, G_MAXUINT, 2000, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("handshake-timeout-ms", NULL,
+                       "Milliseconds a new connection has to authenticate, TLS handshake included",
+                       1, G_MAXUINT, 1000, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:idle-timeout-ms:
    *
    * An authenticated connection that sends nothing for this long is closed.
    */
   properties[PROP_IDLE_TIMEOUT_MS] =
-    g_param_spec_uint ("idle-timeout-ms", NULL, NULL, 1, G_MAXUINT, 60000, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("idle-timeout-ms", NULL,
+                       "Milliseconds of silence after which an authenticated connection is closed", 1, G_MAXUINT, 60000, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:io-timeout-ms:
    *
@@ -1446,21 +1492,24 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * peer slower than this (a slow reader, a stalled node) is dropped.
    */
   properties[PROP_IO_TIMEOUT_MS] =
-    g_param_spec_uint ("io-timeout-ms", NULL, NULL, 1, G_MAXUINT, 2000, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("io-timeout-ms", NULL,
+                       "Milliseconds for one frame to be read or written in full", 1, G_MAXUINT, 2000, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:max-inflight-bytes:
    *
    * The most chunk bytes one FETCH may ask of the server, per connection.
    */
   properties[PROP_MAX_INFLIGHT_BYTES] =
-    g_param_spec_uint64 ("max-inflight-bytes", NULL, NULL, 1, G_MAXUINT64, 256 << 20, CONSTRUCT_FLAGS);
+    g_param_spec_uint64 ("max-inflight-bytes", NULL,
+                         "Most chunk bytes one FETCH may ask of the server, per connection", 1, G_MAXUINT64, 256 << 20, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:max-keys-per-request:
    *
    * The most keys one LOOKUP or FETCH may carry.
    */
   properties[PROP_MAX_KEYS_PER_REQUEST] =
-    g_param_spec_uint ("max-keys-per-request", NULL, NULL, 1, KV_PEER_MAX_KEYS_LIMIT, 4096,
+    g_param_spec_uint ("max-keys-per-request", NULL,
+                       "Most keys one LOOKUP or FETCH may carry", 1, KV_PEER_MAX_KEYS_LIMIT, 4096,
                        CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:connections-per-peer:
@@ -1469,7 +1518,8 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * up to two more connections).
    */
   properties[PROP_CONNECTIONS_PER_PEER] =
-    g_param_spec_uint ("connections-per-peer", NULL, NULL, 1, 64, 4, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("connections-per-peer", NULL,
+                       "Fetches run at once per peer, each on its own connection", 1, 64, 4, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:peer-breaker-threshold:
    *
@@ -1477,7 +1527,8 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * never).
    */
   properties[PROP_PEER_BREAKER_THRESHOLD] =
-    g_param_spec_uint ("peer-breaker-threshold", NULL, NULL, 0, G_MAXUINT, 3, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("peer-breaker-threshold", NULL,
+                       "Failed requests in a row that open one peer's circuit breaker (0: never)", 0, G_MAXUINT, 3, CONSTRUCT_FLAGS);
   /**
    * KvPeerTier:peer-breaker-open-ms:
    *
@@ -1485,8 +1536,54 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * it again.
    */
   properties[PROP_PEER_BREAKER_OPEN_MS] =
-    g_param_spec_uint ("peer-breaker-open-ms", NULL, NULL, 0, G_MAXUINT, 1000, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("peer-breaker-open-ms", NULL,
+                       "Milliseconds an open peer breaker skips the peer", 0, G_MAXUINT, 1000, CONSTRUCT_FLAGS);
 
+  /**
+   * KvPeerTier:max-subscribers:
+   *
+   * Subscribers that may follow this node's chunk events at once (the
+   * event stream of doc/protocol.md; needs `listen`); 0: no stream.
+   */
+  properties[PROP_MAX_SUBSCRIBERS] =
+    g_param_spec_uint ("max-subscribers", NULL,
+                       "Subscribers that may follow this node's chunk events at once (0: no event stream)", 0, 1024, 16, CONSTRUCT_FLAGS);
+  /**
+   * KvPeerTier:events-backlog:
+   *
+   * Bytes of recent event frames kept for subscribers that read slowly;
+   * one that falls further behind gets a new snapshot.
+   */
+  properties[PROP_EVENTS_BACKLOG] =
+    g_param_spec_uint64 ("events-backlog", NULL,
+                         "Bytes of recent event frames kept for subscribers that read slowly", 4096, G_MAXUINT64, 16 << 20, CONSTRUCT_FLAGS);
+  /**
+   * KvPeerTier:heartbeat-ms:
+   *
+   * How often a subscriber that is up to date hears from the node when
+   * nothing changes, so it can tell a quiet node from a dead one.
+   */
+  properties[PROP_HEARTBEAT_MS] =
+    g_param_spec_uint ("heartbeat-ms", NULL,
+                       "Milliseconds between heartbeats to an up-to-date subscriber when nothing changes", 10, 600000, 1000, CONSTRUCT_FLAGS);
+  /**
+   * KvPeerTier:event-seq:
+   *
+   * The sequence number of the last event frame the stream made.
+   */
+  properties[PROP_EVENT_SEQ] =
+    g_param_spec_uint64 ("event-seq", NULL,
+                         "Sequence number of the last event frame the stream made", 0, G_MAXUINT64, 0,
+                         G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
+  /**
+   * KvPeerTier:events-pending:
+   *
+   * Events handed to ::publish-event that the stream has not applied yet.
+   */
+  properties[PROP_EVENTS_PENDING] =
+    g_param_spec_uint ("events-pending", NULL,
+                       "Events handed to ::publish-event that the stream has not applied yet", 0, G_MAXUINT, 0,
+                       G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
   /**
    * KvPeerTier:bound-address:
    *
@@ -1494,7 +1591,8 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
    * %NULL when it does not serve.
    */
   properties[PROP_BOUND_ADDRESS] =
-    g_param_spec_string ("bound-address", NULL, NULL, NULL,
+    g_param_spec_string ("bound-address", NULL,
+                         "HOST:PORT the tier serves on, once listening", NULL,
                          G_PARAM_READABLE | G_PARAM_STATIC_STRINGS);
   g_object_class_install_properties (object_class, N_PROPS, properties);
 
@@ -1522,6 +1620,25 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
     g_signal_new_class_handler ("drain", G_TYPE_FROM_CLASS (klass),
                                 G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
                                 G_CALLBACK (kv_peer_tier_drain), NULL, NULL, NULL, G_TYPE_NONE, 0);
+
+  /**
+   * KvPeerTier::publish-event:
+   * @source: where the event happened, numbered as [enum@Kv.ChunkSource]:
+   *   0 the device, 1 the primary tier, 2 + t the manager's secondary
+   *   tier t
+   * @event: the event
+   *
+   * An action: hands one of this node's chunk events to the event stream
+   * (doc/protocol.md). Whoever drives the manager emits it for every event
+   * it takes from the primary tier and the tiers (`kvtier serve` does),
+   * and for the device's own. Queues only: the stream does its per-key
+   * work on the server's thread. Does nothing without a stream.
+   */
+  signals[SIGNAL_PUBLISH_EVENT] =
+    g_signal_new_class_handler ("publish-event", G_TYPE_FROM_CLASS (klass),
+                                G_SIGNAL_RUN_LAST | G_SIGNAL_ACTION,
+                                G_CALLBACK (kv_peer_tier_publish_event), NULL, NULL, NULL,
+                                G_TYPE_NONE, 2, G_TYPE_UINT, KV_TYPE_EVENT);
 }
 
 static void
@@ -1531,7 +1648,9 @@ kv_peer_tier_init (KvPeerTier *self)
   g_cond_init (&self->idle_cond);
   self->namespace_ = g_strdup ("default");
   self->max_connections = 1024;
-  self->handshake_timeout_ms = 2000;
+  self->max_handshakes = 128;
+  self->max_handshakes_per_address = 16;
+  self->handshake_timeout_ms = 1000;
   self->idle_timeout_ms = 60000;
   self->io_timeout_ms = 2000;
   self->max_inflight_bytes = 256 << 20;
@@ -1539,10 +1658,24 @@ kv_peer_tier_init (KvPeerTier *self)
   self->connections_per_peer = 4;
   self->peer_breaker_threshold = 3;
   self->peer_breaker_open_ms = 1000;
+  self->max_subscribers = 16;
+  self->events_backlog = 16 << 20;
+  self->heartbeat_ms = 1000;
   self->clients = g_ptr_array_new_with_free_func (g_object_unref);
   self->locations = g_hash_table_new_full (kv_key_hash, kv_key_equal,
                                            (GDestroyNotify) kv_key_unref, NULL);
   self->serve_requests = g_hash_table_new_full (g_int64_hash, g_int64_equal, g_free, g_object_unref);
   /* this tier's default for the base class's deadline */
   kv_secondary_tier_set_deadline_ms (KV_SECONDARY_TIER (self), 5000);
+  {
+    const char *names[KV_PEER_N_COUNTERS + 3] = { NULL };
+
+    for (guint c = 0; c < KV_PEER_N_COUNTERS; c++)
+      names[c] = counter_info[c].name;
+    names[KV_PEER_N_COUNTERS] = PEER_EVENT_SNAPSHOTS;
+    names[KV_PEER_N_COUNTERS + 1] = PEER_EVENT_RESYNCS;
+    self->counter_set = kv_counter_set_new (names);
+  }
+  kv_secondary_tier_set_counters (KV_SECONDARY_TIER (self), self->counter_set);
+  g_signal_connect (self, "notify::metric-label", G_CALLBACK (metric_label_changed), NULL);
 }

@@ -27,7 +27,8 @@ enum { GET_LINE, GET_HEADER, GET_PAYLOAD, GET_TRAILER, GET_DISCARD };
  *
  * Every reply is bounded: a bulk string or an array larger than
  * %KV_REDIS_MAX_REPLY_BYTES / %KV_REDIS_MAX_REPLY_ELEMENTS, or a GET value
- * longer than its destination, closes the connection. Every op sent is
+ * longer than %KV_REDIS_MAX_DISCARD_BYTES, closes the connection (a GET
+ * value of any other wrong length is read and dropped). Every op sent is
  * completed exactly once, with its reply or the error that closed the
  * connection. Not thread-safe: everything runs on its context.
  */
@@ -58,7 +59,7 @@ struct _KvRedisConnection
   GOutputVector       vectors[MAX_VECTORS];
 
   gboolean            reading;
-  gint64              last_progress;  /* monotonic µs: last byte read, or the first sent op */
+  gint64              reply_due;      /* monotonic µs: since the head of sent awaits its reply */
   KvRedisOp          *reading_into;  /* an op whose value a read is filling */
   guint8             *rbuf;
   gsize               rstart;
@@ -230,6 +231,16 @@ kv_redis_connection_close (KvRedisConnection *self,
 
 /* ---- replies ------------------------------------------------------------- */
 
+/* @op's reply is in: it leaves the sent queue, and the next op's reply is
+ * due from now. */
+static void
+reply_done (KvRedisConnection *self,
+            KvRedisOp         *op)
+{
+  g_queue_unlink (&self->sent, &op->link);
+  self->reply_due = g_get_monotonic_time ();
+}
+
 static gsize
 buffered (KvRedisConnection *self)
 {
@@ -312,7 +323,7 @@ parse_command_reply (KvRedisConnection *self,
         close_protocol_error (self, "reply too large");
       return FALSE;
     }
-  g_queue_unlink (&self->sent, &op->link);
+  reply_done (self, op);
   op->reply = reply;
   complete (self, op);
   return TRUE;
@@ -359,7 +370,7 @@ parse_get_line (KvRedisConnection *self,
       memcpy (op->reply->str, start + 1, line_len - 3);
       op->reply->str[line_len - 3] = '\0';
       self->rstart += line_len;
-      g_queue_unlink (&self->sent, &op->link);
+      reply_done (self, op);
       complete (self, op);
       return PARSE_COMPLETED;
 
@@ -368,7 +379,7 @@ parse_get_line (KvRedisConnection *self,
         {
           self->rstart += line_len;
           op->get_status = KV_REDIS_GET_NIL;
-          g_queue_unlink (&self->sent, &op->link);
+          reply_done (self, op);
           complete (self, op);
           return PARSE_COMPLETED;
         }
@@ -377,9 +388,12 @@ parse_get_line (KvRedisConnection *self,
       len = g_ascii_strtoll (start + 1, &endptr, 10);
       if (endptr != end - 1 || len < 0)
         break;
-      if ((guint64) len > op->header_len + op->payload_len + KV_REDIS_MAX_REPLY_BYTES)
+      /* a poison value under the key (a string far longer than a chunk
+       * record) is dropped as it streams in, and deleted by the tier: the
+       * connection and its other commands go on */
+      if ((guint64) len > KV_REDIS_MAX_DISCARD_BYTES)
         {
-          close_protocol_error (self, "GET value larger than a chunk");
+          close_protocol_error (self, "GET value larger than any value a server holds");
           return PARSE_MORE;
         }
       self->rstart += line_len;
@@ -468,7 +482,7 @@ parse_get_reply (KvRedisConnection *self,
           self->rstart += 2;
           op->get_status = op->value_len == op->header_len + op->payload_len ?
                            KV_REDIS_GET_FOUND : KV_REDIS_GET_WRONG_SIZE;
-          g_queue_unlink (&self->sent, &op->link);
+          reply_done (self, op);
           complete (self, op);
           return TRUE;
 
@@ -542,7 +556,6 @@ read_done (GObject      *source,
       g_object_unref (self);
       return;
     }
-  self->last_progress = g_get_monotonic_time ();
   if (into != NULL)
     into->body_pos += n;
   else
@@ -657,7 +670,7 @@ start_write (KvRedisConnection *self)
         }
       op->where = WHERE_WRITING;
       if (self->sent.length == 0)
-        self->last_progress = g_get_monotonic_time ();
+        self->reply_due = g_get_monotonic_time ();
       g_queue_push_tail_link (&self->sent, &op->link);
     }
   if (n == 0)
@@ -691,9 +704,13 @@ kv_redis_connection_send (KvRedisConnection *self,
   start_write (self);
 }
 
-/* Withdraws @op: unsent, it completes cancelled; being written, the
- * connection closes (the server drops a command cut short); already
- * written, nothing happens and its reply completes it. */
+/* Withdraws @op: unsent, it completes cancelled; being written or
+ * written, nothing happens and its reply completes it. A command being
+ * written is sent whole: closing the connection to stop it would fail
+ * every other command on it and leave the server unreachable for the
+ * reconnect wait, and its bytes stay valid (the redis tier cannot call
+ * stores back, so the manager keeps their slots pinned until it answers:
+ * KvSecondaryTier:can-cancel-stores). */
 void
 kv_redis_connection_abort (KvRedisConnection *self,
                            KvRedisOp         *op)
@@ -707,9 +724,6 @@ kv_redis_connection_abort (KvRedisConnection *self,
       op->error = g_error_new (G_IO_ERROR, G_IO_ERROR_CANCELLED,
                                "The command to redis server %s was cancelled", self->address);
       complete (self, op);
-      break;
-    case WHERE_WRITING:
-      kv_redis_connection_close (self, "a store was cancelled while it was being sent");
       break;
     default:
       break;
@@ -1008,15 +1022,17 @@ kv_redis_connection_get_error (KvRedisConnection *self)
   return self->error;
 }
 
-/* How long the connection has waited for a reply without receiving a
- * byte, in µs; 0 when no reply is due. */
+/* How long the reply now due has been awaited, in µs (since its command
+ * was written, or the reply before it came in): 0 when none is due. A
+ * server that trickles its reply (a byte a second) is as stalled as a
+ * silent one. */
 gint64
-kv_redis_connection_get_stalled_us (KvRedisConnection *self,
-                                    gint64             now)
+kv_redis_connection_get_reply_wait_us (KvRedisConnection *self,
+                                       gint64             now)
 {
   if (self->state != KV_REDIS_CONNECTION_READY || self->sent.length == 0)
     return 0;
-  return MAX (now - self->last_progress, 0);
+  return MAX (now - self->reply_due, 0);
 }
 
 /* Ops queued or awaiting a reply. */

@@ -72,6 +72,10 @@ gboolean kv_redis_op_is_error    (const KvRedisOp *op,
  * goes to its slot) is buffered whole, so it is bounded. */
 #define KV_REDIS_MAX_REPLY_BYTES   (8u << 20)
 #define KV_REDIS_MAX_REPLY_ELEMENTS 65536
+/* A GET value of another length than its destination's is read and
+ * dropped, never buffered, up to this (Redis's own proto-max-bulk-len is
+ * 512 MiB by default); a longer one closes the connection. */
+#define KV_REDIS_MAX_DISCARD_BYTES (G_GUINT64_CONSTANT (1) << 30)
 
 typedef struct
 {
@@ -115,7 +119,7 @@ void                   kv_redis_connection_abort        (KvRedisConnection *self
 void                   kv_redis_connection_close        (KvRedisConnection *self,
                                                          const char        *why);
 guint                  kv_redis_connection_get_n_ops    (KvRedisConnection *self);
-gint64                 kv_redis_connection_get_stalled_us (KvRedisConnection *self,
-                                                           gint64             now);
+gint64                 kv_redis_connection_get_reply_wait_us (KvRedisConnection *self,
+                                                              gint64             now);
 
 G_END_DECLS

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "kv-chunk-format.h"
+#include "kv-chunk-name.h"
+#include "kv-log-limiter.h"
 #include "kv-redis-connection.h"
 #include "kv-redis-slot-map.h"
 
@@ -21,13 +23,6 @@
 /* How long a lookup batch waits for its EXISTS replies when the tier has
  * no deadline; past it, the unanswered keys are misses. */
 #define LOOKUP_WAIT_DEFAULT_MS 2000
-
-typedef enum {
-  KEY_PENDING,
-  KEY_OK,
-  KEY_SKIPPED,
-  KEY_FAILED,
-} KeyState;
 
 typedef enum {
   OP_LOAD,
@@ -84,37 +79,32 @@ struct _Node
   guint              backoff_ms;
   guint64            inflight_bytes;
   GQueue             waiting;      /* KeyOp over the budget */
+  KvRedisConnection *lost;         /* the closed connection backed off for */
+  KvLogLimiter       link;         /* reachable or not, and its messages */
 };
 
-/* A load or store job. Everything but refs and cancelled runs on the I/O
- * thread. */
+/* A load or store job: the tier's own part of it, the commands. What it
+ * reports (the state of each key, time, bytes, the stored event) is its
+ * KvTierJob's. Everything but refs and cancelled runs on the I/O thread. */
 struct _RedisJob
 {
   KvRedisTier     *tier;
+  KvTierJob       *tier_job;
   KvTransferJob   *job;
   gboolean         is_load;
   guint            n_keys;
   KeyOp           *ops;
-  guint8          *key_state;
   guint            n_outstanding;
-  gboolean         fault;           /* a failure that counts against the breaker */
-  gboolean         checksum_failed;
-  gint64           first_start;
-  gint64           last_end;
-  GCancellable    *cancellable;
-  struct _CancelLink *cancel_link;
+  gint64           first_start;     /* the first command's start */
   gint             cancelled;       /* (atomic) the deadline passed */
   guint            refs;            /* tier lock */
 };
 
-typedef struct _CancelLink
-{
-  KvRedisTier *tier;
-  RedisJob    *job;
-} CancelLink;
-
 /* EXISTS for the keys of one lookup batch; the worker thread waits for
- * it, and may give up first. */
+ * it, and may give up first. Each holder has its reference: the worker
+ * (until it stops waiting), lookup_dispatch() (while it walks the ops:
+ * they may all complete inside it, a node being down), and the ops
+ * outstanding (until the last completes). */
 struct _LookupBatch
 {
   KvRedisTier *tier;
@@ -122,7 +112,7 @@ struct _LookupBatch
   KeyOp       *ops;
   gboolean    *results;
   guint        n_outstanding;   /* tier lock */
-  gint         refs;            /* (atomic) the worker, the I/O thread */
+  gint         refs;            /* (atomic) */
 };
 
 struct _KvRedisTier
@@ -143,7 +133,6 @@ struct _KvRedisTier
   guint64          node_inflight_bytes;
   guint            connect_timeout_ms;
   gint             n_unfinished_io;  /* connects and closes still running */
-  gboolean         enable_events;
 
   /* set up by init(), then read-only */
   gboolean         initialized;
@@ -152,8 +141,8 @@ struct _KvRedisTier
   guint            n_slots;
   guint8           namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN];
   char            *key_prefix;      /* "kvtier:<namespace digest hex>:" */
+  gsize            key_prefix_len;
   GPtrArray       *seeds;           /* "host:port" */
-  KvLocality       locality;
   GTlsDatabase    *tls_database;
   GMainContext    *context;
   GMainLoop       *loop;
@@ -164,6 +153,7 @@ struct _KvRedisTier
   GHashTable      *nodes;           /* address → Node */
   KvRedisSlotMap  *map;             /* cluster */
   Node            *standalone;
+  gboolean         closing;         /* close_all() ran: no more outages */
   KeyOp           *refresh;         /* a CLUSTER SLOTS in flight */
   GSource         *refresh_timer;
   GSource         *stall_timer;
@@ -175,13 +165,12 @@ struct _KvRedisTier
   GCond            cond;
   guint            n_live_jobs;
   guint            n_io_ops;        /* lookups, DELs, probes, refreshes in flight */
-  GPtrArray       *pending_misses;  /* KvKey: failed loads, for the lookup cache */
   gboolean         shut_down;
   gboolean         started;         /* init's first contact ended */
   GError          *start_error;
 
-  guint64          counters[KV_REDIS_N_COUNTERS];
-  guint64          reported[KV_REDIS_N_COUNTERS];  /* owner thread: taken by get_stats */
+  KvCounterSet    *counters;        /* KvRedisCounter order, reported by the base class */
+  gint             n_servers_down;  /* (atomic) nodes whose link is down */
 };
 
 enum {
@@ -198,7 +187,6 @@ enum {
   PROP_READ_FROM_REPLICAS,
   PROP_NODE_INFLIGHT_BYTES,
   PROP_CONNECT_TIMEOUT_MS,
-  PROP_ENABLE_EVENTS,
   N_PROPS
 };
 
@@ -207,13 +195,45 @@ static GParamSpec *properties[N_PROPS];
 static const char *const counter_names[KV_REDIS_N_COUNTERS] = {
   "stored_chunks", "skipped_chunks", "loaded_chunks", "missing_chunks", "corrupt_chunks",
   "store_failures", "load_failures", "node_errors", "error_replies", "moved_redirects",
-  "ask_redirects", "map_refreshes", "bytes_written", "bytes_read",
+  "ask_redirects", "map_refreshes", "bytes_written", "bytes_read", "server_outages",
+  "node_breaker_openings",
 };
+
+/* Their families (doc/metrics.md) and help, in the same order. */
+static const struct
+{
+  const char *name;
+  const char *doc;
+} counter_info[KV_REDIS_N_COUNTERS] = {
+  { "kvtier_redis_stored_chunks", "Chunks stored (SET)" },
+  { "kvtier_redis_skipped_chunks", "Chunks a store skipped because the key existed (SET NX)" },
+  { "kvtier_redis_loaded_chunks", "Chunks loaded and verified" },
+  { "kvtier_redis_missing_chunks", "Chunks a load found no value for (evicted, expired)" },
+  { "kvtier_redis_corrupt_chunks", "Values that failed their check, deleted" },
+  { "kvtier_redis_store_failures", "Chunks a store failed to write" },
+  { "kvtier_redis_load_failures", "Chunks a load failed to read" },
+  { "kvtier_redis_node_errors",
+    "Commands lost with their connection or refused by a server that is down" },
+  { "kvtier_redis_error_replies", "Error replies other than redirects" },
+  { "kvtier_redis_moved_redirects", "MOVED redirects (cluster)" },
+  { "kvtier_redis_ask_redirects", "ASK redirects (cluster)" },
+  { "kvtier_redis_map_refreshes", "Cluster slot map refreshes" },
+  { "kvtier_redis_written_bytes", "Payload bytes stored" },
+  { "kvtier_redis_read_bytes", "Payload bytes loaded" },
+  { "kvtier_redis_server_outages",
+    "Times a server became unreachable: a connection lost or a first connect failed (each is "
+    "logged)" },
+  { "kvtier_redis_node_breaker_openings",
+    "Times the circuit breaker of one server opened (each is logged)" },
+};
+
+#define REDIS_SERVERS_DOWN "kvtier_redis_servers_down"
 
 static void kv_redis_tier_initable_iface_init (GInitableIface *iface);
 static void kv_redis_tier_configurable_iface_init (KvConfigurableInterface *iface);
 static void dispatch (KvRedisTier *self, KeyOp *kop);
 static void schedule_refresh (KvRedisTier *self);
+static void arm_refresh_timer (KvRedisTier *self, gint64 due);
 
 /**
  * KvRedisTier:
@@ -257,22 +277,16 @@ count (KvRedisTier    *self,
        KvRedisCounter  counter,
        guint64         n)
 {
-  __atomic_fetch_add (&self->counters[counter], n, __ATOMIC_RELAXED);
+  kv_counter_set_add (self->counters, counter, n);
 }
 
+/* Every lookup, load and store names its chunks (kv-chunk-name: a hex
+ * table, not a printf per byte). */
 static char *
 redis_key (KvRedisTier *self,
            KvKey       *key)
 {
-  gsize len = 0;
-  const guint8 *hash = kv_key_get_hash (key, &len);
-  GString *s = g_string_sized_new (strlen (self->key_prefix) + 2 * len + 16);
-
-  g_string_append (s, self->key_prefix);
-  for (gsize i = 0; i < len; i++)
-    g_string_append_printf (s, "%02x", hash[i]);
-  g_string_append_printf (s, "_g%u", kv_key_get_group (key));
-  return g_string_free (s, FALSE);
+  return kv_chunk_name_for_key (self->key_prefix, self->key_prefix_len, key);
 }
 
 /* ---- key ops ------------------------------------------------------------- */
@@ -315,6 +329,49 @@ node_free (Node *node)
   g_free (node);
 }
 
+/* "redis tier 1:redis, server 10.0.0.5:6379": what the node's breaker
+ * messages name. */
+static void
+name_node_breaker (KvRedisTier *self,
+                   Node        *node)
+{
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (KV_SECONDARY_TIER (self));
+  g_autofree char *name = g_strdup_printf ("redis tier %s, server %s", label, node->address);
+
+  kv_circuit_breaker_set_name (node->breaker, name);
+}
+
+/* I/O thread: the tier got its label (added to a manager). */
+static gboolean
+rename_node_breakers (gpointer data)
+{
+  KvRedisTier *self = data;
+  GHashTableIter iter;
+  gpointer node;
+
+  g_hash_table_iter_init (&iter, self->nodes);
+  while (g_hash_table_iter_next (&iter, NULL, &node))
+    name_node_breaker (self, node);
+  return G_SOURCE_REMOVE;
+}
+
+/* Owner thread: ::notify::metric-label. */
+static void
+metric_label_changed (GObject    *object,
+                      GParamSpec *pspec,
+                      gpointer    data)
+{
+  KvRedisTier *self = KV_REDIS_TIER (object);
+  gboolean running;
+
+  g_mutex_lock (&self->lock);
+  running = self->context != NULL && !self->shut_down;
+  g_mutex_unlock (&self->lock);
+  if (running)
+    g_main_context_invoke_full (self->context, G_PRIORITY_DEFAULT, rename_node_breakers,
+                                g_object_ref (self), g_object_unref);
+}
+
 static Node *
 node_get (KvRedisTier *self,
           const char  *address,
@@ -340,6 +397,7 @@ node_get (KvRedisTier *self,
     kv_circuit_breaker_get_failure_threshold (kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self))),
     kv_circuit_breaker_get_open_ms (kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self))),
     kv_secondary_tier_get_clock (KV_SECONDARY_TIER (self)));
+  name_node_breaker (self, node);
   g_hash_table_insert (self->nodes, node->address, node);
   return node;
 }
@@ -348,14 +406,56 @@ static void
 connection_ready (KvRedisConnection *connection,
                   Node              *node)
 {
+  gboolean was_down = node->link.down;
+  gint64 away_us = 0;
+
   node->backoff_ms = 0;
+  if (was_down)
+    g_atomic_int_add (&node->tier->n_servers_down, -1);
+  if (kv_log_limiter_log_up (&node->link, g_get_monotonic_time (), &away_us))
+    {
+      g_autofree char *label = kv_secondary_tier_dup_metric_label (KV_SECONDARY_TIER (node->tier));
+
+      g_message ("redis tier %s: server %s answers again after %.1f s", label, node->address,
+                 away_us / 1e6);
+    }
 }
 
+/* Once per connection: from its ::closed, or earlier from
+ * node_connection(), when a completion of one of its ops (which fail
+ * before ::closed is emitted) asks for the node again. */
 static void
 connection_closed (KvRedisConnection *connection,
                    Node              *node)
 {
   KvRedisTier *self = node->tier;
+  const GError *error = kv_redis_connection_get_error (connection);
+  gboolean loss = !node->link.down;
+  guint64 n_losses = 0;
+
+  if (node->lost == connection)
+    return;
+  node->lost = connection;
+  /* the tier closing its own connections is no outage of the server */
+  if (self->closing)
+    return;
+  if (loss)
+    {
+      count (self, KV_REDIS_COUNTER_SERVER_OUTAGES, 1);
+      g_atomic_int_inc (&self->n_servers_down);
+    }
+  if (kv_log_limiter_log_down (&node->link, loss, g_get_monotonic_time (), &n_losses))
+    {
+      g_autofree char *label = kv_secondary_tier_dup_metric_label (KV_SECONDARY_TIER (self));
+      g_autofree char *more = n_losses > 1 ? g_strdup_printf (" (%" G_GUINT64_FORMAT " outages "
+                                                              "in all since the last message)",
+                                                              n_losses)
+                                           : g_strdup ("");
+
+      g_message ("redis tier %s: server %s unreachable: %s%s; its commands fail until it "
+                 "answers again", label, node->address,
+                 error != NULL ? error->message : "connection closed", more);
+    }
 
   node->backoff_ms = node->backoff_ms == 0 ? BACKOFF_MIN_MS :
                      MIN (node->backoff_ms * 2, BACKOFF_MAX_MS);
@@ -375,12 +475,17 @@ node_connection (KvRedisTier *self,
   if (node->connection != NULL &&
       kv_redis_connection_get_state (node->connection) != KV_REDIS_CONNECTION_CLOSED)
     return node->connection;
+  /* closing, its ::closed not emitted yet: its backoff starts now, not
+   * skipped by a reconnect at once */
+  if (node->connection != NULL)
+    connection_closed (node->connection, node);
   if (node->connection != NULL && g_get_monotonic_time () < node->retry_at)
     return NULL;
   if (node->connection != NULL)
     {
       g_signal_handlers_disconnect_by_data (node->connection, node);
       g_clear_object (&node->connection);
+      node->lost = NULL;
     }
   config.username = self->username;
   config.password = self->password;
@@ -481,7 +586,8 @@ start_refresh (KvRedisTier *self)
   while (connection == NULL && --tries > 0);
   if (connection == NULL)
     {
-      schedule_refresh (self);
+      /* every node backs off: ask when the first may be back */
+      arm_refresh_timer (self, g_get_monotonic_time () + BACKOFF_MIN_MS * G_TIME_SPAN_MILLISECOND);
       return;
     }
   self->last_refresh = g_get_monotonic_time ();
@@ -509,24 +615,28 @@ refresh_timer_fired (gpointer user_data)
   return G_SOURCE_REMOVE;
 }
 
-/* Reads the map again soon: at once, or REFRESH_MIN_INTERVAL_US after the
+/* A refresh at @due (monotonic µs), unless one is in flight or due. Never
+ * at once: callers are completions and connection callbacks, some inside
+ * start_refresh() itself. */
+static void
+arm_refresh_timer (KvRedisTier *self,
+                   gint64       due)
+{
+  gint64 now = g_get_monotonic_time ();
+
+  if (self->refresh != NULL || self->refresh_timer != NULL || self->shut_down)
+    return;
+  self->refresh_timer = g_timeout_source_new (due > now ? (due - now) / 1000 + 1 : 0);
+  g_source_set_callback (self->refresh_timer, refresh_timer_fired, self, NULL);
+  g_source_attach (self->refresh_timer, self->context);
+}
+
+/* Reads the map again soon: now, or REFRESH_MIN_INTERVAL_US after the
  * last read, so that a storm of redirects or errors asks once. */
 static void
 schedule_refresh (KvRedisTier *self)
 {
-  gint64 now = g_get_monotonic_time ();
-  gint64 due = self->last_refresh + REFRESH_MIN_INTERVAL_US;
-
-  if (self->refresh != NULL || self->refresh_timer != NULL || self->shut_down)
-    return;
-  if (now >= due)
-    {
-      start_refresh (self);
-      return;
-    }
-  self->refresh_timer = g_timeout_source_new ((due - now) / 1000 + 1);
-  g_source_set_callback (self->refresh_timer, refresh_timer_fired, self, NULL);
-  g_source_attach (self->refresh_timer, self->context);
+  arm_refresh_timer (self, self->last_refresh + REFRESH_MIN_INTERVAL_US);
 }
 
 static void
@@ -797,17 +907,10 @@ redirect_target (KvRedisTier *self,
 static void
 redis_job_free (RedisJob *rj)
 {
-  if (rj->cancel_link != NULL)
-    {
-      g_mutex_lock (&rj->tier->lock);
-      rj->cancel_link->job = NULL;
-      g_mutex_unlock (&rj->tier->lock);
-    }
-  g_clear_object (&rj->cancellable);
   for (guint i = 0; i < rj->n_keys; i++)
     key_op_clear (&rj->ops[i]);
   g_free (rj->ops);
-  g_free (rj->key_state);
+  g_clear_object (&rj->tier_job);
   g_clear_pointer (&rj->job, kv_transfer_job_unref);
   g_free (rj);
 }
@@ -830,62 +933,6 @@ redis_job_unref (RedisJob *rj)
   g_mutex_unlock (&self->lock);
 }
 
-static KvJobResult *
-build_result (KvRedisTier *self,
-              RedisJob    *rj)
-{
-  gboolean success = TRUE;
-  guint n_prefix = 0;
-  guint n_moved = 0;
-  KvJobResult *result;
-
-  for (guint i = 0; i < rj->n_keys; i++)
-    {
-      if (rj->key_state[i] == KEY_OK)
-        n_moved++;
-      if (rj->key_state[i] != KEY_OK && rj->key_state[i] != KEY_SKIPPED)
-        success = FALSE;
-    }
-  if (rj->is_load)
-    while (n_prefix < rj->n_keys && rj->key_state[n_prefix] == KEY_OK)
-      n_prefix++;
-
-  result = kv_job_result_new (kv_transfer_job_get_id (rj->job), success);
-  /* A partial load lands its longest prefix, as the fs tier's. */
-  if (rj->is_load && !success && n_prefix > 0)
-    kv_job_result_set_successful_keys (result, kv_transfer_job_get_keys (rj->job, NULL), n_prefix);
-  if (rj->first_start > 0 && rj->last_end >= rj->first_start)
-    kv_job_result_set_transfer_time (result, (rj->last_end - rj->first_start) / 1e6);
-  {
-    guint n = rj->is_load ? (success ? rj->n_keys : n_prefix) : n_moved;
-
-    if (n > 0)
-      kv_job_result_set_transfer_bytes (result, (gint64) n * self->block_size);
-  }
-  if (rj->checksum_failed)
-    kv_job_result_set_checksum_failed (result, TRUE);
-  return result;
-}
-
-static void
-report_job (KvRedisTier *self,
-            RedisJob    *rj)
-{
-  g_autoptr(KvJobResult) result = build_result (self, rj);
-  gboolean success = kv_job_result_get_success (result);
-
-  if (!rj->is_load && success && self->enable_events && rj->n_keys > 0)
-    {
-      g_autoptr(KvEvent) event = kv_event_new (kv_transfer_job_get_keys (rj->job, NULL), rj->n_keys,
-                                               KV_MEDIUM_STORAGE, FALSE, self->locality);
-
-      kv_secondary_tier_push_event (KV_SECONDARY_TIER (self), event);
-    }
-  kv_secondary_tier_complete_job_full (KV_SECONDARY_TIER (self), result,
-                                       success || rj->fault ? KV_COMPLETE_JOB_FLAGS_NONE :
-                                                              KV_COMPLETE_JOB_FLAGS_NOT_A_FAULT);
-}
-
 /* A load's value failed its check: delete it, so that no one loads it
  * again. A plain DEL: a valid value another process stored between the
  * GET and the DEL is lost too, which only costs a miss. */
@@ -906,32 +953,37 @@ delete_value (KvRedisTier *self,
   dispatch (self, kop);
 }
 
+/* The key of @kop is marked: the last one reports the job. */
 static void
 job_key_done (KvRedisTier *self,
-              KeyOp       *kop,
-              KeyState     state,
-              gboolean     fault)
+              KeyOp       *kop)
 {
   RedisJob *rj = kop->job;
-  gint64 now = g_get_monotonic_time ();
 
-  rj->key_state[kop->index] = state;
-  if (fault)
-    rj->fault = TRUE;
-  if (rj->last_end < now)
-    rj->last_end = now;
-  if (rj->is_load && state != KEY_OK)
-    {
-      g_mutex_lock (&self->lock);
-      g_ptr_array_add (self->pending_misses, kv_key_ref (kop->key));
-      g_mutex_unlock (&self->lock);
-    }
+  if (rj->first_start > 0)
+    kv_tier_job_record_io (rj->tier_job, rj->first_start, MAX (g_get_monotonic_time (), rj->first_start));
   g_assert (rj->n_outstanding > 0);
   if (--rj->n_outstanding == 0)
     {
-      report_job (self, rj);
+      kv_tier_job_report (rj->tier_job);
       redis_job_unref (rj);
     }
+}
+
+/* A key of a job failed: the tier's fault (counted by the breaker) only
+ * where a standalone server failed it; a cluster's nodes have breakers of
+ * their own, and an error reply or a bad value is the data's. */
+static void
+fail_key (KeyOp             *kop,
+          KvKeyFailureFlags  flags,
+          const char        *why)
+{
+  g_autoptr(GError) error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "%s %s: %s",
+                                         kop->kind == OP_LOAD ? "GET" : "SET",
+                                         kop->redis_key != NULL ? kop->redis_key : "(no key)",
+                                         why);
+
+  kv_tier_job_mark_failed (kop->job->tier_job, kop->index, flags, error);
 }
 
 /* Checks a loaded value in place. */
@@ -1019,7 +1071,13 @@ key_op_done (KvRedisOp *op,
   if (node != NULL)
     {
       if (transport_error)
-        kv_circuit_breaker_record_failure (node->breaker);
+        {
+          guint64 trips = kv_circuit_breaker_get_n_trips (node->breaker);
+
+          kv_circuit_breaker_record_error (node->breaker, op->error->message);
+          if (kv_circuit_breaker_get_n_trips (node->breaker) != trips)
+            count (self, KV_REDIS_COUNTER_NODE_BREAKER_OPENINGS, 1);
+        }
       else if (op->error == NULL)
         kv_circuit_breaker_record_success (node->breaker);
       node_pump (self, node);
@@ -1027,9 +1085,13 @@ key_op_done (KvRedisOp *op,
   if (transport_error)
     {
       count (self, KV_REDIS_COUNTER_NODE_ERRORS, 1);
+      /* what the tier's breaker names if these failures open it */
+      kv_circuit_breaker_set_cause (kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self)),
+                                    op->error->message);
       g_debug ("redis tier: %s", op->error->message);
     }
-  else if (kv_redis_op_is_error (op, NULL))
+  else if (kv_redis_op_is_error (op, NULL) && !(kop->kind == OP_LOAD &&
+                                                  kv_redis_op_is_error (op, "WRONGTYPE")))
     {
       count (self, KV_REDIS_COUNTER_ERROR_REPLIES, 1);
       g_debug ("redis tier: error reply: %s", op->reply->str);
@@ -1044,59 +1106,81 @@ key_op_done (KvRedisOp *op,
     {
     case OP_LOAD:
       {
-        KeyState state = KEY_FAILED;
+        gboolean landed = FALSE;
+        KvKeyFailureFlags flags = transport_error && !self->cluster ? KV_KEY_FAILURE_FLAGS_NONE
+                                                                    : KV_KEY_FAILURE_FLAGS_NOT_A_FAULT;
 
         if (ok && op->get_status == KV_REDIS_GET_NIL)
-          count (self, KV_REDIS_COUNTER_MISSING_CHUNKS, 1);
+          {
+            count (self, KV_REDIS_COUNTER_MISSING_CHUNKS, 1);
+            kv_tier_job_mark_missing (kop->job->tier_job, kop->index);
+          }
+        else if (kv_redis_op_is_error (op, "WRONGTYPE"))
+          {
+            /* a poison value under the key, of another type (a list, a
+             * hash): no SET NX can ever replace it, so it goes, as a
+             * damaged string does */
+            count (self, KV_REDIS_COUNTER_CORRUPT_CHUNKS, 1);
+            g_message ("redis tier: deleted value %s (not a string)", kop->redis_key);
+            fail_key (kop, KV_KEY_FAILURE_FLAGS_NOT_A_FAULT, "a value of another type");
+            delete_value (self, kop);
+          }
         else if (ok)
           {
             KvChunkCheck check = check_value (self, kop);
 
             if (check == KV_CHUNK_CHECK_OK)
               {
-                state = KEY_OK;
+                landed = TRUE;
                 /* verified: tiers storing the promoted chunk need not
                  * hash it again (the slot is still this load's) */
                 kv_host_buffer_set_slot_checksum (self->primary, kop->primary_slot,
                                                   kv_chunk_header_get_payload_checksum (kop->header));
                 count (self, KV_REDIS_COUNTER_LOADED_CHUNKS, 1);
                 count (self, KV_REDIS_COUNTER_BYTES_READ, self->block_size);
+                kv_tier_job_mark_landed (kop->job->tier_job, kop->index);
               }
             else
               {
                 count (self, KV_REDIS_COUNTER_CORRUPT_CHUNKS, 1);
-                if (check == KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM ||
-                    check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM)
-                  kop->job->checksum_failed = TRUE;
                 g_message ("redis tier: deleted value %s (%s)", kop->redis_key,
                            kv_chunk_check_to_string (check));
+                fail_key (kop, check == KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM ||
+                               check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM ?
+                               KV_KEY_FAILURE_FLAGS_CHECKSUM : KV_KEY_FAILURE_FLAGS_NOT_A_FAULT,
+                          kv_chunk_check_to_string (check));
                 delete_value (self, kop);
               }
           }
-        if (state != KEY_OK)
+        else
+          fail_key (kop, flags, op->error != NULL ? op->error->message : "an error reply");
+        if (!landed)
           count (self, KV_REDIS_COUNTER_LOAD_FAILURES, 1);
-        job_key_done (self, kop, state, transport_error && !self->cluster);
+        job_key_done (self, kop);
       }
       break;
 
     case OP_STORE:
       {
-        KeyState state = KEY_FAILED;
-
         if (ok && op->reply->type == REDIS_REPLY_NIL)
           {
-            state = KEY_SKIPPED;
             count (self, KV_REDIS_COUNTER_SKIPPED_CHUNKS, 1);
+            kv_tier_job_mark_skipped (kop->job->tier_job, kop->index);
           }
         else if (ok)
           {
-            state = KEY_OK;
             count (self, KV_REDIS_COUNTER_STORED_CHUNKS, 1);
             count (self, KV_REDIS_COUNTER_BYTES_WRITTEN, self->block_size);
+            kv_tier_job_mark_landed (kop->job->tier_job, kop->index);
           }
         else
-          count (self, KV_REDIS_COUNTER_STORE_FAILURES, 1);
-        job_key_done (self, kop, state, transport_error && !self->cluster);
+          {
+            count (self, KV_REDIS_COUNTER_STORE_FAILURES, 1);
+            fail_key (kop, transport_error && !self->cluster ? KV_KEY_FAILURE_FLAGS_NONE
+                                                             : KV_KEY_FAILURE_FLAGS_NOT_A_FAULT,
+                      op->error != NULL ? op->error->message : "an error reply");
+          }
+        job_key_done (self, kop);
       }
       break;
 
@@ -1163,12 +1247,12 @@ job_dispatch (gpointer user_data)
   guint n_started = 0;
 
   for (guint i = 0; i < rj->n_keys; i++)
-    if (rj->key_state[i] == KEY_PENDING)
+    if (!kv_tier_job_is_marked (rj->tier_job, i))
       n_started++;
   rj->n_outstanding = n_started;
   if (n_started == 0)
     {
-      report_job (self, rj);
+      kv_tier_job_report (rj->tier_job);
       redis_job_unref (rj);
       return G_SOURCE_REMOVE;
     }
@@ -1179,7 +1263,7 @@ job_dispatch (gpointer user_data)
   rj->refs++;
   g_mutex_unlock (&self->lock);
   for (guint i = 0; i < rj->n_keys; i++)
-    if (rj->key_state[i] == KEY_PENDING)
+    if (rj->ops[i].key != NULL)
       {
         format_key_op (self, &rj->ops[i]);
         dispatch (self, &rj->ops[i]);
@@ -1189,7 +1273,8 @@ job_dispatch (gpointer user_data)
 }
 
 /* On the I/O thread, after the job's deadline: withdraw its unsent
- * stores (see kv_redis_connection_abort()). */
+ * stores (see kv_redis_connection_abort(); one already on the wire is
+ * sent whole and published late with the bytes it started with). */
 static gboolean
 job_abort (gpointer user_data)
 {
@@ -1215,32 +1300,20 @@ job_abort (gpointer user_data)
   return G_SOURCE_REMOVE;
 }
 
-/* The base class failed the job at its deadline (any thread). */
+/* The job's deadline passed (KvTierJob runs this once, on the watchdog's
+ * thread, never after the report): stores not sent yet are dropped. */
 static void
-job_cancelled (GCancellable *cancellable,
-               gpointer      user_data)
+job_cancelled (KvTierJob *tier_job,
+               gpointer   user_data)
 {
-  CancelLink *link = user_data;
-  KvRedisTier *self = link->tier;
-  RedisJob *rj;
+  RedisJob *rj = user_data;
+  KvRedisTier *self = rj->tier;
 
+  g_atomic_int_set (&rj->cancelled, TRUE);
   g_mutex_lock (&self->lock);
-  rj = link->job;
-  if (rj != NULL)
-    {
-      g_atomic_int_set (&rj->cancelled, TRUE);
-      rj->refs++;
-    }
+  rj->refs++;
   g_mutex_unlock (&self->lock);
-  if (rj != NULL)
-    g_main_context_invoke (self->context, job_abort, rj);
-}
-
-static void
-cancel_link_free (gpointer  data,
-                  GClosure *closure)
-{
-  g_free (data);
+  g_main_context_invoke (self->context, job_abort, rj);
 }
 
 static RedisJob *
@@ -1250,14 +1323,13 @@ redis_job_new (KvRedisTier   *self,
 {
   RedisJob *rj = g_new0 (RedisJob, 1);
   guint n = kv_transfer_job_get_n_keys (job);
-  GCancellable *cancellable;
 
   rj->tier = self;
+  rj->tier_job = kv_tier_job_new (KV_SECONDARY_TIER (self), job);
   rj->job = kv_transfer_job_ref (job);
   rj->is_load = is_load;
   rj->n_keys = n;
   rj->ops = g_new0 (KeyOp, MAX (n, 1));
-  rj->key_state = g_new0 (guint8, MAX (n, 1));
   rj->refs = 1;
 
   for (guint i = 0; i < n; i++)
@@ -1272,7 +1344,9 @@ redis_job_new (KvRedisTier   *self,
       kop->kind = is_load ? OP_LOAD : OP_STORE;
       if (slot >= self->n_slots || !kv_chunk_key_fits (key))
         {
-          rj->key_state[i] = KEY_FAILED;
+          fail_key (kop, KV_KEY_FAILURE_FLAGS_NOT_A_FAULT,
+                    slot >= self->n_slots ? "a slot outside the primary buffer"
+                                          : "a key a chunk record cannot hold");
           count (self, is_load ? KV_REDIS_COUNTER_LOAD_FAILURES : KV_REDIS_COUNTER_STORE_FAILURES, 1);
           continue;
         }
@@ -1316,18 +1390,9 @@ redis_job_new (KvRedisTier   *self,
         }
     }
 
-  cancellable = kv_secondary_tier_get_job_cancellable (KV_SECONDARY_TIER (self), job);
-  if (cancellable != NULL)
-    {
-      rj->cancellable = cancellable;
-      rj->cancel_link = g_new (CancelLink, 1);
-      rj->cancel_link->tier = self;
-      rj->cancel_link->job = rj;
-      g_signal_connect_data (cancellable, "cancelled", G_CALLBACK (job_cancelled),
-                             rj->cancel_link, cancel_link_free, 0);
-      if (g_cancellable_is_cancelled (cancellable))
-        g_atomic_int_set (&rj->cancelled, TRUE);
-    }
+  /* Before the commands are sent: a deadline that passes first drops
+   * the stores (store_prepare), as a later one withdraws those unsent. */
+  kv_tier_job_set_cancel_func (rj->tier_job, job_cancelled, rj, NULL);
   return rj;
 }
 
@@ -1395,16 +1460,21 @@ lookup_key_done (KvRedisTier *self,
     }
 }
 
+/* Takes the reference batch_exists() gave it. */
 static gboolean
 lookup_dispatch (gpointer user_data)
 {
   LookupBatch *batch = user_data;
 
+  /* the ops' reference: the last one to complete drops it, maybe within
+   * this loop (a node down or failing completes its ops at once) */
+  g_atomic_int_inc (&batch->refs);
   for (guint i = 0; i < batch->n_keys; i++)
     {
       format_key_op (batch->tier, &batch->ops[i]);
       dispatch (batch->tier, &batch->ops[i]);
     }
+  lookup_batch_unref (batch);
   return G_SOURCE_REMOVE;
 }
 
@@ -1428,7 +1498,7 @@ batch_exists (KvKey * const *keys,
   batch->tier = self;
   batch->ops = g_new0 (KeyOp, MAX (n_keys, 1));
   batch->results = g_new0 (gboolean, MAX (n_keys, 1));
-  batch->refs = 2;
+  batch->refs = 2;  /* this worker's, lookup_dispatch()'s */
   for (guint i = 0; i < n_keys; i++)
     {
       KeyOp *kop;
@@ -1481,29 +1551,6 @@ kv_redis_tier_lookup (KvSecondaryTier *tier,
   if (!kv_chunk_key_fits (key))
     return KV_LOOKUP_RESULT_MISS;
   return kv_async_lookup_lookup (self->async_lookup, key, request);
-}
-
-static void
-apply_pending_misses (KvRedisTier *self)
-{
-  g_autoptr(GPtrArray) misses = NULL;
-
-  g_mutex_lock (&self->lock);
-  if (self->pending_misses->len > 0)
-    {
-      misses = self->pending_misses;
-      self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
-    }
-  g_mutex_unlock (&self->lock);
-  if (misses != NULL)
-    kv_async_lookup_mark_miss (self->async_lookup, (KvKey * const *) misses->pdata, misses->len);
-}
-
-static KvJobResult **
-kv_redis_tier_get_finished_jobs (KvSecondaryTier *tier)
-{
-  apply_pending_misses (KV_REDIS_TIER (tier));
-  return KV_SECONDARY_TIER_CLASS (kv_redis_tier_parent_class)->get_finished_jobs (tier);
 }
 
 static gboolean
@@ -1602,47 +1649,30 @@ kv_redis_counter_get_name (KvRedisCounter counter)
   return counter_names[counter];
 }
 
-static char *
-counter_metric_name (KvRedisCounter counter)
-{
-  return g_strdup_printf ("kvtier:redis_%s", counter_names[counter]);
-}
-
 static gboolean
 kv_redis_tier_register_metrics (KvSecondaryTier   *tier,
                                 KvMetricRegistry  *registry,
                                 GError           **error)
 {
   for (guint c = 0; c < KV_REDIS_N_COUNTERS; c++)
-    {
-      g_autofree char *name = counter_metric_name (c);
-      g_autofree char *doc = g_strdup_printf ("redis tier: %s", counter_names[c]);
-
-      if (!kv_metric_registry_add_counter (registry, name, doc, tier_label_names, error))
-        return FALSE;
-    }
-  return TRUE;
+    if (!kv_metric_registry_add_counter (registry, counter_info[c].name, counter_info[c].doc,
+                                         tier_label_names, error))
+      return FALSE;
+  return kv_metric_registry_add_gauge (registry, REDIS_SERVERS_DOWN,
+                                       "Servers unreachable now (each loss and return is logged)",
+                                       tier_label_names, error);
 }
 
+/* The gauge; the base class adds the counters (kv_secondary_tier_set_counters()). */
 static KvStats *
 kv_redis_tier_get_stats (KvSecondaryTier *tier)
 {
   KvRedisTier *self = KV_REDIS_TIER (tier);
-  const char *labels[] = { kv_secondary_tier_get_tier_type (tier), NULL };
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (tier);
+  const char *labels[] = { label, NULL };
   KvStats *stats = kv_stats_new ();
 
-  for (guint c = 0; c < KV_REDIS_N_COUNTERS; c++)
-    {
-      guint64 value = kv_redis_tier_get_counter (self, c);
-
-      if (value != self->reported[c])
-        {
-          g_autofree char *name = counter_metric_name (c);
-
-          kv_stats_increase_counter (stats, name, value - self->reported[c], labels);
-          self->reported[c] = value;
-        }
-    }
+  kv_stats_set_gauge (stats, REDIS_SERVERS_DOWN, g_atomic_int_get (&self->n_servers_down), labels);
   return stats;
 }
 
@@ -1746,11 +1776,13 @@ start_dispatch (gpointer user_data)
   return G_SOURCE_REMOVE;
 }
 
-/* A connection that waits for a reply and receives nothing for twice the
- * deadline is wedged (a hung server, or a reply that announced more than
- * it sends): closed, so that its commands fail and the node reconnects.
- * Measured on the monotonic clock: a manual tier clock does not move it.
- * A cluster's map is also read again every MAP_REFRESH_INTERVAL_US. */
+/* A reply not in full twice the deadline after it was due (its command
+ * written, the reply before it in) means a wedged connection: a hung
+ * server, one that trickles its replies a byte at a time, a reply that
+ * announced more than it sends. It is closed, so that its commands fail
+ * and the node reconnects. Measured on the monotonic clock: a manual tier
+ * clock does not move it. A cluster's map is also read again every
+ * MAP_REFRESH_INTERVAL_US. */
 static gboolean
 stall_check (gpointer user_data)
 {
@@ -1765,12 +1797,13 @@ stall_check (gpointer user_data)
   g_hash_table_iter_init (&iter, self->nodes);
   while (g_hash_table_iter_next (&iter, NULL, (gpointer *) &node))
     if (node->connection != NULL &&
-        kv_redis_connection_get_stalled_us (node->connection, now) > limit)
+        kv_redis_connection_get_reply_wait_us (node->connection, now) > limit)
       g_ptr_array_add (wedged, g_object_ref (node->connection));
   /* closed outside the iteration: their callbacks may add nodes */
   for (guint i = 0; i < wedged->len; i++)
     {
-      g_autofree char *why = g_strdup_printf ("no reply for %" G_GINT64_FORMAT " ms", limit / 1000);
+      g_autofree char *why = g_strdup_printf ("a reply not in within %" G_GINT64_FORMAT " ms",
+                                              limit / 1000);
 
       kv_redis_connection_close (wedged->pdata[i], why);
     }
@@ -1787,6 +1820,7 @@ close_all (gpointer user_data)
   GHashTableIter iter;
   Node *node;
 
+  self->closing = TRUE;
   if (self->refresh_timer != NULL)
     {
       g_source_destroy (self->refresh_timer);
@@ -1960,7 +1994,6 @@ kv_redis_tier_initable_init (GInitable     *initable,
 {
   KvRedisTier *self = KV_REDIS_TIER (initable);
   KvSecondaryTier *tier = KV_SECONDARY_TIER (initable);
-  g_autoptr(GString) prefix = g_string_new ("kvtier:");
   gint64 end_time;
   guint wait_ms;
 
@@ -1991,12 +2024,9 @@ kv_redis_tier_initable_init (GInitable     *initable,
   self->primary = kv_secondary_tier_get_primary (tier);
   self->block_size = kv_host_buffer_get_slot_size (self->primary);
   self->n_slots = kv_host_buffer_get_n_slots (self->primary);
-  self->locality = kv_secondary_tier_get_locality (tier);
   kv_chunk_namespace_digest (self->namespace_, self->block_size, self->namespace_digest);
-  for (guint i = 0; i < KV_CHUNK_NAMESPACE_DIGEST_LEN; i++)
-    g_string_append_printf (prefix, "%02x", self->namespace_digest[i]);
-  g_string_append_c (prefix, ':');
-  self->key_prefix = g_string_free (g_steal_pointer (&prefix), FALSE);
+  self->key_prefix = kv_chunk_name_namespace_prefix ("kvtier:", self->namespace_digest, ':');
+  self->key_prefix_len = strlen (self->key_prefix);
 
   self->nodes = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, (GDestroyNotify) node_free);
   if (!self->cluster)
@@ -2006,6 +2036,8 @@ kv_redis_tier_initable_init (GInitable     *initable,
   self->thread = g_thread_new ("kvtier-redis", io_thread_main, self);
   self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                             batch_exists, self, NULL, 2, 8, 16384);
+  /* a failed load turns its keys into misses there (the base class) */
+  kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
 
   /* Connect once, so that a wrong address or password fails here with a
    * clear error rather than as failed jobs. */
@@ -2067,7 +2099,7 @@ kv_redis_tier_finalize (GObject *object)
   g_clear_pointer (&self->seeds, g_ptr_array_unref);
   g_clear_object (&self->tls_database);
   g_clear_error (&self->start_error);
-  g_ptr_array_unref (self->pending_misses);
+  g_clear_pointer (&self->counters, kv_counter_set_unref);
   g_free (self->key_prefix);
   g_free (self->servers);
   g_free (self->username);
@@ -2101,7 +2133,6 @@ kv_redis_tier_get_property (GObject    *object,
     case PROP_READ_FROM_REPLICAS: g_value_set_boolean (value, self->read_from_replicas); break;
     case PROP_NODE_INFLIGHT_BYTES: g_value_set_uint64 (value, self->node_inflight_bytes); break;
     case PROP_CONNECT_TIMEOUT_MS: g_value_set_uint (value, self->connect_timeout_ms); break;
-    case PROP_ENABLE_EVENTS: g_value_set_boolean (value, self->enable_events); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2137,7 +2168,6 @@ kv_redis_tier_set_property (GObject      *object,
     case PROP_READ_FROM_REPLICAS: self->read_from_replicas = g_value_get_boolean (value); break;
     case PROP_NODE_INFLIGHT_BYTES: self->node_inflight_bytes = g_value_get_uint64 (value); break;
     case PROP_CONNECT_TIMEOUT_MS: self->connect_timeout_ms = g_value_get_uint (value); break;
-    case PROP_ENABLE_EVENTS: self->enable_events = g_value_get_boolean (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2161,7 +2191,6 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
   tier_class->lookup = kv_redis_tier_lookup;
   tier_class->submit_store = kv_redis_tier_submit_store;
   tier_class->submit_load = kv_redis_tier_submit_load;
-  tier_class->get_finished_jobs = kv_redis_tier_get_finished_jobs;
   tier_class->has_pending_work = kv_redis_tier_has_pending_work;
   tier_class->on_new_request = kv_redis_tier_on_new_request;
   tier_class->on_request_finished = kv_redis_tier_on_request_finished;
@@ -2170,6 +2199,10 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
   tier_class->register_metrics = kv_redis_tier_register_metrics;
   tier_class->get_stats = kv_redis_tier_get_stats;
   tier_class->probe = kv_redis_tier_probe;
+  /* A SET already sent runs when the server resumes, whatever the job's
+   * cancellable says: a store failed at its deadline keeps its slots
+   * pinned until the tier reports it (and its payload is read from them). */
+  tier_class->can_cancel_stores = FALSE;
 
   /**
    * KvRedisTier:servers:
@@ -2178,7 +2211,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * a comma-separated list of cluster nodes to read the slot map from.
    */
   properties[PROP_SERVERS] =
-    g_param_spec_string ("servers", NULL, NULL, DEFAULT_SERVERS, CONSTRUCT_FLAGS);
+    g_param_spec_string ("servers", NULL,
+                         "host:port of the redis server; with cluster, the cluster nodes to read the slot map from (comma-separated)", DEFAULT_SERVERS, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:cluster:
@@ -2188,7 +2222,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * `MOVED` and `ASK` redirects.
    */
   properties[PROP_CLUSTER] =
-    g_param_spec_boolean ("cluster", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("cluster", NULL,
+                          "The servers are a Redis Cluster: keys go to the node that serves their hash slot", FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:username:
@@ -2196,7 +2231,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * The ACL user of `AUTH` (needs a password); %NULL for the default user.
    */
   properties[PROP_USERNAME] =
-    g_param_spec_string ("username", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("username", NULL,
+                         "The ACL user of AUTH (needs a password; none: the default user)", NULL, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:password:
@@ -2204,7 +2240,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * The password of `AUTH`, sent on every connection; %NULL: no `AUTH`.
    */
   properties[PROP_PASSWORD] =
-    g_param_spec_string ("password", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("password", NULL,
+                         "The password of AUTH, sent on every connection (none: no AUTH)", NULL, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:database:
@@ -2212,7 +2249,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * The database (`SELECT`) of a standalone server.
    */
   properties[PROP_DATABASE] =
-    g_param_spec_uint ("database", NULL, NULL, 0, G_MAXINT, 0, CONSTRUCT_FLAGS);
+    g_param_spec_uint ("database", NULL,
+                       "The database (SELECT) of a standalone server", 0, G_MAXINT, 0, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:namespace:
@@ -2222,7 +2260,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * tiers with different identities never read each other's chunks.
    */
   properties[PROP_NAMESPACE] =
-    g_param_spec_string ("namespace", NULL, NULL, "default", CONSTRUCT_FLAGS);
+    g_param_spec_string ("namespace", NULL,
+                         "The cache identity (model, dtype, layout, parallelism), part of every key", "default", CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:ttl-ms:
@@ -2231,7 +2270,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * it).
    */
   properties[PROP_TTL_MS] =
-    g_param_spec_uint64 ("ttl-ms", NULL, NULL, 0, G_MAXINT64, 0, CONSTRUCT_FLAGS);
+    g_param_spec_uint64 ("ttl-ms", NULL,
+                         "Milliseconds a stored chunk lives (0: until Redis evicts it)", 0, G_MAXINT64, 0, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:tls:
@@ -2241,7 +2281,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * system's CAs.
    */
   properties[PROP_TLS] =
-    g_param_spec_boolean ("tls", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("tls", NULL,
+                          "Connect with TLS, checking the servers' certificates", FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:tls-ca-file:
@@ -2249,7 +2290,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * A PEM file of the CAs that sign the servers' certificates.
    */
   properties[PROP_TLS_CA_FILE] =
-    g_param_spec_string ("tls-ca-file", NULL, NULL, NULL, CONSTRUCT_FLAGS);
+    g_param_spec_string ("tls-ca-file", NULL,
+                         "PEM file of the CAs that sign the servers' certificates (none: the system's)", NULL, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:read-from-replicas:
@@ -2259,7 +2301,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * lags its master: a chunk stored a moment ago may miss.
    */
   properties[PROP_READ_FROM_REPLICAS] =
-    g_param_spec_boolean ("read-from-replicas", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
+    g_param_spec_boolean ("read-from-replicas", NULL,
+                          "Loads and lookups go to a replica of the slot when it has one", FALSE, CONSTRUCT_FLAGS);
 
   /**
    * KvRedisTier:node-inflight-bytes:
@@ -2268,7 +2311,8 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * tier until replies come back.
    */
   properties[PROP_NODE_INFLIGHT_BYTES] =
-    g_param_spec_uint64 ("node-inflight-bytes", NULL, NULL, 0, G_MAXUINT64,
+    g_param_spec_uint64 ("node-inflight-bytes", NULL,
+                         "Most value bytes in flight to or from one node", 0, G_MAXUINT64,
                          DEFAULT_NODE_INFLIGHT_BYTES, CONSTRUCT_FLAGS);
 
   /**
@@ -2277,16 +2321,9 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    * How long a connection may take to open.
    */
   properties[PROP_CONNECT_TIMEOUT_MS] =
-    g_param_spec_uint ("connect-timeout-ms", NULL, NULL, 1, G_MAXINT / 2,
+    g_param_spec_uint ("connect-timeout-ms", NULL,
+                       "Milliseconds a connection may take to open", 1, G_MAXINT / 2,
                        DEFAULT_CONNECT_TIMEOUT_MS, CONSTRUCT_FLAGS);
-
-  /**
-   * KvRedisTier:enable-events:
-   *
-   * Whether the tier reports stored chunks as events.
-   */
-  properties[PROP_ENABLE_EVENTS] =
-    g_param_spec_boolean ("enable-events", NULL, NULL, FALSE, CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }
@@ -2300,11 +2337,19 @@ kv_redis_tier_init (KvRedisTier *self)
   self->namespace_ = g_strdup ("default");
   self->node_inflight_bytes = DEFAULT_NODE_INFLIGHT_BYTES;
   self->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
-  self->pending_misses = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
+  {
+    const char *names[KV_REDIS_N_COUNTERS + 1] = { NULL };
+
+    for (guint c = 0; c < KV_REDIS_N_COUNTERS; c++)
+      names[c] = counter_info[c].name;
+    self->counters = kv_counter_set_new (names);
+  }
+  kv_secondary_tier_set_counters (KV_SECONDARY_TIER (self), self->counters);
   /* this tier's defaults for the base class's liveness knobs */
   kv_secondary_tier_set_deadline_ms (KV_SECONDARY_TIER (self), 5000);
   kv_circuit_breaker_set_failure_threshold (
     kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (self)), 5);
+  g_signal_connect (self, "notify::metric-label", G_CALLBACK (metric_label_changed), NULL);
 }
 
 /* ---- API ----------------------------------------------------------------- */
@@ -2331,7 +2376,7 @@ kv_redis_tier_get_counter (KvRedisTier    *self,
   g_return_val_if_fail (KV_IS_REDIS_TIER (self), 0);
   g_return_val_if_fail (counter < KV_REDIS_N_COUNTERS, 0);
 
-  return __atomic_load_n (&self->counters[counter], __ATOMIC_RELAXED);
+  return kv_counter_set_get (self->counters, counter);
 }
 
 /* The redis key of @key (for tests and tools). */

@@ -5,7 +5,8 @@
 
 G_BEGIN_DECLS
 
-/* What the tier counts; kvtier:redis_<name> in its metrics. */
+/* What the tier counts; kvtier_redis_<name>_total in its metrics
+ * (doc/metrics.md). */
 typedef enum {
   KV_REDIS_COUNTER_STORED_CHUNKS,
   KV_REDIS_COUNTER_SKIPPED_CHUNKS,   /* SET NX found the key */
@@ -21,6 +22,8 @@ typedef enum {
   KV_REDIS_COUNTER_MAP_REFRESHES,
   KV_REDIS_COUNTER_BYTES_WRITTEN,
   KV_REDIS_COUNTER_BYTES_READ,
+  KV_REDIS_COUNTER_SERVER_OUTAGES,   /* a server became unreachable (each is logged) */
+  KV_REDIS_COUNTER_NODE_BREAKER_OPENINGS, /* a server's own breaker opened (logged) */
   KV_REDIS_N_COUNTERS
 } KvRedisCounter;
 

@@ -6,8 +6,12 @@
 #include <signal.h>
 #include <string.h>
 
-#include "peer-harness.h"
-#include "../test-leak-check.h"
+#include "kv-chunk-format.h"
+#include "kv-peer-frame.h"
+#include "kv-peer-handshake.h"
+#include "test-dir.h"
+#include "test-peer-harness.h"
+#include "test-leak-check.h"
 
 /* The peer tier between real processes on 127.0.0.1: `kvtier serve` nodes
  * serving synthetic chunks, and this process as the asking node. */
@@ -87,9 +91,9 @@ test_two_nodes (void)
   kv_tiering_manager_on_request_finished (a, request);
 
   metrics = scrape_metrics (b);
-  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_served_chunks_total"), ==, 24);
-  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_served_bytes_total"), ==, 24.0 * SLOT_KIB * 1024);
-  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_auth_failures_total"), ==, 0);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier_peer_served_chunks_total"), ==, 24);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier_peer_served_bytes_total"), ==, 24.0 * SLOT_KIB * 1024);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier_peer_auth_failures_total"), ==, 0);
   client_free (a);
   g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
 }
@@ -162,18 +166,18 @@ test_from_secondary (void)
   kv_tiering_manager_on_request_finished (a, request);
   {
     g_autoptr(KvStats) stats = kv_secondary_tier_get_stats (kv_tiering_manager_get_tier (a, 0));
-    const char *labels[] = { "peer", NULL };
+    const char *labels[] = { "1:peer", NULL };
     gdouble asked = 0;
 
     /* chunks 0..3 were asked again while B promoted them */
-    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_lookup_keys", labels, &asked));
+    g_assert_true (kv_stats_lookup (stats, "kvtier_peer_lookup_keys", labels, &asked));
     g_assert_cmpfloat (asked, >, 8);
   }
   metrics = scrape_metrics (b);
-  g_assert_cmpfloat (metric_sum (metrics, "kvtier:peer_served_chunks_total"), ==, 8);
+  g_assert_cmpfloat (metric_sum (metrics, "kvtier_peer_served_chunks_total"), ==, 8);
   client_free (a);
   g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
-  harness_remove_tree (root);
+  test_dir_remove (root);
 }
 
 /* ---- the tier on its own: jobs submitted directly -------------------------------- */
@@ -359,7 +363,7 @@ test_killed_peer (void)
     const char *labels[] = { "peer", NULL };
     gdouble failures = 0;
 
-    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_fetch_failures", labels, &failures));
+    g_assert_true (kv_stats_lookup (stats, "kvtier_peer_fetch_failures", labels, &failures));
     g_assert_cmpfloat (failures, ==, 1);
   }
 
@@ -407,7 +411,7 @@ test_slow_peer (void)
   KvTieringManager *a = client_for (settings);
   KvSecondaryTier *tier = kv_tiering_manager_get_tier (a, 0);
   g_autoptr(KvRequest) request = kv_request_new ("slow", NULL);
-  const char *labels[] = { "peer", NULL };
+  const char *labels[] = { "1:peer", NULL };
   gdouble breakers = -1, errors = 0, skips = 0;
   gint64 start;
 
@@ -425,8 +429,8 @@ test_slow_peer (void)
   {
     g_autoptr(KvStats) stats = kv_secondary_tier_get_stats (tier);
 
-    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_breakers_open", labels, &breakers));
-    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_request_errors", labels, &errors));
+    g_assert_true (kv_stats_lookup (stats, "kvtier_peer_breakers_open", labels, &breakers));
+    g_assert_true (kv_stats_lookup (stats, "kvtier_peer_request_errors", labels, &errors));
     g_assert_cmpfloat (breakers, ==, 1);
     g_assert_cmpfloat (errors, ==, 2);
   }
@@ -439,7 +443,7 @@ test_slow_peer (void)
     g_assert_cmpint (client_lookup_settled (a, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
     g_assert_cmpint (g_get_monotonic_time () - start, <, 250 * 1000);
     stats = kv_secondary_tier_get_stats (tier);
-    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_breaker_skips", labels, &skips));
+    g_assert_true (kv_stats_lookup (stats, "kvtier_peer_breaker_skips", labels, &skips));
     g_assert_cmpfloat (skips, >=, 1);
   }
 
@@ -454,7 +458,7 @@ test_slow_peer (void)
     g_assert_cmpint (client_lookup_settled (a, request, key, 5000), ==, KV_LOOKUP_RESULT_HIT);
     g_assert_true (client_chunk_is (a, request, key, 5));
     stats = kv_secondary_tier_get_stats (tier);
-    g_assert_true (kv_stats_lookup (stats, "kvtier:peer_breakers_open", labels, &breakers));
+    g_assert_true (kv_stats_lookup (stats, "kvtier_peer_breakers_open", labels, &breakers));
     g_assert_cmpfloat (breakers, ==, 0);
   }
   kv_tiering_manager_on_request_finished (a, request);
@@ -469,9 +473,216 @@ test_sigterm (void)
   g_autofree char *metrics = scrape_metrics (b);
 
   /* the peer tier's series are there from the first scrape on */
-  g_assert_nonnull (strstr (metrics, "\nkvtier:peer_handshake_timeouts_total{tier=\"peer\"} 0\n"));
+  g_assert_nonnull (strstr (metrics, "\nkvtier_peer_handshake_timeouts_total{tier=\"1:peer\"} 0.0\n"));
   g_assert_nonnull (strstr (metrics, "# TYPE vllm:kv_offload_tiering_"));
   g_assert_cmpint (peer_node_terminate (b, 5000), ==, 0);
+}
+
+/* ---- a serving peer that sends damaged chunks --------------------------------- */
+
+typedef enum {
+  FAKE_GOOD,
+  FAKE_PAYLOAD_BIT,     /* one payload bit flipped after the header was made */
+  FAKE_OTHER_KEY,       /* a whole record, of another key */
+  FAKE_HEADER_BIT,      /* one header bit flipped */
+} FakeChunk;
+
+typedef struct
+{
+  GSocketListener *listener;
+  guint16          port;
+  GThread         *thread;
+  const FakeChunk *chunks;   /* what the i-th key of each FETCH gets */
+  guint            n_chunks;
+  guint            n_fetches;
+} FakePeer;
+
+static gboolean
+fake_read_frame (GInputStream  *in,
+                 KvPeerMessage *message)
+{
+  guint8 header[KV_PEER_FRAME_HEADER_SIZE];
+  g_autofree guint8 *body = NULL;
+  KvPeerFrameHeader parsed;
+  gsize n = 0;
+
+  if (!g_input_stream_read_all (in, header, sizeof header, &n, NULL, NULL) || n < sizeof header)
+    return FALSE;
+  g_assert_true (kv_peer_frame_header_parse (header, 1 << 20, &parsed, NULL));
+  body = g_malloc (MAX (parsed.body_len, 1));
+  g_assert_true (g_input_stream_read_all (in, body, parsed.body_len, &n, NULL, NULL));
+  g_assert_cmpuint (n, ==, parsed.body_len);
+  g_assert_true (kv_peer_message_parse (parsed.type, body, parsed.body_len, 1024, message, NULL));
+  return TRUE;
+}
+
+static void
+fake_write (GOutputStream *out,
+            const void    *data,
+            gsize          len)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_output_stream_write_all (out, data, len, NULL, NULL, &error);
+  g_assert_no_error (error);
+}
+
+/* One connection: the handshake as a real node answers it, then every FETCH
+ * answered from chunk synthetic_fill (i), damaged as @chunks says. */
+static gpointer
+fake_peer_main (gpointer data)
+{
+  FakePeer *fake = data;
+  g_autoptr(GError) error = NULL;
+  g_autoptr(GSocketConnection) conn = g_socket_listener_accept (fake->listener, NULL, NULL, &error);
+  g_autoptr(GBytes) secret = kv_peer_secret_load (harness_secret_path (), &error);
+  GInputStream *in;
+  GOutputStream *out;
+  g_autoptr(GByteArray) frame = g_byte_array_new ();
+  g_auto(KvPeerMessage) hello = { 0 };
+  g_auto(KvPeerMessage) auth = { 0 };
+  guint8 nonce[KV_PEER_NONCE_LEN], digest[32], params[KV_PEER_AUTH_PARAMS_SIZE], mac[KV_PEER_MAC_LEN];
+  const gsize block = SLOT_KIB * 1024;
+  g_autofree guint8 *record = g_malloc (KV_CHUNK_HEADER_SIZE + block);
+
+  g_assert_no_error (error);
+  in = g_io_stream_get_input_stream (G_IO_STREAM (conn));
+  out = g_io_stream_get_output_stream (G_IO_STREAM (conn));
+  g_assert_true (fake_read_frame (in, &hello));
+  g_assert_cmpint (hello.type, ==, KV_PEER_FRAME_HELLO);
+  g_assert_true (kv_peer_random_nonce (nonce, NULL));
+  kv_peer_frame_append_hello (frame, nonce);
+  fake_write (out, frame->data, frame->len);
+  g_assert_true (fake_read_frame (in, &auth));
+  g_assert_cmpint (auth.type, ==, KV_PEER_FRAME_AUTH);
+  kv_chunk_namespace_digest ("test-model/fp16/tp1", block, digest);
+  kv_peer_frame_auth_params (params, block, digest, 1024, 64 << 20);
+  kv_peer_handshake_mac (secret, KV_PEER_ROLE_SERVER, hello.nonce, nonce, params, mac);
+  g_byte_array_set_size (frame, 0);
+  kv_peer_frame_append_auth (frame, params, mac);
+  fake_write (out, frame->data, frame->len);
+
+  for (;;)
+    {
+      g_auto(KvPeerMessage) fetch = { 0 };
+      guint n_sent = 0;
+
+      if (!fake_read_frame (in, &fetch) || fetch.type == KV_PEER_FRAME_BYE)
+        break;
+      g_assert_cmpint (fetch.type, ==, KV_PEER_FRAME_FETCH);
+      fake->n_fetches++;
+      for (guint i = 0; i < fetch.keys->len; i++)
+        {
+          FakeChunk kind = i < fake->n_chunks ? fake->chunks[i] : FAKE_GOOD;
+          guint8 prefix[KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE];
+          guint64 index;
+          g_autoptr(KvKey) other = NULL;
+
+          /* the keys are synthetic_key (index): find the index */
+          for (index = 0; index < 1000; index++)
+            {
+              g_autoptr(KvKey) key = synthetic_key (index);
+
+              if (kv_key_equal (key, fetch.keys->pdata[i]))
+                break;
+            }
+          g_assert_cmpuint (index, <, 1000);
+          other = synthetic_key (index + 500);
+          synthetic_fill (record + KV_CHUNK_HEADER_SIZE, block, index);
+          kv_chunk_header_encode (record, digest, kind == FAKE_OTHER_KEY ? other : fetch.keys->pdata[i],
+                                  record + KV_CHUNK_HEADER_SIZE, block, g_get_real_time ());
+          if (kind == FAKE_PAYLOAD_BIT)
+            record[KV_CHUNK_HEADER_SIZE + block / 2 + 3] ^= 0x10;
+          else if (kind == FAKE_HEADER_BIT)
+            record[KV_CHUNK_OFF_CREATED] ^= 0x01;
+          kv_peer_frame_encode_data_prefix (prefix, fetch.request_id, i, KV_PEER_DATA_OK,
+                                            KV_CHUNK_HEADER_SIZE + block);
+          fake_write (out, prefix, sizeof prefix);
+          fake_write (out, record, KV_CHUNK_HEADER_SIZE + block);
+          n_sent++;
+        }
+      g_byte_array_set_size (frame, 0);
+      kv_peer_frame_append_done (frame, fetch.request_id, n_sent);
+      fake_write (out, frame->data, frame->len);
+    }
+  return NULL;
+}
+
+static void
+fake_peer_start (FakePeer        *fake,
+                 const FakeChunk *chunks,
+                 guint            n_chunks)
+{
+  g_autoptr(GError) error = NULL;
+
+  fake->listener = g_socket_listener_new ();
+  fake->port = g_socket_listener_add_any_inet_port (fake->listener, NULL, &error);
+  g_assert_no_error (error);
+  fake->chunks = chunks;
+  fake->n_chunks = n_chunks;
+  fake->thread = g_thread_new ("fake-peer", fake_peer_main, fake);
+}
+
+static void
+fake_peer_stop (FakePeer *fake)
+{
+  g_thread_join (fake->thread);
+  g_socket_listener_close (fake->listener);
+  g_clear_object (&fake->listener);
+}
+
+/* A peer's chunk that fails its check is refused and counted, whether its
+ * payload, its header or its key is wrong, and the chunks after it in the
+ * same FETCH still land, byte-exact, carrying the checksum they were
+ * verified with: the check runs as the payload arrives, and a refused
+ * chunk is still read whole. */
+static void
+test_damaged_data (void)
+{
+  static const FakeChunk chunks[] = { FAKE_PAYLOAD_BIT, FAKE_GOOD, FAKE_OTHER_KEY, FAKE_GOOD,
+                                      FAKE_HEADER_BIT, FAKE_GOOD };
+  FakePeer fake = { 0 };
+  LoneTier lone = { 0 };
+  g_autofree char *address = NULL;
+  g_autoptr(KvStats) stats = NULL;
+  KvJobResult *result;
+  KvKey * const *landed;
+  guint n_landed = 0;
+  const char *labels[] = { "peer", NULL };
+  gdouble failures = 0, fetched = 0;
+
+  fake_peer_start (&fake, chunks, G_N_ELEMENTS (chunks));
+  address = g_strdup_printf ("127.0.0.1:%u", fake.port);
+  lone_tier_init (&lone, address, "connections-per-peer=1");
+  result = lone_load (&lone, 1, 10, G_N_ELEMENTS (chunks), NULL, NULL);
+  g_assert_false (kv_job_result_get_success (result));
+  landed = kv_job_result_get_successful_keys (result, &n_landed);
+  g_assert_cmpuint (n_landed, ==, 3);
+  for (guint j = 0; j < n_landed; j++)
+    {
+      guint i = 2 * j + 1;
+      g_autoptr(KvKey) key = synthetic_key (10 + i);
+      guint64 carried = 0;
+
+      g_assert_true (kv_key_equal (landed[j], key));
+      g_assert_true (slot_is (&lone, i, 10 + i));
+      g_assert_true (kv_host_buffer_get_slot_checksum (lone.buffer, i, &carried));
+      g_assert_cmpuint (carried, ==, kv_chunk_checksum (kv_host_buffer_peek_slot (lone.buffer, i),
+                                                        SLOT_KIB * 1024));
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (chunks); i += 2)
+    g_assert_false (kv_host_buffer_get_slot_checksum (lone.buffer, i, NULL));
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (result), ==, 3 * SLOT_KIB * 1024);
+  kv_job_result_unref (result);
+
+  stats = kv_secondary_tier_get_stats (lone.tier);
+  g_assert_true (kv_stats_lookup (stats, "kvtier_peer_checksum_failures", labels, &failures));
+  g_assert_cmpfloat (failures, ==, 3);
+  g_assert_true (kv_stats_lookup (stats, "kvtier_peer_fetched_chunks", labels, &fetched));
+  g_assert_cmpfloat (fetched, ==, 3);
+  g_assert_cmpuint (fake.n_fetches, ==, 1);
+  lone_tier_clear (&lone);
+  fake_peer_stop (&fake);
 }
 
 int
@@ -489,6 +700,7 @@ main (int   argc,
   g_test_add_func ("/peer/killed-peer", test_killed_peer);
   g_test_add_func ("/peer/slow-peer", test_slow_peer);
   g_test_add_func ("/peer/sigterm", test_sigterm);
+  g_test_add_func ("/peer/damaged-data", test_damaged_data);
   status = g_test_run ();
   harness_cleanup ();
   test_leak_check_now ();

@@ -119,74 +119,33 @@ kv_fault_tier_submit_load (KvSecondaryTier  *tier,
   return kv_fault_tier_submit (KV_FAULT_TIER (tier), job, TRUE, error);
 }
 
-static KvJobResult *
-parent_run (KvFaultTier   *self,
-            KvTransferJob *job,
-            gboolean       is_load)
+static void
+parent_run (KvFaultTier *self,
+            KvTierJob   *tier_job)
 {
   KvExampleTierClass *parent_class = KV_EXAMPLE_TIER_CLASS (kv_fault_tier_parent_class);
 
-  return is_load ? parent_class->run_load (KV_EXAMPLE_TIER (self), job)
-                 : parent_class->run_store (KV_EXAMPLE_TIER (self), job);
-}
-
-/* Moves the first half of the keys and reports the job as failed; a load
- * names the keys that landed. */
-static KvJobResult *
-run_partial (KvFaultTier   *self,
-             KvTransferJob *job,
-             gboolean       is_load)
-{
-  guint n_keys;
-  KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-  const guint32 *chunk_ids = kv_transfer_job_get_chunk_ids (job, NULL);
-  guint half = n_keys / 2;
-  KvJobResult *result = kv_job_result_new (kv_transfer_job_get_id (job), FALSE);
-  KvTransferJob *head;
-  KvJobResult *head_result;
-
-  if (half == 0)
-    {
-      kv_job_result_set_transfer_bytes (result, 0);
-      return result;
-    }
-
-  head = kv_transfer_job_new (kv_transfer_job_get_id (job), keys, chunk_ids, half,
-                              kv_transfer_job_is_promotion (job),
-                              kv_transfer_job_get_request (job));
-  head_result = parent_run (self, head, is_load);
-
-  kv_job_result_set_transfer_bytes (result, kv_job_result_get_transfer_bytes (head_result));
-  if (is_load)
-    {
-      if (kv_job_result_get_success (head_result))
-        kv_job_result_set_successful_keys (result, keys, half);
-      else if (kv_job_result_has_successful_keys (head_result))
-        {
-          guint n_landed;
-          KvKey * const *landed = kv_job_result_get_successful_keys (head_result, &n_landed);
-
-          kv_job_result_set_successful_keys (result, landed, n_landed);
-        }
-    }
-
-  kv_job_result_unref (head_result);
-  kv_transfer_job_unref (head);
-  return result;
+  if (kv_tier_job_is_load (tier_job))
+    parent_class->run_load (KV_EXAMPLE_TIER (self), tier_job);
+  else
+    parent_class->run_store (KV_EXAMPLE_TIER (self), tier_job);
 }
 
 /* Worker thread. */
-static KvJobResult *
-kv_fault_tier_run (KvFaultTier   *self,
-                   KvTransferJob *job,
-                   gboolean       is_load)
+static void
+kv_fault_tier_run (KvExampleTier *example,
+                   KvTierJob     *tier_job)
 {
+  KvFaultTier *self = KV_FAULT_TIER (example);
+  KvTransferJob *job = kv_tier_job_get_job (tier_job);
   gpointer mode = GINT_TO_POINTER (KV_FAULT_NONE);
   guint64 delay_us;
+  guint n_keys = kv_tier_job_get_n_keys (tier_job);
+  g_autoptr(GError) error = NULL;
 
   g_mutex_lock (&self->lock);
   g_hash_table_steal_extended (self->job_faults, job, NULL, &mode);
-  delay_us = is_load ? self->load_delay_us : self->store_delay_us;
+  delay_us = kv_tier_job_is_load (tier_job) ? self->load_delay_us : self->store_delay_us;
   g_mutex_unlock (&self->lock);
 
   /* A slow device, for backpressure benchmarks. */
@@ -196,33 +155,23 @@ kv_fault_tier_run (KvFaultTier   *self,
   switch (GPOINTER_TO_INT (mode))
     {
     case KV_FAULT_FAIL:
-      {
-        KvJobResult *result = kv_job_result_new (kv_transfer_job_get_id (job), FALSE);
-
-        kv_job_result_set_transfer_bytes (result, 0);
-        return result;
-      }
+      /* no byte moved */
+      error = g_error_new_literal (KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "KV_FAULT_FAIL");
+      kv_tier_job_mark_remaining_failed (tier_job, KV_KEY_FAILURE_FLAGS_NONE, error);
+      break;
 
     case KV_FAULT_PARTIAL:
-      return run_partial (self, job, is_load);
+      /* the first half of the keys moves, the rest fails */
+      error = g_error_new_literal (KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "KV_FAULT_PARTIAL");
+      for (guint i = n_keys / 2; i < n_keys; i++)
+        kv_tier_job_mark_failed (tier_job, i, KV_KEY_FAILURE_FLAGS_NONE, error);
+      parent_run (self, tier_job);
+      break;
 
     default:
-      return parent_run (self, job, is_load);
+      parent_run (self, tier_job);
+      break;
     }
-}
-
-static KvJobResult *
-kv_fault_tier_run_store (KvExampleTier *example,
-                         KvTransferJob *job)
-{
-  return kv_fault_tier_run (KV_FAULT_TIER (example), job, FALSE);
-}
-
-static KvJobResult *
-kv_fault_tier_run_load (KvExampleTier *example,
-                        KvTransferJob *job)
-{
-  return kv_fault_tier_run (KV_FAULT_TIER (example), job, TRUE);
 }
 
 static GPtrArray *
@@ -299,8 +248,8 @@ kv_fault_tier_class_init (KvFaultTierClass *klass)
   tier_class->has_pending_work = kv_fault_tier_has_pending_work;
   tier_class->drain_jobs = kv_fault_tier_drain_jobs;
 
-  example_class->run_store = kv_fault_tier_run_store;
-  example_class->run_load = kv_fault_tier_run_load;
+  example_class->run_store = kv_fault_tier_run;
+  example_class->run_load = kv_fault_tier_run;
 }
 
 static void

@@ -1,12 +1,16 @@
 # SPDX-License-Identifier: LGPL-2.1-or-later
-"""Stand-ins for vLLM's KV-offload data types, for when vLLM is not installed.
+"""Stand-ins for vLLM's KV-offload types, for when vLLM is not importable.
 
-:mod:`kvtier.vllm` uses vLLM's own classes (``vllm.v1.kv_offload.base`` and
-``vllm.v1.kv_offload.tiering.base``) when it can import them. Without vLLM
-it uses these, written from the behaviour reference
-(doc/vllm.md lists what each one is): the same names, fields, defaults and
-comparison rules, so that code written against vLLM's types (a tier, or a
-test engine replaying vLLM's calls) runs unchanged against the adapter.
+:mod:`kvtier.vllm` uses vLLM's own classes when it can import them
+(``vllm.v1.kv_offload.base``, ``vllm.v1.kv_offload.tiering.base`` and the
+offloading connector's ``metrics`` module). Without vLLM it uses these:
+written for kvtier from what vLLM's files of the tiering layer say (the
+version of ``tiering/base.py`` whose jobs are ``TransferJob`` with
+``chunk_ids`` and whose tiers take a ``backpressure_detector``, and the
+``ReqContext`` that carries ``kv_hints``): the same names, fields, field
+order, defaults, methods and assertions, so that code written against
+vLLM's types (a tier, a test engine replaying vLLM's calls) behaves the
+same against them.
 
 Nothing here talks to kvtier; see :mod:`kvtier.vllm` for the adapter.
 """
@@ -18,17 +22,19 @@ import time
 from typing import Any, ClassVar, NamedTuple, Optional
 
 __all__ = [
-    'JobResult', 'Locality', 'LookupResult', 'Medium', 'OffloadPolicy', 'OffloadingEvent',
-    'ReqContext', 'RequestOffloadingContext', 'ScheduleEndContext', 'SecondaryTierManager',
-    'TierFilter', 'TierMatcher', 'TieringStats', 'TransferJob',
-    'get_offload_block_hash', 'get_offload_group_idx', 'make_offload_key',
+    'JobResult', 'Locality', 'LookupResult', 'Medium', 'OffloadPolicy',
+    'OffloadingConnectorStats', 'OffloadingCounterMetadata', 'OffloadingEvent',
+    'OffloadingGaugeMetadata', 'OffloadingHistogramMetadata', 'OffloadingMetricMetadata',
+    'ParentManager', 'ReqContext', 'RequestOffloadingContext', 'ScheduleEndContext',
+    'SecondaryTierManager', 'TierFilter', 'TierMatcher', 'TieringOffloadingMetrics',
+    'TransferJob', 'get_offload_block_hash', 'get_offload_group_idx', 'make_offload_key',
 ]
 
 
-# ---- keys: block hash followed by the group index, 4 bytes big-endian --------
+# ---- keys: the block hash, then the group index as 4 bytes big-endian -------
 
 def make_offload_key(block_hash, group_idx):
-    return bytes(block_hash) + int(group_idx).to_bytes(4, 'big')
+    return bytes(block_hash) + int(group_idx).to_bytes(4, 'big', signed=False)
 
 
 def get_offload_block_hash(key):
@@ -36,10 +42,10 @@ def get_offload_block_hash(key):
 
 
 def get_offload_group_idx(key):
-    return int.from_bytes(key[-4:], 'big')
+    return int.from_bytes(key[-4:], 'big', signed=False)
 
 
-# ---- enumerations -------------------------------------------------------------
+# ---- enumerations ------------------------------------------------------------
 
 class Medium(enum.Enum):
     CPU = 'CPU'
@@ -47,8 +53,8 @@ class Medium(enum.Enum):
 
 
 class Locality(enum.Enum):
-    # Built from a string by exact, case-sensitive value: Locality('local')
-    # raises ValueError, as vLLM's does.
+    # Built from a string by exact value: Locality('local') raises
+    # ValueError, as vLLM's does.
     LOCAL = 'LOCAL'
     REMOTE = 'REMOTE'
 
@@ -65,10 +71,9 @@ class OffloadPolicy(enum.Enum):
     REQUEST_LEVEL = 'request_level'
 
 
-# ---- per-request load filter -----------------------------------------------------
+# ---- the per-request load filter ------------------------------------------------
 
-@dataclasses.dataclass(frozen=True)
-class TierMatcher:
+class TierMatcher(NamedTuple):
     medium: Optional[Medium] = None
     locality: Optional[Locality] = None
 
@@ -84,34 +89,44 @@ class TierFilter:
     ALL: ClassVar['TierFilter']
 
     def allows(self, medium, locality):
+        # ALL is told apart by identity: an equal filter built elsewhere
+        # goes through its matchers.
         if self is TierFilter.ALL:
             return True
         return any(m.matches(medium, locality) for m in self.matchers)
 
 
-TierFilter.ALL = TierFilter((TierMatcher(),))
+TierFilter.ALL = TierFilter(matchers=(TierMatcher(),))
 
 
-# ---- request and step contexts -------------------------------------------------
+# ---- request and step contexts -----------------------------------------------
 
+@dataclasses.dataclass
 class ReqContext:
-    """One request, as every lookup of it sees it; tiers keep parsed
-    per-request state in it with :meth:`set_state`, keyed by type."""
+    """One request as every call about it sees it. ``kv_hints`` sits between
+    the parameters and the filter, so only a ReqContext built by keyword
+    means the same on a vLLM with and without it."""
 
-    def __init__(self, req_id, kv_transfer_params=None, load_tier_filter=TierFilter.ALL):
-        self.req_id = req_id
-        self.kv_transfer_params = kv_transfer_params
-        self.load_tier_filter = load_tier_filter
-        self._state = {}
+    req_id: str
+    kv_transfer_params: Optional[dict] = None
+    kv_hints: Any = None
+    load_tier_filter: TierFilter = TierFilter.ALL
+    # Per-request scratch space keyed by the value's type.
+    _state: dict = dataclasses.field(default_factory=dict, repr=False, init=False)
+    _offload_key_positions: dict = dataclasses.field(default_factory=dict, repr=False,
+                                                     init=False)
 
-    def set_state(self, value):
-        self._state[type(value)] = value
+    def set_state(self, val):
+        self._state[type(val)] = val
 
     def get_state(self, cls):
         return self._state.get(cls)
 
-    def __repr__(self):
-        return f'ReqContext(req_id={self.req_id!r})'
+    def set_offload_key_position(self, key, end_token):
+        self._offload_key_positions[key] = end_token
+
+    def get_offload_key_position(self, key):
+        return self._offload_key_positions.get(key)
 
 
 @dataclasses.dataclass
@@ -134,7 +149,152 @@ class OffloadingEvent:
     removal_expected: bool = False
 
 
-# ---- jobs ----------------------------------------------------------------------
+# ---- metric definitions -----------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class OffloadingMetricMetadata:
+    documentation: str
+    labelnames: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadingCounterMetadata(OffloadingMetricMetadata):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadingGaugeMetadata(OffloadingMetricMetadata):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadingHistogramMetadata(OffloadingMetricMetadata):
+    buckets: Optional[tuple] = None
+
+
+class TieringOffloadingMetrics:
+    """The names of the tiering manager's own metrics."""
+
+    LOOKUP_SYNC_DELAY = 'vllm:kv_offload_tiering_lookup_sync_delay_seconds'
+    LOOKUP_ASYNC_DELAY = 'vllm:kv_offload_tiering_lookup_async_delay_seconds'
+    READ_BYTES = 'vllm:kv_offload_tiering_read_bytes'
+    READ_TIME = 'vllm:kv_offload_tiering_read_time'
+    WRITE_BYTES = 'vllm:kv_offload_tiering_write_bytes'
+    WRITE_TIME = 'vllm:kv_offload_tiering_write_time'
+    PROMOTION_JOB_FAILURES = 'vllm:kv_offload_tiering_promotion_job_failures'
+    CASCADE_JOB_FAILURES = 'vllm:kv_offload_tiering_cascade_job_failures'
+    CHUNK_QUERIES = 'vllm:kv_offload_tiering_chunk_queries'
+    CHUNK_HITS = 'vllm:kv_offload_tiering_chunk_hits'
+    PRIMARY_WRITE_USAGE_PERC = 'vllm:kv_offload_tiering_primary_write_usage_perc'
+    PRIMARY_READ_USAGE_PERC = 'vllm:kv_offload_tiering_primary_read_usage_perc'
+    PROMOTION_ALLOCATION_FAILURES = 'vllm:kv_offload_tiering_promotion_allocation_failures'
+    ACTIVE_PROMOTION_JOBS = 'vllm:kv_offload_tiering_active_promotion_jobs'
+    ACTIVE_CASCADE_JOBS = 'vllm:kv_offload_tiering_active_cascade_jobs'
+    BACKPRESSURE_STORE_LATENCY_EMA = 'vllm:kv_offload_tiering_backpressure_store_latency_ema'
+    BACKPRESSURE_STORES_DROPPED = 'vllm:kv_offload_tiering_backpressure_stores_dropped'
+    BACKPRESSURE_BLOCKS_DROPPED = 'vllm:kv_offload_tiering_backpressure_blocks_dropped'
+
+
+# ---- the stats container ----------------------------------------------------------
+
+_TYPES, _DATA = 'types', 'data'
+_COUNTER, _GAUGE, _HISTOGRAM = 'counter', 'gauge', 'histogram'
+
+
+@dataclasses.dataclass
+class OffloadingConnectorStats:
+    """vLLM's offloading stats: ``data`` is ``{"types": {name: "counter" |
+    "gauge" | "histogram"}, "data": {name: {labelvalues: value}}}``, a
+    number per label tuple, a list of observations for a histogram. It is
+    self-describing, so it survives vLLM's IPC to the process that owns the
+    Prometheus families. Counters add up, gauges keep the latest value,
+    histograms concatenate."""
+
+    data: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if _DATA not in self.data:
+            self.reset()
+
+    def reset(self):
+        self.data = {_TYPES: {}, _DATA: {}}
+
+    @property
+    def _types(self):
+        return self.data[_TYPES]
+
+    @property
+    def _values(self):
+        return self.data[_DATA]
+
+    def aggregate(self, other):
+        if other.is_empty():
+            return self
+        assert isinstance(other, OffloadingConnectorStats)
+        for name, by_labels in other._values.items():
+            kind = other._types.get(name)
+            if kind is None:
+                raise AssertionError(f'Unknown offloading stats key: {name}')
+            self._types.setdefault(name, kind)
+            mine = self._values.setdefault(name, {})
+            for labelvalues, value in by_labels.items():
+                if kind == _HISTOGRAM:
+                    assert isinstance(value, list)
+                    if labelvalues in mine:
+                        assert isinstance(mine[labelvalues], list)
+                        mine[labelvalues].extend(value)
+                    else:
+                        mine[labelvalues] = list(value)
+                elif kind == _COUNTER:
+                    assert isinstance(value, (int, float))
+                    mine[labelvalues] = mine.get(labelvalues, 0) + value
+                elif kind == _GAUGE:
+                    assert isinstance(value, (int, float))
+                    mine[labelvalues] = value
+                else:
+                    raise AssertionError(f"Unknown metric type '{kind}' for key: {name}")
+        return self
+
+    def reduce(self):
+        """Flat ``{"name:labeltuple": number}`` (just ``"name"`` without
+        labels); a histogram as ``..._count`` and ``..._sum``."""
+        flat = {}
+        for name, by_labels in self._values.items():
+            kind = self._types.get(name)
+            if kind is None:
+                raise AssertionError(f'Unknown offloading stats key: {name}')
+            for labelvalues, value in by_labels.items():
+                key = f'{name}:{labelvalues}' if labelvalues else name
+                if kind == _HISTOGRAM:
+                    assert isinstance(value, list)
+                    flat[f'{key}_count'] = len(value)
+                    flat[f'{key}_sum'] = sum(value)
+                elif kind in (_COUNTER, _GAUGE):
+                    assert isinstance(value, (int, float))
+                    flat[key] = value
+                else:
+                    raise AssertionError(f"Unknown metric type '{kind}' for key: {name}")
+        return flat
+
+    def is_empty(self):
+        return not self.data.get(_DATA)
+
+    def increase_counter(self, counter_name, counter_increase_value=1, labelvalues=()):
+        self._types.setdefault(counter_name, _COUNTER)
+        values = self._values.setdefault(counter_name, {})
+        values[labelvalues] = values.get(labelvalues, 0) + counter_increase_value
+
+    def set_gauge(self, gauge_name, gauge_value, labelvalues=()):
+        self._types.setdefault(gauge_name, _GAUGE)
+        self._values.setdefault(gauge_name, {})[labelvalues] = gauge_value
+
+    def observe_histogram(self, histogram_name, histogram_value, labelvalues=()):
+        self._types.setdefault(histogram_name, _HISTOGRAM)
+        self._values.setdefault(histogram_name, {}).setdefault(labelvalues, []).append(
+            histogram_value)
+
+
+# ---- jobs ------------------------------------------------------------------------
 
 @dataclasses.dataclass
 class TransferJob:
@@ -149,68 +309,39 @@ class TransferJob:
 @dataclasses.dataclass
 class JobResult:
     job_id: int
+    # True only when every key landed.
     success: bool
+    # Promotions only: the keys that did land, a subset of the job's; None
+    # when every key shares `success`.
     successful_keys: Any = None
     transfer_time: Optional[float] = None
     transfer_bytes: Optional[int] = None
 
 
-# ---- statistics ----------------------------------------------------------------
+# ---- the interfaces ------------------------------------------------------------------
 
-class TieringStats:
-    """The shape of vLLM's offloading stats container: values by metric
-    name and label tuple, taken and reset by ``get_stats()``."""
+class ParentManager(abc.ABC):
+    """The tiering manager as a tier serving remote requests sees it,
+    during ``serve_external_requests`` only: ``on_new_request``, then
+    ``lookup`` and ``create_store_job`` (None when the store was not
+    admitted), and ``on_request_finished`` always."""
 
-    def __init__(self):
-        self.data = {'data': {}}
-        self.gauges = set()         # names whose values are set, not summed
+    @abc.abstractmethod
+    def on_new_request(self, req_context):
+        ...
 
-    def _slot(self, name, labelvalues):
-        return self.data['data'].setdefault(name, {}), tuple(labelvalues)
+    @abc.abstractmethod
+    def lookup(self, key, req_context):
+        ...
 
-    def increase_counter(self, name, value=1, labelvalues=()):
-        values, labels = self._slot(name, labelvalues)
-        values[labels] = values.get(labels, 0) + value
+    @abc.abstractmethod
+    def create_store_job(self, keys, req_context):
+        ...
 
-    def set_gauge(self, name, value, labelvalues=()):
-        values, labels = self._slot(name, labelvalues)
-        values[labels] = value
-        self.gauges.add(name)
+    @abc.abstractmethod
+    def on_request_finished(self, req_context):
+        ...
 
-    def observe_histogram(self, name, value, labelvalues=()):
-        values, labels = self._slot(name, labelvalues)
-        values.setdefault(labels, []).append(value)
-
-    def aggregate(self, other):
-        gauges = getattr(other, 'gauges', set())
-        self.gauges |= gauges
-        for name, values in other.data['data'].items():
-            mine = self.data['data'].setdefault(name, {})
-            for labels, value in values.items():
-                if isinstance(value, list):
-                    mine.setdefault(labels, []).extend(value)
-                elif labels in mine and name not in gauges:
-                    mine[labels] += value
-                else:
-                    mine[labels] = value
-        return self
-
-    def is_empty(self):
-        return not self.data['data']
-
-    def reduce(self):
-        flat = {}
-        for name, values in self.data['data'].items():
-            for labels, value in values.items():
-                if isinstance(value, list):
-                    flat[f'{name}_count:{labels!r}'] = len(value)
-                    flat[f'{name}_sum:{labels!r}'] = sum(value)
-                else:
-                    flat[f'{name}:{labels!r}'] = value
-        return flat
-
-
-# ---- the secondary-tier interface -------------------------------------------------
 
 class SecondaryTierManager(abc.ABC):
     """vLLM's secondary-tier interface: every method runs on the scheduler
@@ -222,10 +353,15 @@ class SecondaryTierManager(abc.ABC):
     def __init__(self, offloading_spec, primary_kv_view, tier_type, backpressure_detector=None):
         self._offloading_spec = offloading_spec
         self._primary_kv_view = primary_kv_view
+        assert primary_kv_view.strides is not None, 'primary_kv_view.strides cannot be None'
+        self._block_size_bytes = primary_kv_view.strides[0]
         self.tier_type = tier_type
         self.locality = None
         self._bp_detector = backpressure_detector
-        self.block_size_bytes = memoryview(primary_kv_view).strides[0]
+
+    @property
+    def block_size_bytes(self):
+        return self._block_size_bytes
 
     @property
     def bp_detector(self):
@@ -236,23 +372,15 @@ class SecondaryTierManager(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def submit_store(self, job):
+    def submit_store(self, job_metadata):
         ...
 
     @abc.abstractmethod
-    def submit_load(self, job):
+    def submit_load(self, job_metadata):
         ...
 
     @abc.abstractmethod
     def get_finished_jobs(self):
-        ...
-
-    @abc.abstractmethod
-    def on_new_request(self, req_context):
-        ...
-
-    @abc.abstractmethod
-    def drain_jobs(self):
         ...
 
     def has_pending_work(self):
@@ -262,22 +390,30 @@ class SecondaryTierManager(abc.ABC):
         return ()
 
     def touch(self, keys, req_context):
-        pass
+        return
+
+    @abc.abstractmethod
+    def on_new_request(self, req_context):
+        ...
 
     def on_request_finished(self, req_context):
-        pass
+        return
 
     def serve_external_requests(self, parent):
-        pass
+        return
 
-    def on_schedule_end(self, ctx):
-        pass
+    def on_schedule_end(self, context):
+        return
+
+    @abc.abstractmethod
+    def drain_jobs(self):
+        ...
 
     def shutdown(self):
-        pass
+        return
 
     @classmethod
-    def build_metric_definitions(cls, extra_config=None):
+    def build_metric_definitions(cls, extra_config):
         return {}
 
     def get_stats(self):

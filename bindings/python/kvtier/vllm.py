@@ -30,18 +30,26 @@ with the same names and fields. doc/vllm.md has the details and limits.
 
 import ast
 import ctypes
+import dataclasses
+import inspect
 import logging
+import math
 import os
 
 import numpy
 
 from . import GLib, GObject, Kv, _variant
 
-try:                # a vLLM with the tiering layer (tests use a stand-in package)
+try:                # a vLLM with the tiering layer
     from vllm.v1.kv_offload import base as _vllm_base
     from vllm.v1.kv_offload.tiering import base as _vllm_tiering
 except ImportError:
     _vllm_base = _vllm_tiering = None
+try:                # its stats container (the manager aggregates into it)
+    from vllm.distributed.kv_transfer.kv_connector.v1.offloading import (
+        metrics as _vllm_metrics)
+except ImportError:
+    _vllm_metrics = None
 
 from . import _vllm_types
 
@@ -54,18 +62,45 @@ log = logging.getLogger(__name__)
 
 HAVE_VLLM = _vllm_tiering is not None
 
+# Names vLLM gave its types before renaming them: a vLLM that has only the
+# old one gets it under the new name.
+_OLD_NAMES = {'TransferJob': 'JobMetadata'}
+
 
 class _Types:
     """vLLM's types where vLLM has them, the stand-ins otherwise."""
 
     def __init__(self):
+        modules = [m for m in (_vllm_tiering, _vllm_base, _vllm_metrics) if m is not None]
+        self.vllm_names = set()
         for name in _vllm_types.__all__:
             value = None
-            for module in (_vllm_tiering, _vllm_base):
-                if module is not None and hasattr(module, name):
-                    value = getattr(module, name)
+            for alias in (name, _OLD_NAMES.get(name)):
+                value = next((getattr(m, alias) for m in modules
+                              if alias is not None and hasattr(m, alias)), None)
+                if value is not None:
                     break
+            if value is not None:
+                self.vllm_names.add(name)
             setattr(self, name, value if value is not None else getattr(_vllm_types, name))
+        # vLLM renamed TransferJob.block_ids to chunk_ids.
+        fields = {f.name for f in dataclasses.fields(self.TransferJob)}
+        self.job_chunk_field = 'chunk_ids' if 'chunk_ids' in fields else 'block_ids'
+        self.job_result_fields = {f.name for f in dataclasses.fields(self.JobResult)}
+        self.event_fields = {f.name for f in dataclasses.fields(self.OffloadingEvent)}
+
+    def transfer_job(self, job_id, keys, chunk_ids, is_promotion, req_context):
+        """A TransferJob (JobMetadata on an older vLLM) built by keyword,
+        under the chunk field name this vLLM uses."""
+        return self.TransferJob(job_id=job_id, keys=keys, is_promotion=is_promotion,
+                                req_context=req_context, **{self.job_chunk_field: chunk_ids})
+
+    def job_result(self, job_id, success, **fields):
+        """A JobResult with the fields this vLLM's JobResult has (an older
+        one has no transfer_bytes)."""
+        return self.JobResult(job_id=job_id, success=success,
+                              **{k: v for k, v in fields.items()
+                                 if k in self.job_result_fields})
 
 
 #: The namespace of vLLM types the adapter speaks (``types.LookupResult``,
@@ -73,8 +108,13 @@ class _Types:
 types = _Types()
 
 
+def _job_chunk_ids(job):
+    """A job's primary slots, whichever name its vLLM gives them."""
+    chunk_ids = getattr(job, 'chunk_ids', None)
+    return job.block_ids if chunk_ids is None else chunk_ids
 
-# ---- finding vLLM's shared primary region ---------------------------------------
+
+# ---- vLLM's shared primary region -------------------------------------------------
 
 def _view_address(view):
     """The address and size of a C-contiguous writable buffer."""
@@ -96,38 +136,117 @@ def _view_address(view):
     return address, mv.nbytes
 
 
-def region_of_view(view):
-    """Where a buffer lives: ``(path, device, inode, file_offset)`` of the
-    shared file mapping that holds its first byte, from /proc/self/maps.
-    Raises ``ValueError`` if that memory is not a shared mapping of a file
-    that still has a name."""
-    address, _ = _view_address(view)
-    return _mapping_of(address)
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """Where a view's memory lives: the shared file mapping that holds it
+    (``path`` is None once the file's name was removed), its ``device``,
+    ``inode``, and the file ``offset`` of the view's first byte."""
+
+    path: object
+    device: int
+    inode: int
+    offset: int
 
 
-def _mapping_of(address):
+def _maps():
     with open('/proc/self/maps', encoding='utf-8', errors='surrogateescape') as maps:
         for line in maps:
             fields = line.split(maxsplit=5)
             start, end = (int(x, 16) for x in fields[0].split('-'))
-            if not start <= address < end:
-                continue
-            perms, offset, dev, inode = fields[1], int(fields[2], 16), fields[3], int(fields[4])
+            major, minor = (int(x, 16) for x in fields[3].split(':'))
             path = fields[5].rstrip('\n') if len(fields) > 5 else ''
-            if perms[3] != 's' or inode == 0 or not path.startswith('/'):
-                raise ValueError(f'the primary view at {address:#x} is not in a shared file '
-                                 f'mapping ({perms} {path or "anonymous"}); kvtier needs '
-                                 f"vLLM's shared region (a file under /dev/shm)")
-            if path.endswith(' (deleted)'):
-                raise ValueError(f'the file behind the primary view, {path}, was removed')
-            major, minor = (int(x, 16) for x in dev.split(':'))
-            return path, os.makedev(major, minor), inode, offset + (address - start)
-    raise ValueError(f'the primary view at {address:#x} is not mapped')
+            yield start, end, fields[1], int(fields[2], 16), os.makedev(major, minor), \
+                int(fields[4]), path
 
 
-def _buffer_for_view(view, path=None):
-    """A Kv.HostBuffer mapping the same file pages as ``view``, a 2-D
-    ``(n_chunks, row_stride)`` view of vLLM's shared region."""
+def _region_of(address, size):
+    """The Region of [address, address + size): one shared mapping of one
+    file (the kernel may show it as several consecutive entries)."""
+    found = None
+    next_start = address
+    for start, end, perms, offset, device, inode, path in _maps():
+        if end <= next_start or start > next_start:
+            continue
+        if perms[3] != 's' or inode == 0:
+            raise ValueError(f'the primary view at {address:#x} is not in a shared file '
+                             f'mapping ({perms} {path or "anonymous"}); kvtier.vllm works on '
+                             f"vLLM's shared region")
+        file_offset = offset + (next_start - start)
+        if found is None:
+            name = None if path.endswith(' (deleted)') or not path.startswith('/') else path
+            found = Region(name, device, inode, file_offset)
+            expected = file_offset
+        elif (device, inode) != (found.device, found.inode) or file_offset != expected:
+            raise ValueError(f'the primary view at {address:#x} spans more than one '
+                             f'mapping of one file')
+        expected += min(end, address + size) - next_start
+        next_start = min(end, address + size)
+        if next_start >= address + size:
+            return found
+    if found is None:
+        raise ValueError(f'the primary view at {address:#x} is not mapped')
+    raise ValueError(f'the primary view at {address:#x} ends outside its mapping')
+
+
+def region_of_view(view):
+    """The :class:`Region` of a buffer's memory, from /proc/self/maps.
+    Raises ``ValueError`` if that memory is not one shared mapping of a
+    file (with or without a name)."""
+    return _region_of(*_view_address(view))
+
+
+def _check_region_name(region, primary_file):
+    """Where the region still has a name (or the configuration gives one),
+    it must name the file that is mapped: a file replaced since vLLM mapped
+    it is refused. A name that is gone is fine: newer vLLM removes it once
+    every process mapped the region."""
+    if primary_file is not None:
+        try:
+            st = os.stat(primary_file)
+        except FileNotFoundError:
+            log.info('primary_file %s does not exist (vLLM removes the name once every '
+                     'process mapped the region); using the memory vLLM handed over',
+                     primary_file)
+        else:
+            if (st.st_dev, st.st_ino) != (region.device, region.inode):
+                raise ValueError(f'primary_file {primary_file} is not the file mapped under '
+                                 f'the primary view')
+    if region.path is None:
+        return
+    try:
+        fd = os.open(region.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return                  # removed since /proc/self/maps was read
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if (st.st_dev, st.st_ino) != (region.device, region.inode):
+        raise ValueError(f'{region.path} is not the file mapped under the primary view '
+                         f'(it was replaced since vLLM mapped it)')
+
+
+class _Lease:
+    """Keeps a view's memory mapped while a Kv.HostBuffer uses it: holds an
+    export of the view (so vLLM's region cannot unmap it) until the buffer
+    releases it, or until :meth:`end` once no I/O can touch it."""
+
+    def __init__(self, view):
+        self._export = memoryview(view)
+
+    def release(self, *_):
+        self.end()
+
+    def end(self):
+        if self._export is not None:
+            self._export.release()
+            self._export = None
+
+
+def _buffer_for_view(view, primary_file=None):
+    """A Kv.HostBuffer over the memory of ``view``, a 2-D ``(n_chunks,
+    row_stride)`` view of vLLM's shared region, without mapping or copying
+    anything: slot c is vLLM's row c. Returns (buffer, lease)."""
     mv = memoryview(view)
     if mv.ndim != 2:
         raise ValueError(f'the primary view has {mv.ndim} dimensions; vLLM hands a tier a '
@@ -136,20 +255,10 @@ def _buffer_for_view(view, path=None):
     if mv.shape[1] * mv.itemsize != slot_size:
         raise ValueError(f'the primary view has rows of {mv.shape[1] * mv.itemsize} bytes '
                          f'{slot_size} bytes apart; kvtier needs rows that touch')
-    found_path, device, inode, offset = region_of_view(view)
-    if offset != 0:
-        raise ValueError(f'the primary view starts {offset} bytes into {found_path}; '
-                         f'kvtier maps the region from its first byte')
-    path = path or found_path
-    fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        st = os.fstat(fd)
-        if (st.st_dev, st.st_ino) != (device, inode):
-            raise ValueError(f'{path} is not the file mapped under the primary view '
-                             f'(it was replaced since vLLM mapped it)')
-        return Kv.HostBuffer.new_for_fd(fd, n_slots, slot_size)
-    finally:
-        os.close(fd)
+    address, size = _view_address(view)
+    _check_region_name(_region_of(address, size), primary_file)
+    lease = _Lease(view)
+    return Kv.HostBuffer.new_for_memory(address, n_slots, slot_size, lease.release), lease
 
 
 def primary_kv_view(buffer):
@@ -165,9 +274,19 @@ def primary_kv_view(buffer):
 
 # ---- conversions -------------------------------------------------------------------
 
+# Enum members vLLM renamed: an older vLLM has only the old name.
+_OLD_MEMBER_NAMES = {'CHUNK_LEVEL': 'BLOCK_LEVEL'}
+
+
 def _enum_map(source, target):
-    """Kv enum value -> target member of the same name (None where none)."""
-    return {int(v): getattr(target, v.value_nick.upper().replace('-', '_'), None)
+    """Kv enum value -> target member of the same name, or of the name an
+    older vLLM gave it (None where none)."""
+    def member(name):
+        found = getattr(target, name, None)
+        if found is None and name in _OLD_MEMBER_NAMES:
+            found = getattr(target, _OLD_MEMBER_NAMES[name], None)
+        return found
+    return {int(v): member(v.value_nick.upper().replace('-', '_'))
             for v in source.__enum_values__.values()}
 
 
@@ -267,6 +386,8 @@ _POLICY_FROM_KV = _enum_map(Kv.OffloadPolicy, types.OffloadPolicy)
 # ---- kvtier tier -> vLLM -------------------------------------------------------------
 
 _SECONDARY_BASE = types.SecondaryTierManager
+_BASE_TAKES_DETECTOR = 'backpressure_detector' in inspect.signature(
+    _SECONDARY_BASE.__init__).parameters
 
 
 def _section_from_config_file(path, tier_name, registry):
@@ -276,6 +397,63 @@ def _section_from_config_file(path, tier_name, registry):
             return section
     names = ', '.join(config.get_tier_names()) or 'none'
     raise ValueError(f'{path} has no [tier {tier_name}] section (it has: {names})')
+
+
+def _tier_section(tier, config_file, tier_name, tier_modules, registry):
+    """(kvtier tier type, its section's other keys) from the adapter's
+    keyword arguments, after importing ``tier_modules``."""
+    for module in tier_modules:
+        __import__(module)
+    if (tier is None) == (config_file is None):
+        raise ValueError('give the kvtier tier either as "tier" (a dict with "type") or as '
+                         '"config_file" with "tier_name"')
+    if config_file is not None:
+        if not tier_name:
+            raise ValueError('"config_file" needs "tier_name", the name of one of its tiers')
+        section = _section_from_config_file(config_file, tier_name, registry)
+    else:
+        if not isinstance(tier, dict) or not tier.get('type'):
+            raise ValueError('"tier" must be a dict with a "type" (a kvtier tier type, '
+                             'such as "fs")')
+        section = tier
+    section = {k: v.unpack() if isinstance(v, GLib.Variant) else v
+               for k, v in section.items()}
+    kv_type = section.pop('type')
+    section.pop('name', None)
+    return kv_type, section
+
+
+def _tier_class_metrics(registry, kv_type):
+    """The Kv.MetricRegistry of what a tier of type ``kv_type`` reports:
+    the counters every tier inherits and its class's own, as the library
+    defines them. A tier's metric definitions belong to its class
+    (Kv.TieringManager asks one instance per class), so they are read from
+    an instance that is made but never initialised: no file, thread or
+    connection of a real tier is opened."""
+    gtype = registry.lookup_tier_type(kv_type)
+    metrics = Kv.MetricRegistry.new()
+    probe = GObject.new(gtype)
+    try:
+        probe.register_metrics(metrics)
+    finally:
+        probe.run_dispose()
+    return metrics
+
+
+def _metric_metadata(metrics, name):
+    """One definition of a Kv.MetricRegistry as vLLM's metadata."""
+    documentation = metrics.get_documentation(name) or name
+    labelnames = tuple(metrics.get_label_names(name) or ())
+    kind = metrics.get_kind(name)
+    if kind == Kv.MetricKind.COUNTER:
+        return types.OffloadingCounterMetadata(documentation=documentation,
+                                               labelnames=labelnames)
+    if kind == Kv.MetricKind.GAUGE:
+        return types.OffloadingGaugeMetadata(documentation=documentation,
+                                             labelnames=labelnames)
+    return types.OffloadingHistogramMetadata(documentation=documentation,
+                                             labelnames=labelnames,
+                                             buckets=tuple(metrics.get_buckets(name) or ()))
 
 
 class _ParentBridge(GObject.Object, Kv.ParentManager):
@@ -294,7 +472,8 @@ class _ParentBridge(GObject.Object, Kv.ParentManager):
         ctx = self._contexts.get(request.get_id())
         if ctx is None:
             ctx = self._contexts[request.get_id()] = types.ReqContext(
-                request.get_id(), _params_dict(request.get_transfer_params()))
+                req_id=request.get_id(),
+                kv_transfer_params=_params_dict(request.get_transfer_params()))
         return ctx
 
     def do_on_new_request(self, request):
@@ -313,7 +492,7 @@ class _ParentBridge(GObject.Object, Kv.ParentManager):
             raise GLib.Error.new_literal(Kv.tier_error_quark(), 'the store was not admitted',
                                          int(Kv.TierError.FAILED))
         kv_job = Kv.TransferJob.new(job.job_id, list(keys),
-                                    [int(c) for c in job.chunk_ids], False, request)
+                                    [int(c) for c in _job_chunk_ids(job)], False, request)
         # The tier carries this job out and reports it like one it was given.
         self._adapter._jobs[job.job_id] = job
         return kv_job
@@ -352,29 +531,15 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
     def __init__(self, offloading_spec, primary_kv_view, tier_type,
                  backpressure_detector=None, *, tier=None, config_file=None, tier_name=None,
                  tier_modules=(), locality=None, primary_file=None, registry=None):
-        super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        if _BASE_TAKES_DETECTOR:
+            super().__init__(offloading_spec, primary_kv_view, tier_type, backpressure_detector)
+        else:               # a vLLM from before back-pressure detectors
+            super().__init__(offloading_spec, primary_kv_view, tier_type)
+            self._bp_detector = backpressure_detector
         if locality is not None:
             locality = types.Locality(locality)          # strict, as vLLM's tiers
-        for module in tier_modules:
-            __import__(module)
         registry = registry or Kv.TierRegistry.get_default()
-
-        if (tier is None) == (config_file is None):
-            raise ValueError('give the kvtier tier either as "tier" (a dict with "type") or as '
-                             '"config_file" with "tier_name"')
-        if config_file is not None:
-            if not tier_name:
-                raise ValueError('"config_file" needs "tier_name", the name of one of its tiers')
-            section = _section_from_config_file(config_file, tier_name, registry)
-        else:
-            if not isinstance(tier, dict) or not tier.get('type'):
-                raise ValueError('"tier" must be a dict with a "type" (a kvtier tier type, '
-                                 'such as "fs")')
-            section = tier
-        section = {k: v.unpack() if isinstance(v, GLib.Variant) else v
-                   for k, v in section.items()}
-        kv_type = section.pop('type')
-        section.pop('name', None)
+        kv_type, section = _tier_section(tier, config_file, tier_name, tier_modules, registry)
         for key in section:
             if key.startswith('backpressure'):
                 raise ValueError(f'"{key}": under vLLM, back-pressure is vLLM\'s; configure it '
@@ -386,7 +551,7 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         if locality is not None and 'locality' not in section:
             section['locality'] = locality.value.lower()
 
-        self._buffer = _buffer_for_view(primary_kv_view, primary_file)
+        self._buffer, self._lease = _buffer_for_view(primary_kv_view, primary_file)
         properties = GLib.Variant('a{sv}', {k: _variant(v, f'tier.{k}')
                                             for k, v in section.items()})
         self._tier = registry.create_tier(kv_type, self._buffer, None, properties)
@@ -424,6 +589,20 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
         """The ``Kv.HostBuffer`` over vLLM's primary region."""
         return self._buffer
 
+    # An older vLLM's base class has neither: the adapter answers them the
+    # same way under every vLLM it supports.
+    if not hasattr(_SECONDARY_BASE, 'block_size_bytes'):
+        @property
+        def block_size_bytes(self):
+            """The bytes of one primary chunk (the view's row stride)."""
+            return self._buffer.get_slot_size()
+
+    if not hasattr(_SECONDARY_BASE, 'bp_detector'):
+        @property
+        def bp_detector(self):
+            """The back-pressure detector vLLM passed (None: none)."""
+            return self._bp_detector
+
     # -- lookups and requests --
 
     def lookup(self, key, req_context):
@@ -450,7 +629,7 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
     # -- jobs --
 
     def _kv_job(self, job):
-        chunk_ids = job.chunk_ids
+        chunk_ids = _job_chunk_ids(job)
         # a numpy array (vLLM's) or any sequence of ints
         if hasattr(chunk_ids, 'tolist'):
             chunk_ids = chunk_ids.tolist()
@@ -491,16 +670,16 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
             successful_keys = tuple(k for k in job.keys if bytes(k) in landed) or None
         seconds = kv_result.get_transfer_time()
         n_bytes = kv_result.get_transfer_bytes()
-        return types.JobResult(job_id, bool(kv_result.get_success()),
-                               successful_keys=successful_keys,
-                               transfer_time=seconds if seconds >= 0 else None,
-                               transfer_bytes=n_bytes if n_bytes >= 0 else None)
+        return types.job_result(job_id, bool(kv_result.get_success()),
+                                successful_keys=successful_keys,
+                                transfer_time=seconds if seconds >= 0 else None,
+                                transfer_bytes=n_bytes if n_bytes >= 0 else None)
 
     def get_finished_jobs(self):
         results = []
         for job_id in self._refused:
             self._jobs.pop(job_id)
-            results.append(types.JobResult(job_id, False))
+            results.append(types.job_result(job_id, False))
         self._refused = []
         for kv_result in self._tier.get_finished_jobs():
             result = self._result(kv_result)
@@ -543,41 +722,120 @@ class KvtierSecondaryTier(_SECONDARY_BASE):
                           removed=bool(event.get_removed()),
                           locality=_LOCALITY_FROM_KV[int(event.get_locality())])
             ownership = event.get_ownership()
-            if ownership is not None:
+            if ownership is not None and 'ownership' in types.event_fields:
                 fields['ownership'] = ownership
-            try:
-                events.append(types.OffloadingEvent(**fields))
-            except TypeError:           # a vLLM without the ownership field
-                fields.pop('ownership', None)
-                events.append(types.OffloadingEvent(**fields))
+            events.append(types.OffloadingEvent(**fields))
         return events
 
+    @classmethod
+    def build_metric_definitions(cls, extra_config, vllm_tier_name=None):
+        """Every metric :meth:`get_stats` can report for the tier entry
+        ``extra_config`` (its ``tier`` or ``config_file``/``tier_name``,
+        ``tier_modules``), with the documentation, label names and buckets
+        the kvtier library defines. vLLM calls it when it builds its
+        Prometheus families, before (and in another process than) any tier
+        exists. ``vllm_tier_name``, the entry's name that a vLLM naming
+        its tiers passes as well, changes nothing: the kvtier tier labels
+        its series itself."""
+        extra_config = dict(extra_config or {})
+        registry = extra_config.get('registry') or Kv.TierRegistry.get_default()
+        kv_type, _ = _tier_section(extra_config.get('tier'), extra_config.get('config_file'),
+                                   extra_config.get('tier_name'),
+                                   extra_config.get('tier_modules', ()), registry)
+        metrics = _tier_class_metrics(registry, kv_type)
+        return {name: _metric_metadata(metrics, name) for name in metrics.list_names()}
+
     def get_stats(self):
-        """The tier's own metrics since the last call, in a stats object of
-        vLLM's shape, or None. Counters and gauges keep their kind (from the
-        tier's metric definitions); a histogram arrives as its ``_count``
-        and ``_sum`` counters."""
+        """The tier's own metrics since the last call (return and reset) in
+        vLLM's ``OffloadingConnectorStats``, or None: counters, gauges and
+        histograms as the tier's metric definitions say, labelled as the
+        tier labels them. Each name is one :meth:`build_metric_definitions`
+        declares."""
         stats = self._tier.get_stats()
         if stats is None or stats.is_empty():
             return None
-        out = types.TieringStats()
-        for name, value in stats.reduce().unpack().items():
-            metric, labels = _split_stat_name(name)
-            if (self._metrics.has_metric(metric) and
-                    self._metrics.get_kind(metric) == Kv.MetricKind.GAUGE):
-                out.set_gauge(metric, value, labels)
+        out = types.OffloadingConnectorStats()
+        histograms = set()
+        for key, value in stats.reduce().unpack().items():
+            name, labels = _split_stat_name(key)
+            kind = self._metrics.get_kind(name) if self._metrics.has_metric(name) else None
+            if kind == Kv.MetricKind.GAUGE:
+                out.set_gauge(name, value, labelvalues=labels)
+            elif kind == Kv.MetricKind.COUNTER:
+                out.increase_counter(name, value, labelvalues=labels)
             else:
-                out.increase_counter(metric, value, labels)
-        return out
+                # a histogram, flattened to NAME_count / NAME_sum
+                base = name.rpartition('_')[0]
+                if self._metrics.has_metric(base) and \
+                        self._metrics.get_kind(base) == Kv.MetricKind.HISTOGRAM:
+                    histograms.add((base, labels))
+                else:
+                    log.warning('kvtier tier %s reported %s, which it does not define; '
+                                'not passed to vLLM', self.tier_type, name)
+        for name, labels in sorted(histograms):
+            # vLLM's observer observes each value of the list; Kv.Stats may
+            # keep counts per bucket only: values inside each bucket give
+            # vLLM's families the same bucket counts, _count and _sum.
+            bounds = list(self._metrics.get_buckets(name) or ())
+            counts, total = stats.get_histogram_buckets(name, list(labels) or None, bounds)
+            for value in _bucket_observations(bounds, counts, total):
+                out.observe_histogram(name, value, labelvalues=labels)
+        return out if not out.is_empty() else None
 
     def shutdown(self):
         """Shuts the kvtier tier down: every job in flight is reported (by
         :meth:`get_finished_jobs`, which still works) and no I/O touches
-        vLLM's region afterwards."""
+        vLLM's region afterwards, so the adapter lets go of it (vLLM can
+        then unmap it)."""
         if self._closed:
             return
         self._tier.shutdown()
         self._closed = True
+        self._lease.end()
+
+
+def _bucket_observations(bounds, counts, total):
+    """Observations that a Prometheus histogram with the upper bounds
+    ``bounds`` counts exactly as ``counts`` (one count per bucket, the last
+    one above every bound), whose sum is ``total`` as nearly as floats
+    allow (exactly when the counts and the sum are consistent, that is
+    when they came from real observations in these buckets)."""
+    lows = [-math.inf] + [float(b) for b in bounds]
+    highs = [float(b) for b in bounds] + [math.inf]
+    # one value per non-empty bucket, then moved within the bucket
+    groups = []             # [value, low, high, count]
+    for low, high, count in zip(lows, highs, counts):
+        if not count:
+            continue
+        if high != math.inf:
+            value = high                            # a bucket holds its upper bound
+        elif low != -math.inf:
+            value = low + max(abs(low), 1.0)        # above the last bound
+        else:
+            value = total / count                   # no bounds at all
+        groups.append([value, low, high, count])
+    delta = total - sum(value * count for value, _, _, count in groups)
+    if delta > 0:
+        # only the +Inf bucket's values can grow
+        up = [g for g in groups if g[2] == math.inf]
+        n_up = sum(g[3] for g in up)
+        for g in up:
+            g[0] += delta / n_up
+    elif delta < 0:
+        # down towards each bucket's lower bound (excluded), in proportion
+        # to the room each has; the first bucket's have no floor
+        bounded = [g for g in groups if g[1] != -math.inf]
+        room = sum((g[0] - g[1]) * g[3] for g in bounded)
+        floorless = [g for g in groups if g[1] == -math.inf]
+        share = min(-delta / room, 1.0) if room > 0 and (room > -delta or not floorless) else 0.0
+        for g in bounded:
+            g[0] = max(g[0] - share * (g[0] - g[1]), math.nextafter(g[1], math.inf))
+        rest = total - sum(value * count for value, _, _, count in groups)
+        n_floorless = sum(g[3] for g in floorless)
+        if rest < 0 and n_floorless:
+            for g in floorless:
+                g[0] += rest / n_floorless
+    return [value for value, _, _, count in groups for _ in range(count)]
 
 
 def _split_stat_name(name):
@@ -616,11 +874,23 @@ class VllmTierWrapper(Kv.SecondaryTier):
     """A vLLM secondary tier as a ``Kv.SecondaryTier`` (see
     :func:`wrap_tier`). The wrapped object's methods run on the owner
     thread, where the kvtier manager calls the vfuncs; its results reach
-    the manager through ``get_finished_jobs``, as under vLLM."""
+    the manager through ``get_finished_jobs``, as under vLLM.
+
+    vLLM's tier interface has no cancellation: a store handed to the vLLM
+    tier runs to its end, and may publish after its deadline failed it.
+    The wrapper says so (``can-cancel-stores`` is ``False``), so that the
+    manager keeps such a store's primary slots pinned until the vLLM tier
+    reports it. A subclass made from C (by a tier module loader) gets its
+    construct properties from its maker, not from ``__init__``: the maker
+    passes ``can-cancel-stores=False`` too."""
 
     __gtype_name__ = 'KvtierVllmTier'
 
     def __init__(self, vllm_tier=None, **properties):
+        # Constructed here (not wrapped after g_object_new() from C, which
+        # passes no property): state what vLLM's interface cannot do.
+        if properties:
+            properties.setdefault('can_cancel_stores', False)
         super().__init__(**properties)
         self._vllm = vllm_tier
         self._contexts = {}          # request id -> vLLM ReqContext
@@ -633,9 +903,12 @@ class VllmTierWrapper(Kv.SecondaryTier):
     def _ctx(self, request):
         ctx = self._contexts.get(request.get_id())
         if ctx is None:
+            # By keyword: newer vLLM has kv_hints between the parameters and
+            # the filter.
             ctx = self._contexts[request.get_id()] = types.ReqContext(
-                request.get_id(), _params_dict(request.get_transfer_params()),
-                _tier_filter_from_kv(request.get_load_tier_filter()))
+                req_id=request.get_id(),
+                kv_transfer_params=_params_dict(request.get_transfer_params()),
+                load_tier_filter=_tier_filter_from_kv(request.get_load_tier_filter()))
         return ctx
 
     @staticmethod
@@ -666,7 +939,7 @@ class VllmTierWrapper(Kv.SecondaryTier):
         self._vllm.touch([k.to_offload_key().get_data() for k in keys], self._ctx(request))
 
     def _submit(self, job, submit):
-        vjob = types.TransferJob(
+        vjob = types.transfer_job(
             job.get_id(), [k.to_offload_key().get_data() for k in job.get_keys()],
             numpy.array(job.get_chunk_ids(), dtype=numpy.int64 if not job.is_promotion()
                         else numpy.int32),
@@ -698,8 +971,9 @@ class VllmTierWrapper(Kv.SecondaryTier):
                 [k for k in job.get_keys() if k.to_offload_key().get_data() in landed])
         if result.transfer_time is not None:
             kv_result.set_transfer_time(float(result.transfer_time))
-        if result.transfer_bytes is not None:
-            kv_result.set_transfer_bytes(int(result.transfer_bytes))
+        transfer_bytes = getattr(result, 'transfer_bytes', None)     # newer vLLM only
+        if transfer_bytes is not None:
+            kv_result.set_transfer_bytes(int(transfer_bytes))
         return kv_result
 
     def _collect(self):
@@ -762,9 +1036,26 @@ class VllmTierWrapper(Kv.SecondaryTier):
         if stats is None or stats.is_empty():
             return None
         kv_stats = Kv.Stats.new()
-        for name, value in stats.reduce().items():
+        data = getattr(stats, 'data', None)
+        if isinstance(data, dict) and isinstance(data.get('types'), dict) and \
+                isinstance(data.get('data'), dict):
+            # vLLM's self-describing layout: every kind keeps its kind.
+            record = {'counter': kv_stats.increase_counter, 'gauge': kv_stats.set_gauge,
+                      'histogram': kv_stats.observe_histogram}
+            for name, by_labels in data['data'].items():
+                add = record.get(data['types'].get(name))
+                if add is None:
+                    log.warning('vLLM tier %s reported %s of no known kind; dropped',
+                                self.get_tier_type(), name)
+                    continue
+                for labels, value in by_labels.items():
+                    labels = [str(x) for x in labels] or None
+                    for observation in value if isinstance(value, list) else (value,):
+                        add(name, float(observation), labels)
+            return kv_stats
+        for name, value in stats.reduce().items():      # any other stats object
             metric, labels = _split_stat_name(name)
-            kv_stats.increase_counter(metric, float(value), [str(x) for x in labels])
+            kv_stats.increase_counter(metric, float(value), [str(x) for x in labels] or None)
         return kv_stats
 
 
@@ -774,7 +1065,9 @@ def wrap_tier(vllm_tier, primary, tier_type=None, **properties):
     ``vllm_tier`` was given as its ``primary_kv_view`` (see
     :func:`primary_kv_view`). ``properties`` are ``Kv.SecondaryTier``
     properties (``locality``, ``medium``...); the medium and locality
-    default to the vLLM tier's. Add the result to a manager with
+    default to the vLLM tier's. The result cannot cancel stores
+    (``can-cancel-stores`` is ``False``: vLLM's interface has no
+    cancellation). Add it to a manager with
     ``Kv.TieringManager.add_tier()``."""
     medium = getattr(vllm_tier, 'medium', None)
     locality = getattr(vllm_tier, 'locality', None)

@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: LGPL-2.1-or-later */
+#include "config.h"
+
+#include "kv-chunk-name.h"
+
+#include <string.h>
+
+/* Writes @len bytes at @data as 2 * @len lowercase hex digits at @out (no
+ * NUL); returns where the digits end. */
+char *
+kv_chunk_name_write_hex (char         *out,
+                         const guint8 *data,
+                         gsize         len)
+{
+  static const char hex[] = "0123456789abcdef";
+
+  for (gsize i = 0; i < len; i++)
+    {
+      *out++ = hex[data[i] >> 4];
+      *out++ = hex[data[i] & 0xf];
+    }
+  return out;
+}
+
+/* "<head><digest hex><separator>": what the names of one namespace's
+ * chunks start with. @head may be empty. */
+char *
+kv_chunk_name_namespace_prefix (const char   *head,
+                                const guint8  digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                char          separator)
+{
+  gsize head_len = strlen (head);
+  char *prefix = g_malloc (head_len + 2 * KV_CHUNK_NAMESPACE_DIGEST_LEN + 2);
+  char *p;
+
+  memcpy (prefix, head, head_len);
+  p = kv_chunk_name_write_hex (prefix + head_len, digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
+  *p++ = separator;
+  *p = '\0';
+  return prefix;
+}
+
+/* "<prefix><hash hex>_g<group>" of @key; @prefix_len is strlen (@prefix). */
+char *
+kv_chunk_name_for_key (const char  *prefix,
+                       gsize        prefix_len,
+                       const KvKey *key)
+{
+  gsize len = 0;
+  const guint8 *hash = kv_key_get_hash (key, &len);
+  /* "_g" and a guint32 in decimal, and the NUL */
+  gsize suffix_size = 2 + 10 + 1;
+  char *name = g_malloc (prefix_len + 2 * len + suffix_size);
+  char *p;
+
+  memcpy (name, prefix, prefix_len);
+  p = kv_chunk_name_write_hex (name + prefix_len, hash, len);
+  g_snprintf (p, suffix_size, "_g%u", kv_key_get_group (key));
+  return name;
+}

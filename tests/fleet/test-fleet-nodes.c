@@ -10,7 +10,6 @@
 #include <signal.h>
 
 #include "test-dir.h"
-#include "test-leak-check.h"
 #include "test-peer-harness.h"
 
 /*
@@ -402,6 +401,5 @@ main (int   argc,
   g_test_add_func ("/fleet/nodes/three-nodes", test_three_nodes);
   status = g_test_run ();
   harness_cleanup ();
-  test_leak_check_now ();
   return status;
 }

@@ -10,7 +10,6 @@
 #include <sys/socket.h>
 
 #include "kv-chunk-format.h"
-#include "test-leak-check.h"
 #include "kv-peer-frame.h"
 #include "kv-peer-handshake.h"
 #include "test-peer-harness.h"
@@ -714,6 +713,5 @@ main (int   argc,
   g_test_add_func ("/peer-hostile/tls", test_tls);
   status = g_test_run ();
   harness_cleanup ();
-  test_leak_check_now ();
   return status;
 }

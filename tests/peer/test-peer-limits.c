@@ -13,7 +13,6 @@
 #include "kv-chunk-format.h"
 #include "kv-peer-frame.h"
 #include "kv-peer-handshake.h"
-#include "test-leak-check.h"
 #include "test-peer-harness.h"
 
 /* A `kvtier serve` node's limits against connections that hold on: what
@@ -701,17 +700,5 @@ main (int   argc,
   g_clear_object (&tls_ca);
   g_clear_pointer (&tls_settings, g_free);
   harness_cleanup ();
-#if defined(__SANITIZE_ADDRESS__)
-  /* LeakSanitizer's tracer itself crashes ("Tracer caught signal 11")
-   * when it checks this process, which ran thousands of connections on
-   * many threads: every sanitized run with all cases passing ended in
-   * exit 1, at the check now or at exit alike (see test-leak-check.c).
-   * The nodes under test are checked at their own exits; this process,
-   * the test's driver, leaves without the check. */
-  fflush (stdout);
-  _exit (status);
-#else
-  test_leak_check_now ();
   return status;
-#endif
 }

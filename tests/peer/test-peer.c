@@ -11,7 +11,6 @@
 #include "kv-peer-handshake.h"
 #include "test-dir.h"
 #include "test-peer-harness.h"
-#include "test-leak-check.h"
 
 /* The peer tier between real processes on 127.0.0.1: `kvtier serve` nodes
  * serving synthetic chunks, and this process as the asking node. */
@@ -703,6 +702,5 @@ main (int   argc,
   g_test_add_func ("/peer/damaged-data", test_damaged_data);
   status = g_test_run ();
   harness_cleanup ();
-  test_leak_check_now ();
   return status;
 }

@@ -8,7 +8,6 @@
 
 #include "test-chunk-data.h"
 #include "test-dir.h"
-#include "test-leak-check.h"
 #include "test-redis-server.h"
 #include "test-redis-tier.h"
 #include "test-tier-job.h"
@@ -1000,6 +999,5 @@ main (int argc, char **argv)
   g_clear_object (&buffer);
   g_free (test_dir);
   g_free (seed);
-  test_leak_check_now ();
   return status;
 }

@@ -8,7 +8,6 @@
 #include "kv-redis-slot-map.h"
 #include "test-chunk-data.h"
 #include "test-dir.h"
-#include "test-leak-check.h"
 #include "test-manager-stack.h"
 #include "test-redis-server.h"
 #include "test-redis-tier.h"
@@ -1474,6 +1473,5 @@ main (int argc, char **argv)
   redis_server_clear (&shared_server);
   test_dir_remove (test_dir);
   g_free (test_dir);
-  test_leak_check_now ();
   return status;
 }

@@ -4,7 +4,6 @@
 #include "test-s3-common.h"
 #include "kv-s3-sigv4.h"
 #include "s3-fake-server.h"
-#include "test-leak-check.h"
 
 /* The s3 tier's HTTP client (plugins/s3/kv-s3-client.c): against the real
  * Ceph RADOS Gateway (one per run of this program), byte-exact bodies in
@@ -956,6 +955,5 @@ main (int   argc,
   g_test_add_func ("/s3-client/gateway/bad-credentials", test_bad_credentials);
   status = g_test_run ();
   s3_test_stop_gateway ();
-  test_leak_check_now ();
   return status;
 }

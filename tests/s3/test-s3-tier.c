@@ -13,7 +13,6 @@
 #include "s3-fake-server.h"
 #include "test-chunk-data.h"
 #include "test-dir.h"
-#include "test-leak-check.h"
 #include "test-manager-stack.h"
 #include "test-tier-job.h"
 
@@ -1201,6 +1200,5 @@ main (int   argc,
   s3_test_stop_gateway ();
   test_dir_remove (test_dir);
   g_free (test_dir);
-  test_leak_check_now ();
   return status;
 }

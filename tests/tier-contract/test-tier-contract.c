@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "contract-factory.h"
-#include "test-leak-check.h"
 #include "test-manager-stack.h"
 
 /*
@@ -1340,6 +1339,5 @@ main (int argc, char **argv)
   status = g_test_run ();
   if (factory->teardown != NULL)
     factory->teardown ();
-  test_leak_check_now ();
   return status;
 }

@@ -73,9 +73,13 @@ pythondir=$(dirname "$(dirname "$(find "$prefix" -path '*/kvtier/__init__.py' | 
 [ -d "$pythondir" ] || fail "the kvtier Python package is not installed under $prefix"
 
 # ---- the CLI ---------------------------------------------------------------
-"${clean_env[@]}" kvtier --version | grep -q '^kvtier ' || fail "kvtier --version"
-ldd "$prefix/bin/kvtier" | grep -q "libkvtier-1.so.0 => $libdir/libkvtier-1.so.0" ||
-  fail "kvtier does not find $libdir/libkvtier-1.so.0 by itself: $(ldd "$prefix/bin/kvtier" | grep kvtier)"
+# (output is taken whole before grep -q reads it: under pipefail, a writer
+# that grep -q leaves early dies of SIGPIPE and fails the pipeline)
+version=$("${clean_env[@]}" kvtier --version) || fail "kvtier --version"
+grep -q '^kvtier ' <<<"$version" || fail "kvtier --version printed: $version"
+libs=$(ldd "$prefix/bin/kvtier")
+grep -q "libkvtier-1.so.0 => $libdir/libkvtier-1.so.0" <<<"$libs" ||
+  fail "kvtier does not find $libdir/libkvtier-1.so.0 by itself: $(grep kvtier <<<"$libs")"
 pass "kvtier runs from the prefix without LD_LIBRARY_PATH"
 
 plugins=$("${clean_env[@]}" kvtier plugins)
@@ -116,8 +120,8 @@ for page in kvtier kvtier-bench kvtier-config kvtier-peer; do
   found=$("${clean_env[@]}" man -w "$page" 2>&1) || fail "man $page: $found"
   [ "$found" = "$prefix/share/man/man1/$page.1" ] || fail "man $page found $found"
 done
-"${clean_env[@]}" MANWIDTH=100 man -P cat kvtier-bench 2>/dev/null | grep -q -- '--chunk-size' ||
-  fail "man kvtier-bench does not document --chunk-size"
+man_text=$("${clean_env[@]}" MANWIDTH=100 man -P cat kvtier-bench 2>/dev/null) || fail "man kvtier-bench"
+grep -q -- '--chunk-size' <<<"$man_text" || fail "man kvtier-bench does not document --chunk-size"
 pass "man kvtier, kvtier-bench, kvtier-config, kvtier-peer"
 
 # ---- C, through pkg-config -------------------------------------------------------
@@ -153,7 +157,8 @@ EOF
 "${clean_env[@]}" cc -o "$work/use-kvtier" "$work/use-kvtier.c" \
   $("${pc[@]}" --cflags --libs kvtier-1) -Wl,-rpath,"$("${pc[@]}" --variable=libdir kvtier-1)" ||
   fail "a C program does not build with pkg-config kvtier-1"
-"${clean_env[@]}" "$work/use-kvtier" | grep -q '^kvtier ' || fail "the C program did not run"
+ran=$("${clean_env[@]}" "$work/use-kvtier") || fail "the C program failed"
+grep -q '^kvtier ' <<<"$ran" || fail "the C program did not run: $ran"
 pass "C: pkg-config kvtier-1 (cflags, libs, plugindir), plugins from the prefix"
 
 # ---- Python ------------------------------------------------------------------------

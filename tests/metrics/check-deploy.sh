@@ -48,7 +48,7 @@ fi
 if command -v promtool >/dev/null; then
   cp "$deploy/prometheus.yml" "$deploy/kvtier-alerts.yml" "$tmp/"
   out=$(cd "$tmp" && quietly promtool check config prometheus.yml)
-  if printf '%s\n' "$out" | grep -qi warning; then
+  if grep -qi warning <<<"$out"; then
     printf '%s\n' "$out" >&2
     echo "FAILED: promtool check config printed warnings" >&2
     exit 1

@@ -523,6 +523,8 @@ check_peer (Report         *report,
     }
   /* the socket's timeout bounds the connect and every read and write */
   g_socket_client_set_timeout (client, MAX (1, (s->io_timeout_ms + 999) / 1000));
+  /* as the peer tier connects: no system proxy in between */
+  g_socket_client_set_enable_proxy (client, FALSE);
   connection = g_socket_client_connect (client, connectable, NULL, &error);
   if (connection == NULL)
     {

@@ -389,6 +389,8 @@ connect_link (KvPeerClient  *self,
   link->record_buf = g_malloc (KV_PEER_DATA_PREFIX_SIZE + KV_CHUNK_HEADER_SIZE);
   link->record_header = link->record_buf + KV_PEER_DATA_PREFIX_SIZE;
   link->hasher = kv_chunk_hasher_new ();
+  /* straight to the peer: no system proxy between two cache nodes */
+  g_socket_client_set_enable_proxy (client, FALSE);
   link->socket_conn = g_socket_client_connect (client, self->connectable, cancellable, error);
   if (link->socket_conn == NULL)
     goto failed;

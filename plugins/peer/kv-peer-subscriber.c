@@ -315,6 +315,8 @@ connect_link (KvPeerSubscriber  *self,
 
   link->buf = g_byte_array_new ();
   g_socket_client_set_timeout (client, MAX (1, (self->io_timeout_ms + 999) / 1000));
+  /* straight to the node: no system proxy between a router and its fleet */
+  g_socket_client_set_enable_proxy (client, FALSE);
   link->socket_conn = g_socket_client_connect (client, self->connectable, self->cancellable, error);
   if (link->socket_conn == NULL)
     return FALSE;

@@ -845,6 +845,9 @@ start_connect (KvRedisConnection *self)
 {
   g_autoptr(GSocketClient) client = g_socket_client_new ();
 
+  /* straight to the server: no system proxy between a cache and its store */
+  g_socket_client_set_enable_proxy (client, FALSE);
+
   if (self->config.tls)
     {
       g_socket_client_set_tls (client, TRUE);

@@ -3,6 +3,7 @@
 
 #include "kv-tiering-manager.h"
 #include "kv-tiering-manager-private.h"
+#include "kv-tiering-manager-instance-private.h"
 
 #include <errno.h>
 #include <string.h>
@@ -76,124 +77,10 @@
 
 typedef struct
 {
-  guint64 id;
-  KvTransferJob *job;
-  guint tier;
-  gboolean lazy;      /* a promotion whose tier reserves its slots */
-  gboolean reserved;  /* lazy: the tier asked for its slots (once) */
-  gboolean has_slots; /* the job holds primary slots */
-  KvJobKind kind;
-} JobEntry;
-
-typedef struct
-{
   KvRequest *request;
   GPtrArray *keys;        /* KvKey, owned */
   GArray *chunk_ids;      /* guint32 */
 } PendingPromotion;
-
-typedef struct
-{
-  KvRequest *request;
-  guint pending_primary_stores;
-  gboolean finished;
-  guint origin;           /* tier that started a remote request, or NONE */
-  GArray *request_level_tiers;  /* guint tier indices; NULL when none */
-  GPtrArray *parked_keys; /* KvKey, owned: request-level cascade keys still pending */
-} RequestState;
-
-typedef struct
-{
-  KvSecondaryTier *tier;
-  KvTierParent *parent;
-  KvMedium medium;
-  KvLocality locality;
-  /* promotions allocated this step, submitted at its end, in insertion order */
-  GPtrArray *pending_loads;         /* PendingPromotion */
-  GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
-  gboolean lazy;                    /* the tier reserves its loads' slots */
-  gboolean no_cascades;             /* the tier does not accept cascaded stores */
-  /* results the manager produced itself for jobs a tier refused at submit */
-  GPtrArray *refused;               /* KvJobResult */
-  /* the tier reports through complete_job() and the default
-   * get_finished_jobs(): a step with nothing queued skips the call */
-  gboolean default_drain;
-} TierSlot;
-
-struct _KvTieringManager
-{
-  GObject parent_instance;
-
-  KvPrimaryTier *primary;
-  KvClock *clock;
-  GArray *tiers;            /* TierSlot */
-
-  guint64 next_job_id;
-  GHashTable *jobs;         /* guint64* (JobEntry.id) → JobEntry */
-  GHashTable *requests;     /* req id → RequestState */
-  guint n_parked_requests;
-
-  /* The one hook every metric goes through: NULL with metrics off. */
-  const KvTieringManagerHooks *hooks;
-  gpointer hooks_data;
-  KvTieringMetrics *metrics;  /* the hook's data with metrics on, from construction */
-
-  gboolean enable_metrics;
-  gboolean processed_jobs_this_step;
-  gboolean started;
-  gboolean shut_down;
-
-  int wakeup_fd;
-  gint wakeup_pending;      /* atomic: something was written to wakeup_fd */
-
-  /* slots of jobs failed at their deadline that the tier may still touch
-   * (promotions it may write, cascades of a tier that cannot cancel
-   * stores, which it may read): guint64* job id → HeldSlots, until the
-   * tier answers */
-  GHashTable *held_slots;
-
-  /* leases of chunks pinned for tiers to read (KvParentManager.pin),
-   * released from any thread: NULL until the first pin */
-  KvPinTable *pins;
-
-  KvOwnerThread owner;      /* shared with the primary tier */
-
-  KvAdmissionPolicy *admission;
-  KvAdmissionPolicyInterface *admission_iface;  /* cached: one indirect call per job */
-
-  /* 0: off. A request waiting longer on a HIT_PENDING chunk gets MISS. */
-  gint64 hit_pending_deadline_us;
-
-  /* Keys of lazy promotions not reserved yet: they answer HIT_PENDING
-   * though the primary tier does not know them. KvKey (owned) → itself. */
-  GHashTable *lazy_promoting;
-  guint n_lazy_tiers;
-  /* Lazy promotions found by this step's lookups, submitted at its end:
-   * until then the step's stores leave them room, as they would a slot
-   * allocated at lookup time. */
-  guint n_lazy_claims;
-
-  /* addresses used as request-state owners */
-  guint8 pending_wait_tag;      /* GHashTable KvKey → first HIT_PENDING time */
-  guint8 promotion_failed_tag;  /* a lazy promotion of the request failed */
-};
-
-typedef struct
-{
-  guint64 id;
-  GArray *slots;            /* guint32: a promotion's, out of use */
-  GPtrArray *pinned;        /* KvKey: a cascade's, still pinned */
-} HeldSlots;
-
-static void
-held_slots_free (gpointer data)
-{
-  HeldSlots *held = data;
-
-  g_clear_pointer (&held->slots, g_array_unref);
-  g_clear_pointer (&held->pinned, g_ptr_array_unref);
-  g_free (held);
-}
 
 enum {
   PROP_0,
@@ -213,13 +100,6 @@ static gboolean reserve_lazy_promotion (gpointer          user_data,
                                         KvSecondaryTier  *tier,
                                         KvTransferJob    *job,
                                         GError          **error);
-
-/* The checks of the public entry points. OWNER_SERVE binds the owner
- * thread at the first call; OWNER_SETUP (configuration and getters) only
- * checks once a thread owns the manager, so that a manager may be built and
- * configured on one thread and driven from another. */
-#define OWNER_SERVE(self, val) KV_OWNER_CHECK_RETURN (&(self)->owner, "KvTieringManager", TRUE, val)
-#define OWNER_SETUP(self, val) KV_OWNER_CHECK_RETURN (&(self)->owner, "KvTieringManager", FALSE, val)
 
 gboolean
 _kv_owner_thread_check_slow (KvOwnerThread *owner,
@@ -267,22 +147,6 @@ static GType request_type;
 #define IS_MANAGER(instance) IS_INSTANCE_OF_FINAL (instance, manager_type)
 #define IS_REQUEST(instance) IS_INSTANCE_OF_FINAL (instance, request_type)
 
-/* Reports an event to the hook, if there is one. */
-#define HOOK(self, event, ...) \
-  G_STMT_START { \
-    if ((self)->hooks != NULL) \
-      (self)->hooks->event ((self)->hooks_data, __VA_ARGS__); \
-  } G_STMT_END
-
-static void
-job_entry_free (gpointer data)
-{
-  JobEntry *entry = data;
-
-  kv_transfer_job_unref (entry->job);
-  g_free (entry);
-}
-
 static void
 pending_promotion_free (gpointer data)
 {
@@ -297,7 +161,7 @@ pending_promotion_free (gpointer data)
 static void
 request_state_free (gpointer data)
 {
-  RequestState *state = data;
+  KvRequestState *state = data;
 
   g_object_unref (state->request);
   g_clear_pointer (&state->request_level_tiers, g_array_unref);
@@ -308,7 +172,7 @@ request_state_free (gpointer data)
 static void
 tier_slot_clear (gpointer data)
 {
-  TierSlot *slot = data;
+  KvTierSlot *slot = data;
 
   g_clear_object (&slot->tier);
   g_clear_object (&slot->parent);
@@ -317,16 +181,9 @@ tier_slot_clear (gpointer data)
   g_clear_pointer (&slot->refused, g_ptr_array_unref);
 }
 
-static inline TierSlot *
-tier_slot (KvTieringManager *self,
-           guint             index)
-{
-  return &g_array_index (self->tiers, TierSlot, index);
-}
-
 /* Runs on whatever thread completed a job: only touches the eventfd. */
-static void
-kv_tiering_manager_tier_queued (gpointer user_data)
+void
+_kv_tiering_manager_tier_queued (gpointer user_data)
 {
   KvTieringManager *self = user_data;
   guint64 one = 1;
@@ -360,7 +217,7 @@ kv_tiering_manager_dispose (GObject *object)
     {
       for (guint i = 0; i < self->tiers->len; i++)
         {
-          TierSlot *slot = tier_slot (self, i);
+          KvTierSlot *slot = tier_slot (self, i);
 
           if (slot->tier != NULL)
             {
@@ -370,16 +227,8 @@ kv_tiering_manager_dispose (GObject *object)
         }
       g_clear_pointer (&self->tiers, g_array_unref);
     }
-  g_clear_pointer (&self->jobs, g_hash_table_unref);
+  _kv_job_table_dispose (&self->jobs);
   g_clear_pointer (&self->requests, g_hash_table_unref);
-  if (self->pins != NULL)
-    {
-      g_autoptr(GPtrArray) left = _kv_pin_table_close (self->pins, NULL);
-
-      /* not unpinned here, where any thread may be: the leases' later
-       * releases fail cleanly */
-      g_clear_pointer (&self->pins, _kv_pin_table_unref);
-    }
   if (self->primary != NULL)
     _kv_primary_tier_set_owner (self->primary, NULL);
   if (self->metrics != NULL && self->primary != NULL)
@@ -401,7 +250,7 @@ kv_tiering_manager_finalize (GObject *object)
 
   if (self->wakeup_fd >= 0)
     close (self->wakeup_fd);
-  g_clear_pointer (&self->held_slots, g_hash_table_unref);
+  _kv_job_table_finalize (&self->jobs);
   g_clear_pointer (&self->lazy_promoting, g_hash_table_unref);
 
   G_OBJECT_CLASS (kv_tiering_manager_parent_class)->finalize (object);
@@ -604,11 +453,10 @@ static void
 kv_tiering_manager_init (KvTieringManager *self)
 {
   self->enable_metrics = TRUE;
-  self->tiers = g_array_new (FALSE, TRUE, sizeof (TierSlot));
+  self->tiers = g_array_new (FALSE, TRUE, sizeof (KvTierSlot));
   g_array_set_clear_func (self->tiers, tier_slot_clear);
-  self->jobs = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, job_entry_free);
+  _kv_job_table_init (&self->jobs);
   self->requests = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, request_state_free);
-  self->held_slots = g_hash_table_new_full (g_int64_hash, g_int64_equal, NULL, held_slots_free);
   self->lazy_promoting = g_hash_table_new_full (kv_key_hash, kv_key_equal,
                                                 (GDestroyNotify) kv_key_unref, NULL);
   self->hit_pending_deadline_us = 60 * G_USEC_PER_SEC;
@@ -653,7 +501,7 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
                              KvSecondaryTier   *tier,
                              GError           **error)
 {
-  TierSlot slot = { 0 };
+  KvTierSlot slot = { 0 };
 
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
   g_return_val_if_fail (KV_IS_SECONDARY_TIER (tier), FALSE);
@@ -709,7 +557,7 @@ kv_tiering_manager_add_tier (KvTieringManager  *self,
       kv_tiering_metrics_add_label (self->metrics, label);
   }
 
-  _kv_secondary_tier_set_queued_func (tier, kv_tiering_manager_tier_queued, self);
+  _kv_secondary_tier_set_queued_func (tier, _kv_tiering_manager_tier_queued, self);
   if (slot.lazy)
     {
       self->n_lazy_tiers++;
@@ -797,556 +645,13 @@ ensure_started (KvTieringManager *self)
   self->started = TRUE;
 }
 
-/* ---- jobs ---------------------------------------------------------------- */
-
-/* Registers an admitted job and tells the admission policy. A lazy
- * promotion holds no slot yet (@chunk_ids are all G_MAXUINT32). */
-static KvTransferJob *
-register_job (KvTieringManager *self,
-              KvKey * const    *keys,
-              const guint32    *chunk_ids,
-              guint             n_keys,
-              KvJobKind         kind,
-              KvRequest        *request,
-              guint             tier,
-              gboolean          lazy)
-{
-  JobEntry *entry = g_new (JobEntry, 1);
-
-  entry->id = self->next_job_id++;
-  entry->job = kv_transfer_job_new (entry->id, keys, chunk_ids, n_keys,
-                                    kind == KV_JOB_KIND_PROMOTION, request);
-  kv_transfer_job_set_submit_time (entry->job, kv_clock_get_time (self->clock));
-  entry->tier = tier;
-  entry->lazy = lazy;
-  entry->reserved = FALSE;
-  entry->has_slots = !lazy;
-  entry->kind = kind;
-  g_hash_table_insert (self->jobs, &entry->id, entry);
-  /* a lazy promotion's slots count from their reservation */
-  HOOK (self, job_registered, tier + 1, kind, lazy ? 0 : n_keys);
-  if (self->admission_iface->on_admitted != NULL)
-    self->admission_iface->on_admitted (self->admission, entry->job, tier);
-  return entry->job;
-}
-
-/* The admission policy's verdict on @terminated (NULL-terminated keys),
- * asked before anything is pinned, allocated or numbered. */
-static inline gboolean
-policy_admits (KvTieringManager *self,
-               KvKey * const    *terminated,
-               guint             tier,
-               gboolean          is_promotion)
-{
-  if (G_UNLIKELY (self->admission_iface->should_admit == NULL))
-    return TRUE;
-  return self->admission_iface->should_admit (self->admission, (KvKey **) terminated,
-                                              tier, is_promotion);
-}
-
-/* @keys NULL-terminated for the policy (binding-friendly): in @room when
- * it holds @n_keys + 1, else in *@heap, which the caller frees. */
-static inline KvKey **
-terminate_keys (KvKey * const *keys,
-                guint          n_keys,
-                KvKey        **room,
-                guint          room_size,
-                KvKey       ***heap)
-{
-  KvKey **terminated = room;
-
-  if (n_keys + 1 > room_size)
-    terminated = *heap = g_new (KvKey *, n_keys + 1);
-  if (n_keys > 0)
-    memcpy (terminated, keys, n_keys * sizeof (KvKey *));
-  terminated[n_keys] = NULL;
-  return terminated;
-}
-
-/* A tier that refuses a submission still gets its job reported exactly
- * once: the manager queues a failed result that the next poll consumes as
- * if the tier had reported it. */
-static void
-refuse_job (KvTieringManager *self,
-            guint             tier,
-            KvTransferJob    *job,
-            const GError     *error)
-{
-  TierSlot *slot = tier_slot (self, tier);
-
-  g_warning ("Tier #%u (%s) refused %s job %" G_GUINT64_FORMAT ": %s",
-             tier + 1, kv_secondary_tier_get_tier_type (slot->tier),
-             kv_transfer_job_is_promotion (job) ? "load" : "store",
-             kv_transfer_job_get_id (job), error->message);
-  g_ptr_array_add (slot->refused, kv_job_result_new (kv_transfer_job_get_id (job), FALSE));
-  kv_tiering_manager_tier_queued (self);
-}
-
-/* Pins @keys for reading and registers a store job under @tier, which
- * admitted it. */
-static KvTransferJob *
-create_admitted_store_job (KvTieringManager  *self,
-                           KvKey * const     *keys,
-                           guint              n_keys,
-                           KvRequest         *request,
-                           guint              tier,
-                           KvJobKind          kind,
-                           GError           **error)
-{
-  guint32 stack_ids[64];
-  g_autofree guint32 *heap_ids = NULL;
-  guint32 *chunk_ids = stack_ids;
-
-  if (n_keys > G_N_ELEMENTS (stack_ids))
-    chunk_ids = heap_ids = g_new (guint32, n_keys);
-  if (!kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, error))
-    return NULL;
-  return register_job (self, keys, chunk_ids, n_keys, kind, request, tier, FALSE);
-}
-
-/* A tier's own store (KvParentManager): asks the admission policy first,
- * as a store to @tier (vLLM's create_store_job); a refusal pins nothing
- * and consumes no job id, and the tier answers its peer with a miss. */
-KvTransferJob *
-_kv_tiering_manager_create_store_job (KvTieringManager  *self,
-                                      KvKey * const     *keys,
-                                      guint              n_keys,
-                                      KvRequest         *request,
-                                      guint              tier,
-                                      GError           **error)
-{
-  KvKey *room[65];
-  g_autofree KvKey **heap = NULL;
-
-  g_return_val_if_fail (tier < self->tiers->len, NULL);
-
-  if (!policy_admits (self, terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap),
-                      tier, FALSE))
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
-                   "The admission policy (%s) refused a store of %u chunks to tier #%u (%s); "
-                   "answer them as a miss",
-                   G_OBJECT_TYPE_NAME (self->admission), n_keys, tier + 1,
-                   kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier));
-      return NULL;
-    }
-  return create_admitted_store_job (self, keys, n_keys, request, tier, KV_JOB_KIND_SERVED, error);
-}
-
-/* Pins the ready keys of @keys for @tier (KvParentManager.pin): all at
- * once when every key is ready, else one by one. No admission, no job: a
- * lease is not a transfer into a tier. The served-store metrics count it
- * as one served job. */
-KvPinLease *
-_kv_tiering_manager_pin (KvTieringManager  *self,
-                         KvKey * const     *keys,
-                         guint              n_keys,
-                         guint              tier,
-                         GError           **error)
-{
-  guint32 *chunk_ids;
-  KvPinLease *lease;
-  guint n_pinned = 0;
-
-  g_return_val_if_fail (tier < self->tiers->len, NULL);
-  OWNER_SERVE (self, NULL);
-
-  if (self->shut_down)
-    {
-      g_set_error_literal (error, KV_TIER_ERROR, KV_TIER_ERROR_CLOSED,
-                           "Cannot pin chunks: the tiering manager was shut down");
-      return NULL;
-    }
-
-  chunk_ids = g_new (guint32, MAX (n_keys, 1));
-  if (n_keys > 0 && kv_primary_tier_prepare_read (self->primary, keys, n_keys, chunk_ids, NULL))
-    n_pinned = n_keys;
-  else
-    for (guint i = 0; i < n_keys; i++)
-      if (kv_primary_tier_prepare_read (self->primary, &keys[i], 1, &chunk_ids[i], NULL))
-        n_pinned++;
-      else
-        chunk_ids[i] = G_MAXUINT32;
-
-  if (self->pins == NULL)
-    self->pins = _kv_pin_table_new (self->clock, kv_tiering_manager_tier_queued, self);
-  lease = _kv_pin_table_add (self->pins, tier, keys, chunk_ids, n_keys);
-  if (n_pinned > 0)
-    HOOK (self, job_registered, tier + 1, KV_JOB_KIND_SERVED, n_pinned);
-  return lease;
-}
-
-/* Unpins the chunks of a lease taken from the table (owner thread). */
-static void
-unpin_lease (KvTieringManager *self,
-             KvPinLease       *lease)
-{
-  guint n_pinned;
-  KvKey **pinned = _kv_pin_lease_get_pinned (lease, &n_pinned);
-
-  if (n_pinned == 0)
-    return;
-  kv_primary_tier_complete_load (self->primary, pinned, n_pinned);
-  if (self->hooks != NULL)
-    {
-      g_autoptr(KvJobResult) result = kv_job_result_new (0, _kv_pin_lease_get_success (lease));
-
-      kv_job_result_set_transfer_time (result, _kv_pin_lease_get_held_time (lease));
-      self->hooks->job_finished (self->hooks_data, _kv_pin_lease_get_tier (lease) + 1,
-                                 KV_JOB_KIND_SERVED, n_pinned, result);
-    }
-}
-
-static void
-unpin_released_leases (KvTieringManager *self)
-{
-  g_autoptr(GPtrArray) released = _kv_pin_table_take_released (self->pins);
-
-  for (guint i = 0; released != NULL && i < released->len; i++)
-    unpin_lease (self, released->pdata[i]);
-}
-
-static void
-submit_store_job (KvTieringManager *self,
-                  guint             tier,
-                  KvTransferJob    *job)
-{
-  g_autoptr(GError) error = NULL;
-
-  if (!kv_secondary_tier_submit_store (tier_slot (self, tier)->tier, job, &error))
-    refuse_job (self, tier, job, error);
-}
-
-/* Whether @tier takes a cascade of @keys: a tier that does not accept
- * cascaded stores never does (nothing asked, nothing counted); an open
- * circuit breaker or the admission policy may drop it, and a dropped store
- * consumes no job id and pins nothing (reference §6.5; the tier or the
- * policy counts the drop). */
-static gboolean
-cascade_admitted (KvTieringManager *self,
-                  KvKey * const    *terminated,
-                  guint             tier)
-{
-  if (tier_slot (self, tier)->no_cascades)
-    return FALSE;
-  if (_kv_secondary_tier_reject_store (tier_slot (self, tier)->tier))
-    return FALSE;
-  return policy_admits (self, terminated, tier, FALSE);
-}
-
-/* Pins @keys (ready in the primary tier) and submits their store job to
- * @tier, which admitted it. */
-static void
-cascade_admitted_to_tier (KvTieringManager *self,
-                          KvKey * const    *keys,
-                          guint             n_keys,
-                          KvRequest        *request,
-                          guint             tier)
-{
-  g_autoptr(GError) error = NULL;
-  KvTransferJob *job;
-
-  job = create_admitted_store_job (self, keys, n_keys, request, tier, KV_JOB_KIND_CASCADE, &error);
-  if (job == NULL)
-    {
-      g_warning ("Cannot cascade %u chunks of request %s to tier #%u (%s): %s",
-                 n_keys, kv_request_get_id (request), tier + 1,
-                 kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier),
-                 error->message);
-      return;
-    }
-  submit_store_job (self, tier, job);
-}
-
-/* Cascades @keys (ready in the primary tier) to @tier unless it drops the
- * store. */
-static void
-cascade_to_tier (KvTieringManager *self,
-                 KvKey * const    *keys,
-                 guint             n_keys,
-                 KvRequest        *request,
-                 guint             tier)
-{
-  KvKey *room[65];
-  g_autofree KvKey **heap = NULL;
-
-  if (cascade_admitted (self, terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap),
-                        tier))
-    cascade_admitted_to_tier (self, keys, n_keys, request, tier);
-}
-
-/* A successful store of @keys, cascaded to every tier that admits it. In
- * the usual case (every key was being written) each chunk goes straight
- * from written to pinned once per cascade job, in one primary lookup per
- * key; otherwise the primary tier completes the store and each job pins
- * the chunks itself. */
-static void
-complete_store_and_cascade (KvTieringManager *self,
-                            KvKey * const    *keys,
-                            guint             n_keys,
-                            KvRequest        *request)
-{
-  guint *admitted = g_newa (guint, self->tiers->len);
-  guint n_admitted = 0;
-  guint32 stack_ids[64];
-  g_autofree guint32 *heap_ids = NULL;
-  guint32 *chunk_ids = stack_ids;
-  KvKey *room[65];
-  g_autofree KvKey **heap_keys = NULL;
-  KvKey **terminated = NULL;
-
-  for (guint i = 0; i < self->tiers->len; i++)
-    {
-      if (terminated == NULL)
-        terminated = terminate_keys (keys, n_keys, room, G_N_ELEMENTS (room), &heap_keys);
-      if (cascade_admitted (self, terminated, i))
-        admitted[n_admitted++] = i;
-    }
-
-  if (n_keys > G_N_ELEMENTS (stack_ids))
-    chunk_ids = heap_ids = g_new (guint32, n_keys);
-  if (n_admitted > 0 &&
-      _kv_primary_tier_complete_store_pinned (self->primary, keys, n_keys, n_admitted, chunk_ids))
-    {
-      for (guint i = 0; i < n_admitted; i++)
-        submit_store_job (self, admitted[i],
-                          register_job (self, keys, chunk_ids, n_keys, KV_JOB_KIND_CASCADE, request,
-                                        admitted[i], FALSE));
-      return;
-    }
-
-  kv_primary_tier_complete_store (self->primary, keys, n_keys, TRUE);
-  for (guint i = 0; i < n_admitted; i++)
-    cascade_admitted_to_tier (self, keys, n_keys, request, admitted[i]);
-}
-
-/* Applies a load's result to the primary tier: its landed keys become
- * readable, the others are dropped. A result that breaks the partial-load
- * rule (KvJobResult) is a tier bug: trusting it could mark foreign slots
- * ready, so the whole job fails. */
-static void
-complete_promotion (KvTieringManager *self,
-                    guint             tier,
-                    KvTransferJob    *job,
-                    KvJobResult      *result)
-{
-  guint n_keys, n_ok;
-  KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-  KvKey * const *ok = kv_job_result_get_successful_keys (result, &n_ok);
-  const char *why = NULL;
-
-  if (!_kv_job_result_follows_load_rule (result, job, &why))
-    {
-      g_critical ("Tier #%u (%s) reported load job %" G_GUINT64_FORMAT " with a result that "
-                  "breaks the partial-load rule (%s); the whole job is treated as failed",
-                  tier + 1, kv_secondary_tier_get_tier_type (tier_slot (self, tier)->tier),
-                  kv_transfer_job_get_id (job), why);
-      kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
-      return;
-    }
-
-  if (kv_job_result_get_success (result))
-    {
-      kv_primary_tier_complete_store (self->primary, keys, n_keys, TRUE);
-      return;
-    }
-  if (n_ok == 0)
-    {
-      kv_primary_tier_complete_store (self->primary, keys, n_keys, FALSE);
-      return;
-    }
-
-  {
-    g_autofree KvKey **bad = g_new (KvKey *, n_keys - n_ok);
-    guint n_bad = 0;
-
-    /* the landed keys are a subsequence of the job's, in its order */
-    for (guint k = 0, j = 0; k < n_keys; k++)
-      {
-        if (j < n_ok && kv_key_equal (ok[j], keys[k]))
-          j++;
-        else
-          bad[n_bad++] = keys[k];
-      }
-    kv_primary_tier_complete_store (self->primary, ok, n_ok, TRUE);
-    kv_primary_tier_complete_store (self->primary, bad, n_bad, FALSE);
-  }
-}
-
-static void
-process_result (KvTieringManager *self,
-                guint             tier,
-                KvJobResult      *result)
-{
-  TierSlot *slot = tier_slot (self, tier);
-  guint64 id = kv_job_result_get_job_id (result);
-  JobEntry *entry;
-  KvTransferJob *job;
-  gboolean lazy, reserved, has_slots;
-
-  entry = g_hash_table_lookup (self->jobs, &id);
-  if (entry == NULL)
-    {
-      g_warning ("Tier #%u (%s) reported job %" G_GUINT64_FORMAT ", which is not in flight "
-                 "(unknown, or already reported); ignoring it",
-                 tier + 1, kv_secondary_tier_get_tier_type (slot->tier), id);
-      return;
-    }
-  if (entry->tier != tier)
-    {
-      g_warning ("Tier #%u (%s) reported job %" G_GUINT64_FORMAT ", which belongs to tier #%u; "
-                 "ignoring it", tier + 1, kv_secondary_tier_get_tier_type (slot->tier),
-                 id, entry->tier + 1);
-      return;
-    }
-
-  job = kv_transfer_job_ref (entry->job);
-  lazy = entry->lazy;
-  reserved = entry->reserved;
-  has_slots = entry->has_slots;
-  HOOK (self, job_finished, tier + 1, entry->kind,
-        has_slots ? kv_transfer_job_get_n_keys (job) : 0, result);
-  g_hash_table_remove (self->jobs, &id);
-  if (self->admission_iface->on_completed != NULL)
-    self->admission_iface->on_completed (self->admission, job, tier, result);
-
-  if (lazy && !has_slots)
-    {
-      guint n_keys;
-      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-
-      /* Never reserved (its keys still answer HIT_PENDING through
-       * lazy_promoting), or its reservation failed (no key left): nothing
-       * reached the primary tier. */
-      if (!reserved)
-        for (guint i = 0; i < n_keys; i++)
-          g_hash_table_remove (self->lazy_promoting, keys[i]);
-      if (kv_job_result_get_success (result) && !reserved && n_keys > 0)
-        g_warning ("Tier #%u (%s) reported load job %" G_GUINT64_FORMAT " as done without "
-                   "reserving its primary slots (kv_secondary_tier_reserve_load_slots); "
-                   "its chunks were not promoted",
-                   tier + 1, kv_secondary_tier_get_tier_type (slot->tier), id);
-    }
-  else if (kv_transfer_job_is_promotion (job) && !kv_job_result_get_success (result) &&
-           _kv_secondary_tier_hold_slots (slot->tier, id))
-    {
-      /* Failed at its deadline, but the tier may still write the slots:
-       * the keys go, the slots wait for the tier's answer. */
-      guint n_keys;
-      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-      HeldSlots *held = g_new (HeldSlots, 1);
-
-      held->id = id;
-      held->pinned = NULL;
-      held->slots = g_array_sized_new (FALSE, FALSE, sizeof (guint32), n_keys);
-      g_array_set_size (held->slots, n_keys);
-      g_array_set_size (held->slots,
-                        _kv_primary_tier_drop_pending_keep_slots (self->primary, keys, n_keys,
-                                                                  (guint32 *) held->slots->data));
-      g_hash_table_insert (self->held_slots, &held->id, held);
-    }
-  else if (kv_transfer_job_is_promotion (job))
-    {
-      complete_promotion (self, tier, job, result);
-    }
-  else if (!kv_job_result_get_success (result) && _kv_secondary_tier_hold_slots (slot->tier, id))
-    {
-      /* Failed at its deadline by a tier that cannot call a store back:
-       * it may still read the slots and publish what they hold, so they
-       * keep the job's bytes (stay pinned) until the tier answers. */
-      guint n_keys;
-      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-      HeldSlots *held = g_new (HeldSlots, 1);
-
-      held->id = id;
-      held->slots = NULL;
-      held->pinned = g_ptr_array_new_full (n_keys, (GDestroyNotify) kv_key_unref);
-      for (guint i = 0; i < n_keys; i++)
-        g_ptr_array_add (held->pinned, kv_key_ref (keys[i]));
-      g_hash_table_insert (self->held_slots, &held->id, held);
-    }
-  else
-    {
-      guint n_keys;
-      KvKey * const *keys = kv_transfer_job_get_keys (job, &n_keys);
-
-      /* Cascade reads unpin whether or not the tier managed to store. */
-      kv_primary_tier_complete_load (self->primary, keys, n_keys);
-    }
-
-  _kv_secondary_tier_emit_job_finished (slot->tier, result);
-  kv_transfer_job_unref (job);
-}
-
-/* Frees (a promotion's) or unpins (a cascade's) slots held for a job
- * failed at its deadline. */
-static void
-release_held (KvTieringManager *self,
-              HeldSlots        *held)
-{
-  if (held->slots != NULL)
-    _kv_primary_tier_free_slots (self->primary, (guint32 *) held->slots->data, held->slots->len);
-  if (held->pinned != NULL)
-    kv_primary_tier_complete_load (self->primary, (KvKey * const *) held->pinned->pdata,
-                                   held->pinned->len);
-}
-
-/* The tier answered jobs it had been failed for at their deadline: their
- * slots may be used again. */
-static void
-release_held_slots (KvTieringManager *self,
-                    KvSecondaryTier  *tier)
-{
-  guint n_ids = 0;
-  g_autofree guint64 *ids = _kv_secondary_tier_take_released (tier, &n_ids);
-
-  for (guint i = 0; i < n_ids; i++)
-    {
-      HeldSlots *held = g_hash_table_lookup (self->held_slots, &ids[i]);
-
-      if (held == NULL)
-        continue;
-      release_held (self, held);
-      g_hash_table_remove (self->held_slots, &ids[i]);
-    }
-}
-
+/* Consumes what the tiers reported, and drains the wake-up fd first so
+ * that a completion queued meanwhile wakes the engine again. */
 static void
 process_finished_jobs (KvTieringManager *self)
 {
   kv_tiering_manager_clear_wakeup (self);
-
-  if (self->pins != NULL && _kv_pin_table_has_released (self->pins))
-    unpin_released_leases (self);
-
-  for (guint i = 0; i < self->tiers->len; i++)
-    {
-      TierSlot *slot = tier_slot (self, i);
-      g_autoptr(GPtrArray) refused = NULL;
-      KvJobResult **results;
-
-      if (slot->refused->len > 0)
-        {
-          refused = g_steal_pointer (&slot->refused);
-          slot->refused = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_job_result_unref);
-          for (guint j = 0; j < refused->len; j++)
-            process_result (self, i, g_ptr_array_index (refused, j));
-        }
-
-      /* The default drain would return an empty array: no call, no
-       * allocation in a step without completions. */
-      if (slot->default_drain && !_kv_secondary_tier_has_queued_results (slot->tier))
-        continue;
-
-      results = kv_secondary_tier_get_finished_jobs (slot->tier);
-      for (KvJobResult **r = results; *r != NULL; r++)
-        {
-          process_result (self, i, *r);
-          kv_job_result_unref (*r);
-        }
-      g_free (results);
-      release_held_slots (self, slot->tier);
-    }
+  _kv_tiering_manager_process_results (self);
 }
 
 /* Completions are consumed at most once per step, at its first entry point
@@ -1364,7 +669,7 @@ maybe_process_finished_jobs (KvTieringManager *self)
 
 /* ---- requests ------------------------------------------------------------ */
 
-static RequestState *
+static KvRequestState *
 lookup_request (KvTieringManager *self,
                 KvRequest        *request)
 {
@@ -1373,7 +678,7 @@ lookup_request (KvTieringManager *self,
 
 static void
 maybe_finalize_request (KvTieringManager *self,
-                        RequestState     *state)
+                        KvRequestState   *state)
 {
   if (!state->finished || state->pending_primary_stores > 0 ||
       (state->parked_keys != NULL && state->parked_keys->len > 0))
@@ -1394,11 +699,11 @@ _kv_tiering_manager_on_new_request_excluding (KvTieringManager *self,
                                               KvRequest        *request,
                                               guint             exclude_tier)
 {
-  RequestState *state;
+  KvRequestState *state;
 
   ensure_started (self);
 
-  state = g_new0 (RequestState, 1);
+  state = g_new0 (KvRequestState, 1);
   state->request = g_object_ref (request);
   state->origin = exclude_tier;
   /* A request id seen again starts over, as the reference does, lookup
@@ -1455,7 +760,7 @@ _kv_tiering_manager_on_request_finished_excluding (KvTieringManager *self,
                                                    KvRequest        *request,
                                                    guint             exclude_tier)
 {
-  RequestState *state;
+  KvRequestState *state;
 
   /* The primary tier hears about it at once; secondary tiers only when no
    * more store job for the request can follow. */
@@ -1499,8 +804,8 @@ kv_tiering_manager_on_request_finished (KvTieringManager *self,
 /* ---- lookup and promotion ------------------------------------------------ */
 
 static PendingPromotion *
-pending_promotion_for (TierSlot  *slot,
-                       KvRequest *request)
+pending_promotion_for (KvTierSlot *slot,
+                       KvRequest  *request)
 {
   PendingPromotion *p = g_hash_table_lookup (slot->pending_loads_by_req, kv_request_get_id (request));
 
@@ -1587,7 +892,7 @@ lookup_secondary (KvTieringManager *self,
 
   for (guint i = 0; i < self->tiers->len; i++)
     {
-      TierSlot *slot = tier_slot (self, i);
+      KvTierSlot *slot = tier_slot (self, i);
       KvLookupResult result;
       gint64 start;
 
@@ -1867,7 +1172,7 @@ flush_pending_promotions (KvTieringManager *self)
   self->n_lazy_claims = 0;
   for (guint i = 0; i < self->tiers->len; i++)
     {
-      TierSlot *slot = tier_slot (self, i);
+      KvTierSlot *slot = tier_slot (self, i);
       g_autoptr(GPtrArray) batch = NULL;
 
       if (slot->pending_loads->len == 0)
@@ -1884,10 +1189,11 @@ flush_pending_promotions (KvTieringManager *self)
           g_autoptr(GError) error = NULL;
           KvTransferJob *job;
 
-          job = register_job (self, (KvKey **) p->keys->pdata, (guint32 *) p->chunk_ids->data,
-                              p->keys->len, KV_JOB_KIND_PROMOTION, p->request, i, slot->lazy);
+          job = _kv_tiering_manager_register_job (self, (KvKey **) p->keys->pdata,
+                                                  (guint32 *) p->chunk_ids->data, p->keys->len,
+                                                  KV_JOB_KIND_PROMOTION, p->request, i, slot->lazy);
           if (!kv_secondary_tier_submit_load (slot->tier, job, &error))
-            refuse_job (self, i, job, error);
+            _kv_tiering_manager_refuse_job (self, i, job, error);
         }
     }
 }
@@ -1906,7 +1212,7 @@ reserve_lazy_promotion (gpointer          user_data,
 {
   KvTieringManager *self = user_data;
   guint64 id = kv_transfer_job_get_id (job);
-  JobEntry *entry;
+  KvJobEntry *entry;
   guint n_keys, n_fit, n_to_store = 0, n_evicted = 0;
   KvKey * const *keys;
   g_autofree KvKey **to_store = NULL;
@@ -1918,7 +1224,7 @@ reserve_lazy_promotion (gpointer          user_data,
 
   OWNER_SERVE (self, FALSE);
 
-  entry = g_hash_table_lookup (self->jobs, &id);
+  entry = _kv_job_table_lookup (&self->jobs, id);
   if (entry == NULL || entry->job != job)
     {
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_NOT_FOUND,
@@ -2103,9 +1409,9 @@ kv_tiering_manager_complete_load (KvTieringManager *self,
 /* ---- store path ---------------------------------------------------------- */
 
 static void
-park_key (RequestState *state,
-          KvKey        *key,
-          guint        *n_parked_requests)
+park_key (KvRequestState *state,
+          KvKey          *key,
+          guint          *n_parked_requests)
 {
   if (state->parked_keys == NULL)
     state->parked_keys = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_key_unref);
@@ -2119,7 +1425,7 @@ park_key (RequestState *state,
  * ones until their write lands (reference §5.6 step 4, §5.7). */
 static void
 cascade_existing_chunks (KvTieringManager *self,
-                         RequestState     *state,
+                         KvRequestState   *state,
                          KvKey * const    *keys,
                          guint             n_keys)
 {
@@ -2145,8 +1451,8 @@ cascade_existing_chunks (KvTieringManager *self,
   if (ready->len == 0)
     return;
   for (guint t = 0; t < state->request_level_tiers->len; t++)
-    cascade_to_tier (self, (KvKey **) ready->pdata, ready->len, state->request,
-                     g_array_index (state->request_level_tiers, guint, t));
+    _kv_tiering_manager_cascade_to_tier (self, (KvKey **) ready->pdata, ready->len, state->request,
+                                         g_array_index (state->request_level_tiers, guint, t));
 }
 
 /* Whether storing @keys leaves room for the lazy promotions this step's
@@ -2204,7 +1510,7 @@ kv_tiering_manager_prepare_store (KvTieringManager  *self,
                                   GError           **error)
 {
   KvPrepareStoreResult *prepared;
-  RequestState *state;
+  KvRequestState *state;
   KvKey * const *to_store;
   guint n_to_store;
 
@@ -2276,7 +1582,7 @@ kv_tiering_manager_complete_store (KvTieringManager *self,
                                    KvRequest        *request,
                                    gboolean          success)
 {
-  RequestState *state;
+  KvRequestState *state;
 
   g_return_if_fail (KV_IS_TIERING_MANAGER (self));
   g_return_if_fail (keys != NULL || n_keys == 0);
@@ -2286,7 +1592,7 @@ kv_tiering_manager_complete_store (KvTieringManager *self,
 
   ensure_started (self);
   if (success && n_keys > 0)
-    complete_store_and_cascade (self, keys, n_keys, request);
+    _kv_tiering_manager_complete_store_and_cascade (self, keys, n_keys, request);
   else
     kv_primary_tier_complete_store (self->primary, keys, n_keys, success);
 
@@ -2315,7 +1621,7 @@ flush_pending_cascades (KvTieringManager *self)
   g_hash_table_iter_init (&iter, self->requests);
   while (g_hash_table_iter_next (&iter, NULL, &value))
     {
-      RequestState *state = value;
+      KvRequestState *state = value;
 
       if (state->parked_keys != NULL && state->parked_keys->len > 0)
         g_ptr_array_add (parked, state);
@@ -2323,7 +1629,7 @@ flush_pending_cascades (KvTieringManager *self)
 
   for (guint i = 0; i < parked->len; i++)
     {
-      RequestState *state = g_ptr_array_index (parked, i);
+      KvRequestState *state = g_ptr_array_index (parked, i);
       g_autoptr(GPtrArray) keys = g_steal_pointer (&state->parked_keys);
 
       self->n_parked_requests--;
@@ -2421,7 +1727,7 @@ kv_tiering_manager_on_schedule_end (KvTieringManager *self,
 
   for (guint i = 0; i < self->tiers->len; i++)
     {
-      TierSlot *slot = tier_slot (self, i);
+      KvTierSlot *slot = tier_slot (self, i);
 
       kv_secondary_tier_serve_external_requests (slot->tier, KV_PARENT_MANAGER (slot->parent));
     }
@@ -2461,8 +1767,8 @@ kv_tiering_manager_has_pending_work (KvTieringManager *self)
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), FALSE);
   OWNER_SERVE (self, FALSE);
 
-  if (g_hash_table_size (self->jobs) > 0 || self->n_parked_requests > 0 ||
-      (self->pins != NULL && _kv_pin_table_has_released (self->pins)))
+  if (_kv_job_table_get_n_jobs (&self->jobs) > 0 || self->n_parked_requests > 0 ||
+      _kv_job_table_has_released_leases (&self->jobs))
     return TRUE;
   for (guint i = 0; i < self->tiers->len; i++)
     if (kv_secondary_tier_has_pending_work (tier_slot (self, i)->tier))
@@ -2485,7 +1791,7 @@ kv_tiering_manager_get_n_active_jobs (KvTieringManager *self)
 {
   g_return_val_if_fail (KV_IS_TIERING_MANAGER (self), 0);
   OWNER_SETUP (self, 0);
-  return g_hash_table_size (self->jobs);
+  return _kv_job_table_get_n_jobs (&self->jobs);
 }
 
 /**
@@ -2649,7 +1955,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
 
   for (guint i = 0; i < self->tiers->len; i++)
     {
-      TierSlot *slot = tier_slot (self, i);
+      KvTierSlot *slot = tier_slot (self, i);
       g_autoptr(GError) local_error = NULL;
 
       if (!kv_secondary_tier_drain_jobs (slot->tier, &local_error))
@@ -2662,36 +1968,8 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
     }
 
   process_finished_jobs (self);
-  if (g_hash_table_size (self->held_slots) > 0)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
-                   "reset_cache: a tier has not answered %u jobs failed at their deadline, "
-                   "and may still touch their primary slots",
-                   g_hash_table_size (self->held_slots));
-      return FALSE;
-    }
-  if (self->pins != NULL && _kv_pin_table_get_n_held (self->pins) > 0)
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
-                   "reset_cache: %u pin leases (KvParentManager.pin) are still held, and "
-                   "their primary slots may still be read",
-                   _kv_pin_table_get_n_held (self->pins));
-      return FALSE;
-    }
-  if (g_hash_table_size (self->jobs) > 0)
-    {
-      JobEntry *entry;
-
-      g_hash_table_iter_init (&iter, self->jobs);
-      g_hash_table_iter_next (&iter, NULL, &value);
-      entry = value;
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
-                   "reset_cache: %u jobs are still in flight after every tier drained "
-                   "(job %" G_GUINT64_FORMAT " of tier #%u (%s) was never reported)",
-                   g_hash_table_size (self->jobs), entry->id, entry->tier + 1,
-                   kv_secondary_tier_get_tier_type (tier_slot (self, entry->tier)->tier));
-      return FALSE;
-    }
+  if (!_kv_tiering_manager_check_jobs_idle (self, error))
+    return FALSE;
 
   if (self->metrics != NULL && !kv_tiering_metrics_is_idle (self->metrics))
     {
@@ -2703,7 +1981,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
   /* Never submitted, so no I/O touched their slots (lazy ones have none). */
   for (guint i = 0; i < self->tiers->len; i++)
     {
-      TierSlot *slot = tier_slot (self, i);
+      KvTierSlot *slot = tier_slot (self, i);
 
       g_hash_table_remove_all (slot->pending_loads_by_req);
       g_ptr_array_set_size (slot->pending_loads, 0);
@@ -2715,7 +1993,7 @@ kv_tiering_manager_reset_cache (KvTieringManager  *self,
   g_hash_table_iter_init (&iter, self->requests);
   while (g_hash_table_iter_next (&iter, NULL, &value))
     {
-      RequestState *state = value;
+      KvRequestState *state = value;
 
       state->pending_primary_stores = 0;
       if (state->parked_keys != NULL)
@@ -2764,7 +2042,7 @@ kv_tiering_manager_shutdown (KvTieringManager  *self,
 
   for (guint i = 0; i < self->tiers->len; i++)
     {
-      TierSlot *slot = tier_slot (self, i);
+      KvTierSlot *slot = tier_slot (self, i);
       g_autoptr(GError) local_error = NULL;
 
       if (!kv_secondary_tier_shutdown (slot->tier, &local_error))
@@ -2783,35 +2061,9 @@ kv_tiering_manager_shutdown (KvTieringManager  *self,
   process_finished_jobs (self);
   /* Nothing takes a slot any more: a cascade a tier never answered leaves
    * no pin behind. */
-  {
-    GHashTableIter iter;
-    gpointer value;
-
-    g_hash_table_iter_init (&iter, self->held_slots);
-    while (g_hash_table_iter_next (&iter, NULL, &value))
-      {
-        HeldSlots *held = value;
-
-        if (held->pinned == NULL)
-          continue;
-        kv_primary_tier_complete_load (self->primary, (KvKey * const *) held->pinned->pdata,
-                                       held->pinned->len);
-        g_hash_table_iter_remove (&iter);
-      }
-  }
+  _kv_tiering_manager_release_held_pins (self);
   self->shut_down = TRUE;
-  if (self->pins != NULL)
-    {
-      guint n_unreleased = 0;
-      g_autoptr(GPtrArray) left = _kv_pin_table_close (self->pins, &n_unreleased);
-
-      if (n_unreleased > 0)
-        g_warning ("%u pin leases (KvParentManager.pin) were not released before the "
-                   "manager shut down; their chunks are unpinned now, and releasing them "
-                   "later fails", n_unreleased);
-      for (guint i = 0; left != NULL && i < left->len; i++)
-        unpin_lease (self, left->pdata[i]);
-    }
+  _kv_tiering_manager_close_pins (self);
 
   if (last_error != NULL)
     {

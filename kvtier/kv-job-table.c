@@ -473,8 +473,7 @@ process_result (KvTieringManager *self,
        * lazy_promoting), or its reservation failed (no key left): nothing
        * reached the primary tier. */
       if (!reserved)
-        for (guint i = 0; i < n_keys; i++)
-          g_hash_table_remove (self->lazy_promoting, keys[i]);
+        _kv_promotions_forget_lazy_keys (&self->promotions, keys, n_keys);
       if (kv_job_result_get_success (result) && !reserved && n_keys > 0)
         g_warning ("Tier #%u (%s) reported load job %" G_GUINT64_FORMAT " as done without "
                    "reserving its primary slots (kv_secondary_tier_reserve_load_slots); "

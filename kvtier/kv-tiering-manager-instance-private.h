@@ -6,6 +6,7 @@
 
 #include "kv-job-table-private.h"
 #include "kv-primary-tier-private.h"
+#include "kv-promotions-private.h"
 #include "kv-secondary-tier.h"
 #include "kv-tier-parent-private.h"
 #include "kv-tiering-metrics-private.h"
@@ -13,7 +14,7 @@
 G_BEGIN_DECLS
 
 /* The instance of KvTieringManager, shared by the units it is made of
- * (kv-tiering-manager.c and kv-job-table.c) and by nothing
+ * (kv-tiering-manager.c, kv-job-table.c and kv-promotions.c) and by nothing
  * else. */
 
 typedef struct
@@ -32,9 +33,10 @@ typedef struct
   KvTierParent *parent;
   KvMedium medium;
   KvLocality locality;
-  /* promotions allocated this step, submitted at its end, in insertion order */
-  GPtrArray *pending_loads;         /* PendingPromotion */
-  GHashTable *pending_loads_by_req; /* req id → PendingPromotion */
+  /* kv-promotions.c: promotions allocated this step, submitted at its
+   * end, in insertion order */
+  GPtrArray *pending_loads;         /* KvPendingPromotion */
+  GHashTable *pending_loads_by_req; /* req id → KvPendingPromotion */
   gboolean lazy;                    /* the tier reserves its loads' slots */
   gboolean no_cascades;             /* the tier does not accept cascaded stores */
   /* kv-job-table.c: results the manager produced itself for jobs a tier
@@ -54,6 +56,7 @@ struct _KvTieringManager
   GArray *tiers;            /* KvTierSlot */
 
   KvJobTable jobs;          /* kv-job-table.c */
+  KvPromotions promotions;  /* kv-promotions.c */
 
   GHashTable *requests;     /* req id → KvRequestState */
   guint n_parked_requests;
@@ -75,22 +78,6 @@ struct _KvTieringManager
 
   KvAdmissionPolicy *admission;
   KvAdmissionPolicyInterface *admission_iface;  /* cached: one indirect call per job */
-
-  /* 0: off. A request waiting longer on a HIT_PENDING chunk gets MISS. */
-  gint64 hit_pending_deadline_us;
-
-  /* Keys of lazy promotions not reserved yet: they answer HIT_PENDING
-   * though the primary tier does not know them. KvKey (owned) → itself. */
-  GHashTable *lazy_promoting;
-  guint n_lazy_tiers;
-  /* Lazy promotions found by this step's lookups, submitted at its end:
-   * until then the step's stores leave them room, as they would a slot
-   * allocated at lookup time. */
-  guint n_lazy_claims;
-
-  /* addresses used as request-state owners */
-  guint8 pending_wait_tag;      /* GHashTable KvKey → first HIT_PENDING time */
-  guint8 promotion_failed_tag;  /* a lazy promotion of the request failed */
 };
 
 /* The units' shorthands below keep the names they had when the manager

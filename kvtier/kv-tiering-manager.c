@@ -20,6 +20,19 @@
 #include "kv-tiering-metrics-private.h"
 #include "kv-wakeup-source-private.h"
 
+/* The GObject, its properties and public API, request tracking, the store
+ * path and the lookup of a primary hit, which stays here so that it is
+ * inlined into each entry point. Two units hold the rest, each with its
+ * state in a struct of its own in the instance
+ * (kv-tiering-manager-instance-private.h): kv-job-table.c (jobs between
+ * submit and report, results applied, slots held after a deadline, pin
+ * leases, cascades) and kv-promotions.c (lookups beyond the primary tier,
+ * the step's pending promotions and their flush at its end, hit-pending
+ * waits, lazy promotion reservation). Longer than ~1,500 lines because it
+ * is the manager's public contract: a quarter of it is the documentation
+ * of its properties and 28 public methods, which gi-docgen and the
+ * bindings read from here. */
+
 /**
  * KvTieringManager:
  *

@@ -11,7 +11,17 @@
 #include <unistd.h>
 
 #include "kv-config-value-private.h"
+#include "kv-plugin-module-private.h"
 #include "kv-host-device.h"
+
+/* The registry: the name → GType tables and the three ways types come
+ * into them (C plugins, classes registered at run time, tier modules in
+ * other languages), the description of a type's configurable properties
+ * and the construction of tiers and devices from them. The plugin files'
+ * GTypeModule is kv-plugin-module.c; the loaders of tier modules are
+ * KvTierModuleLoader subclasses. Longer than ~1,500 lines because the
+ * three ways share one table and lock, and a fifth of it is the
+ * documentation of the public API, which gi-docgen reads from here. */
 
 #define ORIGIN_BUILT_IN "built-in"
 #define ORIGIN_RUN_TIME "run time"
@@ -28,60 +38,6 @@
  * Returns: the error domain quark
  */
 G_DEFINE_QUARK (kv-tier-registry-error-quark, kv_tier_registry_error)
-
-/* ------------------------------------------------------------------------ */
-/* KvPluginModule: the GTypeModule of one plugin file. Private to this file:
- * it exists only so plugins can register G_DEFINE_DYNAMIC_TYPE types. Once
- * loaded, a module is used forever (GObject types cannot be unloaded) and
- * kept in a process-wide table, so a second registry that loads the same
- * file calls its register function again instead of opening it twice. */
-
-#define KV_TYPE_PLUGIN_MODULE (kv_plugin_module_get_type ())
-G_DECLARE_FINAL_TYPE (KvPluginModule, kv_plugin_module, KV, PLUGIN_MODULE, GTypeModule)
-
-struct _KvPluginModule
-{
-  GTypeModule           parent_instance;
-
-  GModule              *module;
-  KvPluginRegisterFunc  register_func;
-  KvTierRegistry       *loading_into;  /* set while the first use() runs */
-};
-
-G_DEFINE_FINAL_TYPE (KvPluginModule, kv_plugin_module, G_TYPE_TYPE_MODULE)
-
-static gboolean
-kv_plugin_module_load (GTypeModule *type_module)
-{
-  KvPluginModule *self = KV_PLUGIN_MODULE (type_module);
-
-  if (self->loading_into != NULL)
-    self->register_func (self->loading_into, type_module);
-  return TRUE;
-}
-
-static void
-kv_plugin_module_unload (GTypeModule *type_module)
-{
-  /* Never reached: modules stay in use, hence resident. */
-}
-
-static void
-kv_plugin_module_class_init (KvPluginModuleClass *klass)
-{
-  GTypeModuleClass *module_class = G_TYPE_MODULE_CLASS (klass);
-
-  module_class->load = kv_plugin_module_load;
-  module_class->unload = kv_plugin_module_unload;
-}
-
-static void
-kv_plugin_module_init (KvPluginModule *self)
-{
-}
-
-G_LOCK_DEFINE_STATIC (plugin_modules);
-static GHashTable *plugin_modules;   /* canonical path → KvPluginModule */
 
 /* ------------------------------------------------------------------------ */
 
@@ -144,7 +100,7 @@ struct _KvTierRegistry
   GHashTable *modules;   /* KvPluginModule set: loaded into this registry */
   GHashTable *loaders;   /* file extension → KvTierModuleLoader */
 
-  /* While a plugin's register function runs (under plugin_modules). */
+  /* While a plugin's register function runs (under the plugin modules' lock). */
   const char *loading_path;
   GError     *loading_error;
 };
@@ -798,75 +754,12 @@ load_plugin_file (KvTierRegistry  *self,
       return FALSE;
     }
 
-  G_LOCK (plugin_modules);
-
-  if (plugin_modules == NULL)
-    plugin_modules = g_hash_table_new_full (g_str_hash, g_str_equal, g_free, NULL);
-
-  plugin = g_hash_table_lookup (plugin_modules, real);
+  _kv_plugin_modules_lock ();
+  plugin = _kv_plugin_module_open (path, real, error);
   if (plugin == NULL)
     {
-      GModule *module;
-      gpointer abi_symbol = NULL;
-      gpointer register_symbol = NULL;
-      guint32 abi;
-
-      /* Bind now: a plugin with unresolved symbols fails here, cleanly. */
-      module = g_module_open (real, G_MODULE_BIND_LOCAL);
-      if (module == NULL)
-        {
-          g_set_error (error, KV_TIER_REGISTRY_ERROR,
-                       KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
-                       "“%s” is not a loadable module: %s", path,
-                       g_module_error ());
-          G_UNLOCK (plugin_modules);
-          return FALSE;
-        }
-
-      if (!g_module_symbol (module, "kvtier_plugin_abi_version", &abi_symbol) ||
-          abi_symbol == NULL)
-        {
-          g_set_error (error, KV_TIER_REGISTRY_ERROR,
-                       KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
-                       "“%s” is not a kvtier plugin: it does not export"
-                       " kvtier_plugin_abi_version", path);
-          g_module_close (module);
-          G_UNLOCK (plugin_modules);
-          return FALSE;
-        }
-
-      /* Checked before any of the plugin's code runs. */
-      abi = *(const guint32 *) abi_symbol;
-      if (abi != KV_PLUGIN_ABI_VERSION)
-        {
-          g_set_error (error, KV_TIER_REGISTRY_ERROR,
-                       KV_TIER_REGISTRY_ERROR_ABI_MISMATCH,
-                       "Plugin “%s” was built for kvtier plugin ABI %u, but"
-                       " this kvtier loads ABI %u: rebuild the plugin",
-                       path, abi, (guint) KV_PLUGIN_ABI_VERSION);
-          g_module_close (module);
-          G_UNLOCK (plugin_modules);
-          return FALSE;
-        }
-
-      if (!g_module_symbol (module, "kvtier_plugin_register", &register_symbol) ||
-          register_symbol == NULL)
-        {
-          g_set_error (error, KV_TIER_REGISTRY_ERROR,
-                       KV_TIER_REGISTRY_ERROR_NOT_A_PLUGIN,
-                       "“%s” is not a kvtier plugin: it does not export"
-                       " kvtier_plugin_register", path);
-          g_module_close (module);
-          G_UNLOCK (plugin_modules);
-          return FALSE;
-        }
-
-      g_module_make_resident (module);
-      plugin = g_object_new (KV_TYPE_PLUGIN_MODULE, NULL);
-      plugin->module = module;
-      plugin->register_func = register_symbol;
-      g_type_module_set_name (G_TYPE_MODULE (plugin), real);
-      g_hash_table_insert (plugin_modules, g_strdup (real), plugin);
+      _kv_plugin_modules_unlock ();
+      return FALSE;
     }
 
   g_rec_mutex_lock (&self->lock);
@@ -876,22 +769,11 @@ load_plugin_file (KvTierRegistry  *self,
       self->loading_path = real;
       g_clear_error (&self->loading_error);
 
-      if (plugin->loading_into == NULL && G_TYPE_MODULE (plugin)->use_count == 0)
-        {
-          /* First load in this process: use() runs load(), which registers
-           * the types. The use is never dropped, so the module stays. */
-          plugin->loading_into = self;
-          if (!g_type_module_use (G_TYPE_MODULE (plugin)) && self->loading_error == NULL)
-            self->loading_error = g_error_new (KV_TIER_REGISTRY_ERROR,
-                                               KV_TIER_REGISTRY_ERROR_FAILED,
-                                               "Plugin “%s” failed to register its types",
-                                               path);
-          plugin->loading_into = NULL;
-        }
-      else
-        {
-          plugin->register_func (self, G_TYPE_MODULE (plugin));
-        }
+      if (!_kv_plugin_module_register_into (plugin, self) && self->loading_error == NULL)
+        self->loading_error = g_error_new (KV_TIER_REGISTRY_ERROR,
+                                           KV_TIER_REGISTRY_ERROR_FAILED,
+                                           "Plugin “%s” failed to register its types",
+                                           path);
 
       self->loading_path = NULL;
       if (self->loading_error != NULL)
@@ -902,7 +784,7 @@ load_plugin_file (KvTierRegistry  *self,
     }
   g_rec_mutex_unlock (&self->lock);
 
-  G_UNLOCK (plugin_modules);
+  _kv_plugin_modules_unlock ();
   return ok;
 }
 

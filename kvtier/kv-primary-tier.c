@@ -8,7 +8,13 @@
 #include "kv-prepare-store-result-private.h"
 
 #include "kv-cache-policy-private.h"
+#include "kv-entry-table-private.h"
 #include "kv-lru-policy.h"
+
+/* The primary tier: chunk states, slot allocation, eviction through the
+ * cache policy, and events. Its index of keys is kv-entry-table.c, whose
+ * lookup and probe are inline in kv-entry-table-private.h so that the
+ * manager's per-key hot path still reads one bucket and calls nothing. */
 
 /* Batches up to this many keys keep their per-call scratch arrays on the
  * stack (the manager's usual batches are a request's chunks). */
@@ -30,33 +36,6 @@ struct _KvEntry
     KvEntry   *next_spare;
   };
 };
-
-/* The tier's index: open addressing with linear probing over the keys'
- * own hashes (computed once per key), and deletion by backward shift, so
- * that the steady churn of stores and evictions leaves no tombstones to
- * rehash; the table only grows, while the tier fills. At most half full.
- *
- * A bucket holds all a lookup needs: the hash, the key, the entry pointer
- * tagged while the entry is being written (see KV_ENTRY_PENDING_TAG), and
- * the manager's stamp (the serial of the last request that counted the
- * chunk, see _kv_primary_tier_lookup_stamp(); 0 for none). A hit, metrics
- * included, reads one bucket and never the entry. */
-typedef struct
-{
-  guint    hash;
-  KvKey   *key;       /* the entry's key */
-  gpointer value;     /* tagged KvEntry *, NULL when empty */
-  guint64  stamp;
-} KvBucket;
-
-typedef struct
-{
-  KvBucket *buckets;
-  guint     mask;     /* capacity - 1 */
-  guint     n_entries;
-} KvEntryTable;
-
-#define KV_ENTRY_TABLE_MIN_CAPACITY 64
 
 /* Entries are allocated this many at a time: filling the tier then costs
  * one allocation per block of chunks, not one per chunk. */
@@ -181,160 +160,25 @@ entry_from_value (gpointer value)
   return (KvEntry *) ((guintptr) value & ~KV_ENTRY_PENDING_TAG);
 }
 
-static void
-entry_table_init (KvEntryTable *table)
-{
-  table->buckets = g_new0 (KvBucket, KV_ENTRY_TABLE_MIN_CAPACITY);
-  table->mask = KV_ENTRY_TABLE_MIN_CAPACITY - 1;
-  table->n_entries = 0;
-}
-
-/* The bucket of @key, or NULL. */
-static inline KvBucket *
-entry_table_find (KvEntryTable *table,
-                  const KvKey  *key)
-{
-  guint hash = kv_key_hash (key);
-
-  for (guint i = hash & table->mask;; i = (i + 1) & table->mask)
-    {
-      KvBucket *bucket = &table->buckets[i];
-
-      if (bucket->value == NULL)
-        return NULL;
-      if (bucket->hash == hash && kv_key_equal (bucket->key, key))
-        return bucket;
-    }
-}
-
-static inline gpointer
-entry_table_lookup (KvEntryTable *table,
-                    const KvKey  *key)
-{
-  KvBucket *bucket = entry_table_find (table, key);
-
-  return bucket != NULL ? bucket->value : NULL;
-}
-
-static void
-entry_table_place (KvEntryTable   *table,
-                   const KvBucket *from)
-{
-  guint i = from->hash & table->mask;
-
-  while (table->buckets[i].value != NULL)
-    i = (i + 1) & table->mask;
-  table->buckets[i] = *from;
-}
-
-/* Whether adding a key makes the table more than half full. */
-static inline gboolean
-entry_table_add_grows (KvEntryTable *table)
-{
-  return (table->n_entries + 1) * 2 > table->mask + 1;
-}
-
-/* The bucket of @key (whose hash is @hash), or NULL with *@empty set to
- * the empty bucket where it would go, valid until the table changes. */
-static inline KvBucket *
-entry_table_probe (KvEntryTable *table,
-                   const KvKey  *key,
-                   guint         hash,
-                   KvBucket    **empty)
-{
-  for (guint i = hash & table->mask;; i = (i + 1) & table->mask)
-    {
-      KvBucket *bucket = &table->buckets[i];
-
-      if (bucket->value == NULL)
-        {
-          *empty = bucket;
-          return NULL;
-        }
-      if (bucket->hash == hash && kv_key_equal (bucket->key, key))
-        return bucket;
-    }
-}
-
-/* Adds @value (the tagged entry of a key not in the table). */
-static void
-entry_table_add (KvEntryTable *table,
-                 gpointer      value)
-{
-  if (G_UNLIKELY (entry_table_add_grows (table)))
-    {
-      KvBucket *old = table->buckets;
-      guint old_capacity = table->mask + 1;
-
-      table->buckets = g_new0 (KvBucket, old_capacity * 2);
-      table->mask = old_capacity * 2 - 1;
-      for (guint i = 0; i < old_capacity; i++)
-        if (old[i].value != NULL)
-          entry_table_place (table, &old[i]);
-      g_free (old);
-    }
-  {
-    KvKey *key = entry_from_value (value)->key;
-    KvBucket bucket = { kv_key_hash (key), key, value, 0 };
-
-    entry_table_place (table, &bucket);
-  }
-  table->n_entries++;
-}
-
-/* Empties @bucket and shifts back the entries that probed past it, so
- * every key stays reachable from its home bucket without tombstones. */
-static void
-entry_table_remove_bucket (KvEntryTable *table,
-                           KvBucket     *bucket)
-{
-  guint hole = (guint) (bucket - table->buckets);
-
-  for (guint j = (hole + 1) & table->mask; table->buckets[j].value != NULL; j = (j + 1) & table->mask)
-    {
-      guint home = table->buckets[j].hash & table->mask;
-
-      /* the entry at j may move into the hole unless its home lies
-       * cyclically in (hole, j] */
-      if (((j - home) & table->mask) >= ((j - hole) & table->mask))
-        {
-          table->buckets[hole] = table->buckets[j];
-          hole = j;
-        }
-    }
-  table->buckets[hole].value = NULL;
-  table->n_entries--;
-}
-
-static void
-entry_table_remove (KvEntryTable *table,
-                    const KvKey  *key)
-{
-  KvBucket *bucket = entry_table_find (table, key);
-
-  if (bucket != NULL)
-    entry_table_remove_bucket (table, bucket);
-}
-
 /* Removes @key's entry from the index, telling the stamps' owner first. */
 static void
 primary_unindex (KvPrimaryTier *self,
                  KvKey         *key)
 {
-  KvBucket *bucket = entry_table_find (&self->entries, key);
+  KvBucket *bucket = _kv_entry_table_find (&self->entries, key);
 
   if (bucket == NULL)
     return;
   if (bucket->stamp != 0 && self->stamp_drop_func != NULL)
     self->stamp_drop_func (bucket->key, bucket->stamp, self->stamp_drop_data);
-  entry_table_remove_bucket (&self->entries, bucket);
+  _kv_entry_table_remove_bucket (&self->entries, bucket);
 }
 
 static inline KvEntry *
 primary_get_entry (KvPrimaryTier *self,
                    const KvKey   *key)
 {
-  return entry_from_value (entry_table_lookup (&self->entries, key));
+  return entry_from_value (_kv_entry_table_lookup (&self->entries, key));
 }
 
 static KvEntry *
@@ -569,7 +413,7 @@ kv_primary_tier_finalize (GObject *object)
 
   self->stamp_drop_func = NULL;
   primary_clear_entries (self);
-  g_clear_pointer (&self->entries.buckets, g_free);
+  _kv_entry_table_clear (&self->entries);
   self->spare_entries = NULL;
   g_clear_pointer (&self->entry_blocks, g_ptr_array_unref);
   g_clear_pointer (&self->free_list, g_free);
@@ -710,7 +554,7 @@ kv_primary_tier_class_init (KvPrimaryTierClass *klass)
 static void
 kv_primary_tier_init (KvPrimaryTier *self)
 {
-  entry_table_init (&self->entries);
+  _kv_entry_table_init (&self->entries);
   self->entry_blocks = g_ptr_array_new_with_free_func (g_free);
   self->events = g_ptr_array_new_with_free_func ((GDestroyNotify) kv_event_unref);
 }
@@ -857,7 +701,7 @@ kv_primary_tier_lookup (KvPrimaryTier *self,
   g_return_val_if_fail (key != NULL, KV_LOOKUP_RESULT_MISS);
   OWNER_CHECK (self, KV_LOOKUP_RESULT_MISS);
 
-  value = entry_table_lookup (&self->entries, key);
+  value = _kv_entry_table_lookup (&self->entries, key);
   if (value == NULL)
     return KV_LOOKUP_RESULT_MISS;
   if (((guintptr) value & KV_ENTRY_PENDING_TAG) != 0)
@@ -870,7 +714,7 @@ _kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
                                const KvKey    *key,
                                guint64       **stamp)
 {
-  KvBucket *bucket = entry_table_find (&self->entries, key);
+  KvBucket *bucket = _kv_entry_table_find (&self->entries, key);
 
   *stamp = NULL;
   if (bucket == NULL)
@@ -1088,7 +932,7 @@ primary_unclaim (KvPrimaryTier *self,
 {
   for (guint i = 0; i < n_fresh; i++)
     {
-      entry_table_remove (&self->entries, fresh[i]->key);
+      _kv_entry_table_remove (&self->entries, fresh[i]->key);
       primary_release_entry (self, fresh[i]);
     }
 }
@@ -1137,7 +981,7 @@ _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
       KvEntry *entry;
       guint hash = kv_key_hash (keys[i]);
       KvBucket *empty = NULL;
-      KvBucket *present = entry_table_probe (&self->entries, keys[i], hash, &empty);
+      KvBucket *present = _kv_entry_table_probe (&self->entries, keys[i], hash, &empty);
 
       if (present != NULL)
         {
@@ -1153,9 +997,9 @@ _kv_primary_tier_prepare_store_into (KvPrimaryTier  *self,
         }
 
       entry = primary_take_entry (self, keys[i]);
-      if (G_UNLIKELY (entry_table_add_grows (&self->entries)))
+      if (G_UNLIKELY (_kv_entry_table_add_grows (&self->entries)))
         {
-          entry_table_add (&self->entries, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
+          _kv_entry_table_add (&self->entries, entry->key, (gpointer) ((guintptr) entry | KV_ENTRY_PENDING_TAG));
         }
       else
         {
@@ -1360,7 +1204,7 @@ kv_primary_tier_complete_store (KvPrimaryTier *self,
 
   for (guint i = 0; i < n_keys; i++)
     {
-      KvBucket *bucket = entry_table_find (&self->entries, keys[i]);
+      KvBucket *bucket = _kv_entry_table_find (&self->entries, keys[i]);
       KvEntry *entry = bucket != NULL ? entry_from_value (bucket->value) : NULL;
 
       if (entry == NULL || entry->ref_cnt >= 0)
@@ -1410,7 +1254,7 @@ _kv_primary_tier_complete_store_pinned (KvPrimaryTier *self,
   /* All or nothing: the long way handles a key that is not being written. */
   for (guint i = 0; i < n_keys; i++)
     {
-      KvBucket *bucket = entry_table_find (&self->entries, keys[i]);
+      KvBucket *bucket = _kv_entry_table_find (&self->entries, keys[i]);
 
       if (bucket == NULL || ((guintptr) bucket->value & KV_ENTRY_PENDING_TAG) == 0)
         return FALSE;

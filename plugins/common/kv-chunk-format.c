@@ -5,6 +5,8 @@
 
 #include <string.h>
 #include <xxhash.h>
+
+#include "kv-wire.h"
 #if defined(__x86_64__)
 # include <xxh_x86dispatch.h>
 #endif
@@ -113,38 +115,6 @@ kv_chunk_checksum (const void *data,
 #endif
 }
 
-static void
-put_u32 (guint8 *p, guint32 v)
-{
-  v = GUINT32_TO_LE (v);
-  memcpy (p, &v, 4);
-}
-
-static void
-put_u64 (guint8 *p, guint64 v)
-{
-  v = GUINT64_TO_LE (v);
-  memcpy (p, &v, 8);
-}
-
-static guint32
-get_u32 (const guint8 *p)
-{
-  guint32 v;
-
-  memcpy (&v, p, 4);
-  return GUINT32_FROM_LE (v);
-}
-
-static guint64
-get_u64 (const guint8 *p)
-{
-  guint64 v;
-
-  memcpy (&v, p, 8);
-  return GUINT64_FROM_LE (v);
-}
-
 /* The namespace digest names the cache identity: two tiers share chunk
  * files only when their namespace string and chunk size are equal, so a
  * file can never be read into slots of another size or model. */
@@ -213,17 +183,17 @@ kv_chunk_header_encode_with_checksum (guint8       *header,
 
   memset (header, 0, KV_CHUNK_HEADER_SIZE);
   memcpy (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8);
-  put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
-  put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
   memcpy (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
-  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
-  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, payload_checksum);
-  put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
-  put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
-  put_u64 (header + KV_CHUNK_OFF_FLAGS, 0);
-  put_u64 (header + KV_CHUNK_OFF_CREATED, (guint64) created_unix_us);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, payload_checksum);
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_FLAGS, 0);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_CREATED, (guint64) created_unix_us);
   memcpy (header + KV_CHUNK_OFF_HASH, hash, hash_len);
-  put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
            kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3));
 }
 
@@ -243,34 +213,34 @@ kv_chunk_header_check (const guint8 *header,
     return KV_CHUNK_CHECK_BAD_MAGIC;
   /* The header checksum first: every later field is trusted only if the
    * header is intact. */
-  if (get_u64 (header + KV_CHUNK_OFF_HEADER_XXH3) !=
+  if (kv_wire_get_u64 (header + KV_CHUNK_OFF_HEADER_XXH3) !=
       kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3))
     return KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM;
-  if (get_u32 (header + KV_CHUNK_OFF_VERSION) != KV_CHUNK_FORMAT_VERSION ||
-      get_u32 (header + KV_CHUNK_OFF_HEADER_SIZE) != KV_CHUNK_HEADER_SIZE)
+  if (kv_wire_get_u32 (header + KV_CHUNK_OFF_VERSION) != KV_CHUNK_FORMAT_VERSION ||
+      kv_wire_get_u32 (header + KV_CHUNK_OFF_HEADER_SIZE) != KV_CHUNK_HEADER_SIZE)
     return KV_CHUNK_CHECK_BAD_VERSION;
   if (memcmp (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN) != 0)
     return KV_CHUNK_CHECK_WRONG_NAMESPACE;
 
   hash = kv_key_get_hash (key, &hash_len);
-  stored_hash_len = get_u32 (header + KV_CHUNK_OFF_HASH_LEN);
+  stored_hash_len = kv_wire_get_u32 (header + KV_CHUNK_OFF_HASH_LEN);
   if (stored_hash_len != hash_len ||
-      get_u32 (header + KV_CHUNK_OFF_GROUP) != kv_key_get_group (key) ||
+      kv_wire_get_u32 (header + KV_CHUNK_OFF_GROUP) != kv_key_get_group (key) ||
       hash_len > KV_CHUNK_MAX_KEY_HASH_LEN ||
       memcmp (header + KV_CHUNK_OFF_HASH, hash, hash_len) != 0)
     return KV_CHUNK_CHECK_WRONG_KEY;
-  if (get_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN) != payload_len)
+  if (kv_wire_get_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN) != payload_len)
     return KV_CHUNK_CHECK_WRONG_LENGTH;
 
   if (out_payload_checksum != NULL)
-    *out_payload_checksum = get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
+    *out_payload_checksum = kv_wire_get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
   return KV_CHUNK_CHECK_OK;
 }
 
 guint64
 kv_chunk_header_get_payload_checksum (const guint8 *header)
 {
-  return get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
+  return kv_wire_get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
 }
 
 /* Checks a chunk read back from disk. @header is NULL for headerless
@@ -347,18 +317,18 @@ kv_chunk_slot_header_encode (guint8       *header,
 
   memset (header, 0, KV_CHUNK_HEADER_SIZE);
   memcpy (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8);
-  put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
-  put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
   memcpy (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
-  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
-  put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, payload_checksum);
-  put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
-  put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
-  put_u64 (header + KV_CHUNK_OFF_FLAGS, KV_CHUNK_FLAG_SLOT);
-  put_u64 (header + KV_CHUNK_OFF_CREATED, (guint64) created_unix_us);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN, payload_len);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3, payload_checksum);
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_GROUP, kv_key_get_group (key));
+  kv_wire_put_u32 (header + KV_CHUNK_OFF_HASH_LEN, hash_len);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_FLAGS, KV_CHUNK_FLAG_SLOT);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_CREATED, (guint64) created_unix_us);
   memcpy (header + KV_CHUNK_OFF_HASH, hash, hash_len);
-  put_u64 (header + KV_CHUNK_OFF_SEQUENCE, sequence);
-  put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_SEQUENCE, sequence);
+  kv_wire_put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
            kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3));
 }
 
@@ -378,28 +348,28 @@ kv_chunk_slot_header_parse (const guint8  *header,
 
   if (memcmp (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8) != 0)
     return KV_CHUNK_CHECK_BAD_MAGIC;
-  if (get_u64 (header + KV_CHUNK_OFF_HEADER_XXH3) !=
+  if (kv_wire_get_u64 (header + KV_CHUNK_OFF_HEADER_XXH3) !=
       kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3))
     return KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM;
-  if (get_u32 (header + KV_CHUNK_OFF_VERSION) != KV_CHUNK_FORMAT_VERSION ||
-      get_u32 (header + KV_CHUNK_OFF_HEADER_SIZE) != KV_CHUNK_HEADER_SIZE ||
-      (get_u64 (header + KV_CHUNK_OFF_FLAGS) & KV_CHUNK_FLAG_SLOT) == 0)
+  if (kv_wire_get_u32 (header + KV_CHUNK_OFF_VERSION) != KV_CHUNK_FORMAT_VERSION ||
+      kv_wire_get_u32 (header + KV_CHUNK_OFF_HEADER_SIZE) != KV_CHUNK_HEADER_SIZE ||
+      (kv_wire_get_u64 (header + KV_CHUNK_OFF_FLAGS) & KV_CHUNK_FLAG_SLOT) == 0)
     return KV_CHUNK_CHECK_BAD_VERSION;
   if (memcmp (header + KV_CHUNK_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN) != 0)
     return KV_CHUNK_CHECK_WRONG_NAMESPACE;
-  hash_len = get_u32 (header + KV_CHUNK_OFF_HASH_LEN);
+  hash_len = kv_wire_get_u32 (header + KV_CHUNK_OFF_HASH_LEN);
   if (hash_len == 0 || hash_len > KV_CHUNK_MAX_KEY_HASH_LEN)
     return KV_CHUNK_CHECK_WRONG_KEY;
-  if (get_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN) != payload_len)
+  if (kv_wire_get_u64 (header + KV_CHUNK_OFF_PAYLOAD_LEN) != payload_len)
     return KV_CHUNK_CHECK_WRONG_LENGTH;
 
   if (out_key != NULL)
     *out_key = kv_key_new (header + KV_CHUNK_OFF_HASH, hash_len,
-                           get_u32 (header + KV_CHUNK_OFF_GROUP));
+                           kv_wire_get_u32 (header + KV_CHUNK_OFF_GROUP));
   if (out_sequence != NULL)
-    *out_sequence = get_u64 (header + KV_CHUNK_OFF_SEQUENCE);
+    *out_sequence = kv_wire_get_u64 (header + KV_CHUNK_OFF_SEQUENCE);
   if (out_payload_checksum != NULL)
-    *out_payload_checksum = get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
+    *out_payload_checksum = kv_wire_get_u64 (header + KV_CHUNK_OFF_PAYLOAD_XXH3);
   return KV_CHUNK_CHECK_OK;
 }
 
@@ -407,7 +377,7 @@ kv_chunk_slot_header_parse (const guint8  *header,
 guint64
 kv_chunk_slot_header_get_sequence (const guint8 *header)
 {
-  return get_u64 (header + KV_CHUNK_OFF_SEQUENCE);
+  return kv_wire_get_u64 (header + KV_CHUNK_OFF_SEQUENCE);
 }
 
 void
@@ -419,15 +389,15 @@ kv_chunk_slab_header_encode (guint8       *header,
 {
   memset (header, 0, KV_SLAB_HEADER_SIZE);
   memcpy (header + KV_SLAB_OFF_MAGIC, KV_SLAB_MAGIC, 8);
-  put_u32 (header + KV_SLAB_OFF_VERSION, KV_SLAB_FORMAT_VERSION);
-  put_u32 (header + KV_SLAB_OFF_HEADER_SIZE, KV_SLAB_HEADER_SIZE);
+  kv_wire_put_u32 (header + KV_SLAB_OFF_VERSION, KV_SLAB_FORMAT_VERSION);
+  kv_wire_put_u32 (header + KV_SLAB_OFF_HEADER_SIZE, KV_SLAB_HEADER_SIZE);
   memcpy (header + KV_SLAB_OFF_NAMESPACE, namespace_digest, KV_CHUNK_NAMESPACE_DIGEST_LEN);
-  put_u64 (header + KV_SLAB_OFF_SLOT_SIZE, KV_CHUNK_HEADER_SIZE + payload_len);
-  put_u64 (header + KV_SLAB_OFF_PAYLOAD_LEN, payload_len);
-  put_u64 (header + KV_SLAB_OFF_N_SLOTS, n_slots);
-  put_u64 (header + KV_SLAB_OFF_FLAGS, 0);
-  put_u64 (header + KV_SLAB_OFF_CREATED, (guint64) created_unix_us);
-  put_u64 (header + KV_SLAB_OFF_HEADER_XXH3, kv_chunk_checksum (header, KV_SLAB_OFF_HEADER_XXH3));
+  kv_wire_put_u64 (header + KV_SLAB_OFF_SLOT_SIZE, KV_CHUNK_HEADER_SIZE + payload_len);
+  kv_wire_put_u64 (header + KV_SLAB_OFF_PAYLOAD_LEN, payload_len);
+  kv_wire_put_u64 (header + KV_SLAB_OFF_N_SLOTS, n_slots);
+  kv_wire_put_u64 (header + KV_SLAB_OFF_FLAGS, 0);
+  kv_wire_put_u64 (header + KV_SLAB_OFF_CREATED, (guint64) created_unix_us);
+  kv_wire_put_u64 (header + KV_SLAB_OFF_HEADER_XXH3, kv_chunk_checksum (header, KV_SLAB_OFF_HEADER_XXH3));
 }
 
 /* Whether @header is an intact slab file header; fills what it says. */
@@ -440,21 +410,21 @@ kv_chunk_slab_header_parse (const guint8 *header,
   guint64 payload_len;
 
   if (memcmp (header + KV_SLAB_OFF_MAGIC, KV_SLAB_MAGIC, 8) != 0 ||
-      get_u64 (header + KV_SLAB_OFF_HEADER_XXH3) !=
+      kv_wire_get_u64 (header + KV_SLAB_OFF_HEADER_XXH3) !=
       kv_chunk_checksum (header, KV_SLAB_OFF_HEADER_XXH3) ||
-      get_u32 (header + KV_SLAB_OFF_VERSION) != KV_SLAB_FORMAT_VERSION ||
-      get_u32 (header + KV_SLAB_OFF_HEADER_SIZE) != KV_SLAB_HEADER_SIZE)
+      kv_wire_get_u32 (header + KV_SLAB_OFF_VERSION) != KV_SLAB_FORMAT_VERSION ||
+      kv_wire_get_u32 (header + KV_SLAB_OFF_HEADER_SIZE) != KV_SLAB_HEADER_SIZE)
     return FALSE;
-  payload_len = get_u64 (header + KV_SLAB_OFF_PAYLOAD_LEN);
+  payload_len = kv_wire_get_u64 (header + KV_SLAB_OFF_PAYLOAD_LEN);
   if (payload_len == 0 || payload_len > G_MAXUINT32 ||
-      get_u64 (header + KV_SLAB_OFF_SLOT_SIZE) != KV_CHUNK_HEADER_SIZE + payload_len)
+      kv_wire_get_u64 (header + KV_SLAB_OFF_SLOT_SIZE) != KV_CHUNK_HEADER_SIZE + payload_len)
     return FALSE;
   if (out_namespace_digest != NULL)
     memcpy (out_namespace_digest, header + KV_SLAB_OFF_NAMESPACE, KV_CHUNK_NAMESPACE_DIGEST_LEN);
   if (out_payload_len != NULL)
     *out_payload_len = payload_len;
   if (out_n_slots != NULL)
-    *out_n_slots = get_u64 (header + KV_SLAB_OFF_N_SLOTS);
+    *out_n_slots = kv_wire_get_u64 (header + KV_SLAB_OFF_N_SLOTS);
   return TRUE;
 }
 

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kv-chunk-format.h"
+#include "kv-wire.h"
 
 /* Wire layouts (all integers little-endian; doc/protocol.md):
  *
@@ -27,67 +28,9 @@
 
 G_DEFINE_QUARK (kv-peer-frame-error-quark, kv_peer_frame_error)
 
-static inline guint16
-get_u16 (const guint8 *p)
-{
-  guint16 v;
-
-  memcpy (&v, p, 2);
-  return GUINT16_FROM_LE (v);
-}
-
-static inline guint32
-get_u32 (const guint8 *p)
-{
-  guint32 v;
-
-  memcpy (&v, p, 4);
-  return GUINT32_FROM_LE (v);
-}
-
-static inline guint64
-get_u64 (const guint8 *p)
-{
-  guint64 v;
-
-  memcpy (&v, p, 8);
-  return GUINT64_FROM_LE (v);
-}
-
-static inline void
-put_u16 (guint8 *p, guint16 v)
-{
-  v = GUINT16_TO_LE (v);
-  memcpy (p, &v, 2);
-}
-
-static inline void
-put_u32 (guint8 *p, guint32 v)
-{
-  v = GUINT32_TO_LE (v);
-  memcpy (p, &v, 4);
-}
-
-static inline void
-put_u64 (guint8 *p, guint64 v)
-{
-  v = GUINT64_TO_LE (v);
-  memcpy (p, &v, 8);
-}
-
-static void
-append_u32 (GByteArray *out, guint32 v)
-{
-  guint8 b[4];
-
-  put_u32 (b, v);
-  g_byte_array_append (out, b, 4);
-}
-
-/* Appends a frame header with a body length to fill in later. */
-static guint
-begin_frame (GByteArray      *out,
-             KvPeerFrameType  type)
+guint
+kv_peer_frame_begin (GByteArray      *out,
+                     KvPeerFrameType  type)
 {
   guint8 header[KV_PEER_FRAME_HEADER_SIZE];
   guint start = out->len;
@@ -97,11 +40,11 @@ begin_frame (GByteArray      *out,
   return start;
 }
 
-static void
-end_frame (GByteArray *out,
-           guint       start)
+void
+kv_peer_frame_end (GByteArray *out,
+                   guint       start)
 {
-  put_u32 (out->data + start + 4, out->len - start - KV_PEER_FRAME_HEADER_SIZE);
+  kv_wire_put_u32 (out->data + start + 4, out->len - start - KV_PEER_FRAME_HEADER_SIZE);
 }
 
 const char *
@@ -135,8 +78,8 @@ kv_peer_frame_header_encode (guint8          header[KV_PEER_FRAME_HEADER_SIZE],
 {
   header[0] = (guint8) type;
   header[1] = 0;
-  put_u16 (header + 2, 0);
-  put_u32 (header + 4, body_len);
+  kv_wire_put_u16 (header + 2, 0);
+  kv_wire_put_u32 (header + 4, body_len);
 }
 
 /* Checks a frame header before anything of the body is read or allocated:
@@ -147,7 +90,7 @@ kv_peer_frame_header_parse (const guint8        header[KV_PEER_FRAME_HEADER_SIZE
                             KvPeerFrameHeader  *out,
                             GError            **error)
 {
-  guint32 body_len = get_u32 (header + 4);
+  guint32 body_len = kv_wire_get_u32 (header + 4);
 
   if (header[0] < KV_PEER_FRAME_HELLO || header[0] > KV_PEER_FRAME_HEARTBEAT)
     {
@@ -155,7 +98,7 @@ kv_peer_frame_header_parse (const guint8        header[KV_PEER_FRAME_HEADER_SIZE
                    "unknown frame type %u", header[0]);
       return FALSE;
     }
-  if (header[1] != 0 || get_u16 (header + 2) != 0)
+  if (header[1] != 0 || kv_wire_get_u16 (header + 2) != 0)
     {
       g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_BAD_FRAME,
                    "%s frame with nonzero flags or reserved bytes",
@@ -183,10 +126,10 @@ kv_peer_message_clear (KvPeerMessage *message)
   memset (message, 0, sizeof *message);
 }
 
-static gboolean
-bad_body (GError          **error,
-          KvPeerFrameType   type,
-          const char       *why)
+gboolean
+kv_peer_frame_bad_body (GError          **error,
+                        KvPeerFrameType   type,
+                        const char       *why)
 {
   g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_BAD_FRAME,
                "malformed %s frame: %s", kv_peer_frame_type_to_string (type), why);
@@ -204,11 +147,11 @@ parse_keys (const guint8   *body,
   guint32 n;
 
   if (body_len < 8)
-    return bad_body (error, out->type, "shorter than its count");
-  out->request_id = get_u32 (body);
-  n = get_u32 (body + 4);
+    return kv_peer_frame_bad_body (error, out->type, "shorter than its count");
+  out->request_id = kv_wire_get_u32 (body);
+  n = kv_wire_get_u32 (body + 4);
   if (n == 0)
-    return bad_body (error, out->type, "no keys");
+    return kv_peer_frame_bad_body (error, out->type, "no keys");
   if (n > max_keys)
     {
       g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_LIMIT,
@@ -219,7 +162,7 @@ parse_keys (const guint8   *body,
   /* Each key takes at least 7 bytes: a count the body cannot hold is
    * refused before the array is sized by it. */
   if (n > (body_len - 8) / 7)
-    return bad_body (error, out->type, "more keys than bytes");
+    return kv_peer_frame_bad_body (error, out->type, "more keys than bytes");
 
   out->keys = g_ptr_array_new_full (n, (GDestroyNotify) kv_key_unref);
   for (guint32 i = 0; i < n; i++)
@@ -228,19 +171,19 @@ parse_keys (const guint8   *body,
       guint16 hash_len;
 
       if (body_len - pos < 6)
-        return bad_body (error, out->type, "a key is cut short");
-      group = get_u32 (body + pos);
-      hash_len = get_u16 (body + pos + 4);
+        return kv_peer_frame_bad_body (error, out->type, "a key is cut short");
+      group = kv_wire_get_u32 (body + pos);
+      hash_len = kv_wire_get_u16 (body + pos + 4);
       pos += 6;
       if (hash_len == 0 || hash_len > KV_CHUNK_MAX_KEY_HASH_LEN)
-        return bad_body (error, out->type, "a key hash is empty or longer than 112 bytes");
+        return kv_peer_frame_bad_body (error, out->type, "a key hash is empty or longer than 112 bytes");
       if (body_len - pos < hash_len)
-        return bad_body (error, out->type, "a key hash is cut short");
+        return kv_peer_frame_bad_body (error, out->type, "a key hash is cut short");
       g_ptr_array_add (out->keys, kv_key_new (body + pos, hash_len, group));
       pos += hash_len;
     }
   if (pos != body_len)
-    return bad_body (error, out->type, "bytes after the last key");
+    return kv_peer_frame_bad_body (error, out->type, "bytes after the last key");
   return TRUE;
 }
 
@@ -262,20 +205,20 @@ kv_peer_message_parse (KvPeerFrameType  type,
     {
     case KV_PEER_FRAME_HELLO:
       if (body_len != KV_PEER_HELLO_BODY_SIZE)
-        return bad_body (error, type, "wrong length");
+        return kv_peer_frame_bad_body (error, type, "wrong length");
       if (memcmp (body, KV_PEER_MAGIC, KV_PEER_MAGIC_LEN) != 0)
-        return bad_body (error, type, "not the kvtier peer protocol");
-      out->version = get_u16 (body + KV_PEER_MAGIC_LEN);
+        return kv_peer_frame_bad_body (error, type, "not the kvtier peer protocol");
+      out->version = kv_wire_get_u16 (body + KV_PEER_MAGIC_LEN);
       memcpy (out->nonce, body + KV_PEER_MAGIC_LEN + 4, KV_PEER_NONCE_LEN);
       return TRUE;
 
     case KV_PEER_FRAME_AUTH:
       if (body_len != KV_PEER_AUTH_BODY_SIZE)
-        return bad_body (error, type, "wrong length");
-      out->block_size = get_u64 (body);
+        return kv_peer_frame_bad_body (error, type, "wrong length");
+      out->block_size = kv_wire_get_u64 (body);
       memcpy (out->namespace_digest, body + 8, 32);
-      out->max_keys = get_u32 (body + 40);
-      out->max_inflight_bytes = get_u64 (body + 48);
+      out->max_keys = kv_wire_get_u32 (body + 40);
+      out->max_inflight_bytes = kv_wire_get_u64 (body + 48);
       memcpy (out->mac, body + KV_PEER_AUTH_PARAMS_SIZE, KV_PEER_MAC_LEN);
       return TRUE;
 
@@ -290,32 +233,32 @@ kv_peer_message_parse (KvPeerFrameType  type,
 
     case KV_PEER_FRAME_LOOKUP_RESP:
       if (body_len < 8)
-        return bad_body (error, type, "shorter than its count");
-      out->request_id = get_u32 (body);
-      out->n_answers = get_u32 (body + 4);
+        return kv_peer_frame_bad_body (error, type, "shorter than its count");
+      out->request_id = kv_wire_get_u32 (body);
+      out->n_answers = kv_wire_get_u32 (body + 4);
       if (out->n_answers > max_keys || out->n_answers != body_len - 8)
-        return bad_body (error, type, "the count does not match the answers");
+        return kv_peer_frame_bad_body (error, type, "the count does not match the answers");
       for (gsize i = 8; i < body_len; i++)
         if (body[i] > KV_PEER_LOOKUP_PENDING)
-          return bad_body (error, type, "unknown answer");
+          return kv_peer_frame_bad_body (error, type, "unknown answer");
       out->answers = g_memdup2 (body + 8, out->n_answers);
       return TRUE;
 
     case KV_PEER_FRAME_DATA:
       if (body_len < KV_PEER_DATA_PREFIX_SIZE)
-        return bad_body (error, type, "shorter than its prefix");
-      out->request_id = get_u32 (body);
-      out->index = get_u32 (body + 4);
+        return kv_peer_frame_bad_body (error, type, "shorter than its prefix");
+      out->request_id = kv_wire_get_u32 (body);
+      out->index = kv_wire_get_u32 (body + 4);
       out->status = body[8];
       if (out->status > KV_PEER_DATA_MISS || body[9] != 0 || body[10] != 0 || body[11] != 0)
-        return bad_body (error, type, "unknown status or nonzero reserved bytes");
+        return kv_peer_frame_bad_body (error, type, "unknown status or nonzero reserved bytes");
       return TRUE;
 
     case KV_PEER_FRAME_DONE:
       if (body_len != 8)
-        return bad_body (error, type, "wrong length");
-      out->request_id = get_u32 (body);
-      out->n_sent = get_u32 (body + 4);
+        return kv_peer_frame_bad_body (error, type, "wrong length");
+      out->request_id = kv_wire_get_u32 (body);
+      out->n_sent = kv_wire_get_u32 (body + 4);
       return TRUE;
 
     case KV_PEER_FRAME_ERROR:
@@ -323,11 +266,11 @@ kv_peer_message_parse (KvPeerFrameType  type,
         guint16 len;
 
         if (body_len < 6)
-          return bad_body (error, type, "shorter than its length");
-        out->error_code = get_u32 (body);
-        len = get_u16 (body + 4);
+          return kv_peer_frame_bad_body (error, type, "shorter than its length");
+        out->error_code = kv_wire_get_u32 (body);
+        len = kv_wire_get_u16 (body + 4);
         if (len > KV_PEER_MAX_ERROR_MESSAGE || (gsize) len + 6 != body_len)
-          return bad_body (error, type, "the message length does not match");
+          return kv_peer_frame_bad_body (error, type, "the message length does not match");
         /* Shown in logs: anything but valid UTF-8 is replaced. */
         out->error_message = g_utf8_make_valid ((const char *) body + 6, len);
         return TRUE;
@@ -335,7 +278,7 @@ kv_peer_message_parse (KvPeerFrameType  type,
 
     case KV_PEER_FRAME_BYE:
       if (body_len != 0)
-        return bad_body (error, type, "wrong length");
+        return kv_peer_frame_bad_body (error, type, "wrong length");
       return TRUE;
 
     default:
@@ -349,15 +292,15 @@ void
 kv_peer_frame_append_hello (GByteArray   *out,
                             const guint8  nonce[KV_PEER_NONCE_LEN])
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_HELLO);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_HELLO);
   guint8 version[4];
 
   g_byte_array_append (out, (const guint8 *) KV_PEER_MAGIC, KV_PEER_MAGIC_LEN);
-  put_u16 (version, KV_PEER_PROTOCOL_VERSION);
-  put_u16 (version + 2, 0);
+  kv_wire_put_u16 (version, KV_PEER_PROTOCOL_VERSION);
+  kv_wire_put_u16 (version + 2, 0);
   g_byte_array_append (out, version, 4);
   g_byte_array_append (out, nonce, KV_PEER_NONCE_LEN);
-  end_frame (out, start);
+  kv_peer_frame_end (out, start);
 }
 
 void
@@ -367,11 +310,11 @@ kv_peer_frame_auth_params (guint8        params[KV_PEER_AUTH_PARAMS_SIZE],
                            guint32       max_keys,
                            guint64       max_inflight_bytes)
 {
-  put_u64 (params, block_size);
+  kv_wire_put_u64 (params, block_size);
   memcpy (params + 8, namespace_digest, 32);
-  put_u32 (params + 40, max_keys);
-  put_u32 (params + 44, 0);
-  put_u64 (params + 48, max_inflight_bytes);
+  kv_wire_put_u32 (params + 40, max_keys);
+  kv_wire_put_u32 (params + 44, 0);
+  kv_wire_put_u64 (params + 48, max_inflight_bytes);
 }
 
 void
@@ -379,11 +322,11 @@ kv_peer_frame_append_auth (GByteArray   *out,
                            const guint8  params[KV_PEER_AUTH_PARAMS_SIZE],
                            const guint8  mac[KV_PEER_MAC_LEN])
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_AUTH);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_AUTH);
 
   g_byte_array_append (out, params, KV_PEER_AUTH_PARAMS_SIZE);
   g_byte_array_append (out, mac, KV_PEER_MAC_LEN);
-  end_frame (out, start);
+  kv_peer_frame_end (out, start);
 }
 
 gboolean
@@ -409,21 +352,21 @@ kv_peer_frame_append_keys (GByteArray      *out,
         return FALSE;
       }
 
-  start = begin_frame (out, type);
-  append_u32 (out, request_id);
-  append_u32 (out, n_keys);
+  start = kv_peer_frame_begin (out, type);
+  kv_wire_append_u32 (out, request_id);
+  kv_wire_append_u32 (out, n_keys);
   for (guint i = 0; i < n_keys; i++)
     {
       gsize hash_len = 0;
       const guint8 *hash = kv_key_get_hash (keys[i], &hash_len);
       guint8 lenb[2];
 
-      append_u32 (out, kv_key_get_group (keys[i]));
-      put_u16 (lenb, (guint16) hash_len);
+      kv_wire_append_u32 (out, kv_key_get_group (keys[i]));
+      kv_wire_put_u16 (lenb, (guint16) hash_len);
       g_byte_array_append (out, lenb, 2);
       g_byte_array_append (out, hash, hash_len);
     }
-  end_frame (out, start);
+  kv_peer_frame_end (out, start);
   return TRUE;
 }
 
@@ -433,12 +376,12 @@ kv_peer_frame_append_lookup_resp (GByteArray   *out,
                                   const guint8 *answers,
                                   guint32       n_answers)
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_LOOKUP_RESP);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_LOOKUP_RESP);
 
-  append_u32 (out, request_id);
-  append_u32 (out, n_answers);
+  kv_wire_append_u32 (out, request_id);
+  kv_wire_append_u32 (out, n_answers);
   g_byte_array_append (out, answers, n_answers);
-  end_frame (out, start);
+  kv_peer_frame_end (out, start);
 }
 
 /* The header and prefix of a DATA frame; @record_len bytes of chunk
@@ -453,8 +396,8 @@ kv_peer_frame_encode_data_prefix (guint8           frame[KV_PEER_FRAME_HEADER_SI
   guint8 *body = frame + KV_PEER_FRAME_HEADER_SIZE;
 
   kv_peer_frame_header_encode (frame, KV_PEER_FRAME_DATA, KV_PEER_DATA_PREFIX_SIZE + record_len);
-  put_u32 (body, request_id);
-  put_u32 (body + 4, index);
+  kv_wire_put_u32 (body, request_id);
+  kv_wire_put_u32 (body + 4, index);
   body[8] = (guint8) status;
   body[9] = body[10] = body[11] = 0;
 }
@@ -464,11 +407,11 @@ kv_peer_frame_append_done (GByteArray *out,
                            guint32     request_id,
                            guint32     n_sent)
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_DONE);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_DONE);
 
-  append_u32 (out, request_id);
-  append_u32 (out, n_sent);
-  end_frame (out, start);
+  kv_wire_append_u32 (out, request_id);
+  kv_wire_append_u32 (out, n_sent);
+  kv_peer_frame_end (out, start);
 }
 
 void
@@ -476,22 +419,22 @@ kv_peer_frame_append_error (GByteArray      *out,
                             KvPeerErrorCode  code,
                             const char      *message)
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_ERROR);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_ERROR);
   gsize len = message != NULL ? strlen (message) : 0;
   guint8 lenb[2];
 
   /* Cut at a character boundary, so that the peer reads valid UTF-8. */
   if (len > KV_PEER_MAX_ERROR_MESSAGE)
     len = g_utf8_find_prev_char (message, message + KV_PEER_MAX_ERROR_MESSAGE + 1) - message;
-  append_u32 (out, code);
-  put_u16 (lenb, (guint16) len);
+  kv_wire_append_u32 (out, code);
+  kv_wire_put_u16 (lenb, (guint16) len);
   g_byte_array_append (out, lenb, 2);
   g_byte_array_append (out, (const guint8 *) message, len);
-  end_frame (out, start);
+  kv_peer_frame_end (out, start);
 }
 
 void
 kv_peer_frame_append_bye (GByteArray *out)
 {
-  end_frame (out, begin_frame (out, KV_PEER_FRAME_BYE));
+  kv_peer_frame_end (out, kv_peer_frame_begin (out, KV_PEER_FRAME_BYE));
 }

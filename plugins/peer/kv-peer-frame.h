@@ -117,6 +117,17 @@ typedef struct
 
 const char *kv_peer_frame_type_to_string (guint type);
 
+/* Appends a frame header whose body length kv_peer_frame_end() fills in
+ * once the body is appended; returns where the frame starts. */
+guint    kv_peer_frame_begin         (GByteArray             *out,
+                                      KvPeerFrameType         type);
+void     kv_peer_frame_end           (GByteArray             *out,
+                                      guint                   start);
+/* Sets KV_PEER_ERROR_BAD_FRAME ("malformed TYPE frame: WHY"), returns FALSE. */
+gboolean kv_peer_frame_bad_body      (GError                **error,
+                                      KvPeerFrameType         type,
+                                      const char             *why);
+
 void     kv_peer_frame_header_encode (guint8                  header[KV_PEER_FRAME_HEADER_SIZE],
                                       KvPeerFrameType         type,
                                       guint32                 body_len);

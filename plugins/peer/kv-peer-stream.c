@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kv-chunk-format.h"
+#include "kv-wire.h"
 
 /* Wire layouts (all integers little-endian; doc/protocol.md):
  *
@@ -16,75 +17,6 @@
  *   EVENTS            seq u64 | n u32 | n × (group u32 | hash length u16 | hash | locations u8)
  *   HEARTBEAT         seq u64
  */
-
-static inline guint16
-get_u16 (const guint8 *p)
-{
-  guint16 v;
-
-  memcpy (&v, p, 2);
-  return GUINT16_FROM_LE (v);
-}
-
-static inline guint32
-get_u32 (const guint8 *p)
-{
-  guint32 v;
-
-  memcpy (&v, p, 4);
-  return GUINT32_FROM_LE (v);
-}
-
-static inline guint64
-get_u64 (const guint8 *p)
-{
-  guint64 v;
-
-  memcpy (&v, p, 8);
-  return GUINT64_FROM_LE (v);
-}
-
-static void
-append_u16 (GByteArray *out, guint16 v)
-{
-  v = GUINT16_TO_LE (v);
-  g_byte_array_append (out, (const guint8 *) &v, 2);
-}
-
-static void
-append_u32 (GByteArray *out, guint32 v)
-{
-  v = GUINT32_TO_LE (v);
-  g_byte_array_append (out, (const guint8 *) &v, 4);
-}
-
-static void
-append_u64 (GByteArray *out, guint64 v)
-{
-  v = GUINT64_TO_LE (v);
-  g_byte_array_append (out, (const guint8 *) &v, 8);
-}
-
-static guint
-begin_frame (GByteArray      *out,
-             KvPeerFrameType  type)
-{
-  guint8 header[KV_PEER_FRAME_HEADER_SIZE];
-  guint start = out->len;
-
-  kv_peer_frame_header_encode (header, type, 0);
-  g_byte_array_append (out, header, sizeof header);
-  return start;
-}
-
-static void
-end_frame (GByteArray *out,
-           guint       start)
-{
-  guint32 len = GUINT32_TO_LE (out->len - start - KV_PEER_FRAME_HEADER_SIZE);
-
-  memcpy (out->data + start + 4, &len, 4);
-}
 
 gboolean
 kv_peer_stream_is_stream_frame (guint type)
@@ -125,16 +57,6 @@ kv_peer_stream_message_clear (KvPeerStreamMessage *message)
 }
 
 static gboolean
-bad_body (GError          **error,
-          KvPeerFrameType   type,
-          const char       *why)
-{
-  g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_BAD_FRAME,
-               "malformed %s frame: %s", kv_peer_frame_type_to_string (type), why);
-  return FALSE;
-}
-
-static gboolean
 parse_entries (const guint8         *body,
                gsize                 body_len,
                guint32               max_entries,
@@ -145,11 +67,11 @@ parse_entries (const guint8         *body,
   guint32 n;
 
   if (body_len < KV_PEER_STREAM_ENTRIES_PREFIX)
-    return bad_body (error, out->type, "shorter than its count");
-  out->seq = get_u64 (body);
-  n = get_u32 (body + 8);
+    return kv_peer_frame_bad_body (error, out->type, "shorter than its count");
+  out->seq = kv_wire_get_u64 (body);
+  n = kv_wire_get_u32 (body + 8);
   if (n == 0)
-    return bad_body (error, out->type, "no entries");
+    return kv_peer_frame_bad_body (error, out->type, "no entries");
   if (n > max_entries)
     {
       g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_LIMIT,
@@ -160,7 +82,7 @@ parse_entries (const guint8         *body,
   /* Each entry takes at least 8 bytes: a count the body cannot hold is
    * refused before anything is sized by it. */
   if (n > (body_len - KV_PEER_STREAM_ENTRIES_PREFIX) / 8)
-    return bad_body (error, out->type, "more entries than bytes");
+    return kv_peer_frame_bad_body (error, out->type, "more entries than bytes");
 
   out->keys = g_ptr_array_new_full (n, (GDestroyNotify) kv_key_unref);
   out->locations = g_malloc (n);
@@ -170,22 +92,22 @@ parse_entries (const guint8         *body,
       guint16 hash_len;
 
       if (body_len - pos < 6)
-        return bad_body (error, out->type, "an entry is cut short");
-      group = get_u32 (body + pos);
-      hash_len = get_u16 (body + pos + 4);
+        return kv_peer_frame_bad_body (error, out->type, "an entry is cut short");
+      group = kv_wire_get_u32 (body + pos);
+      hash_len = kv_wire_get_u16 (body + pos + 4);
       pos += 6;
       if (hash_len == 0 || hash_len > KV_CHUNK_MAX_KEY_HASH_LEN)
-        return bad_body (error, out->type, "a key hash is empty or longer than 112 bytes");
+        return kv_peer_frame_bad_body (error, out->type, "a key hash is empty or longer than 112 bytes");
       if (body_len - pos < (gsize) hash_len + 1)
-        return bad_body (error, out->type, "an entry is cut short");
+        return kv_peer_frame_bad_body (error, out->type, "an entry is cut short");
       if ((body[pos + hash_len] & ~KV_PEER_STREAM_LOCATION_MASK) != 0)
-        return bad_body (error, out->type, "unknown location bits");
+        return kv_peer_frame_bad_body (error, out->type, "unknown location bits");
       g_ptr_array_add (out->keys, kv_key_new (body + pos, hash_len, group));
       out->locations[i] = body[pos + hash_len];
       pos += hash_len + 1;
     }
   if (pos != body_len)
-    return bad_body (error, out->type, "bytes after the last entry");
+    return kv_peer_frame_bad_body (error, out->type, "bytes after the last entry");
   return TRUE;
 }
 
@@ -206,24 +128,24 @@ kv_peer_stream_parse (KvPeerFrameType       type,
     {
     case KV_PEER_FRAME_SUBSCRIBE:
       if (body_len != KV_PEER_STREAM_SUBSCRIBE_SIZE)
-        return bad_body (error, type, "wrong length");
-      out->flags = get_u32 (body);
-      if (out->flags != 0 || get_u32 (body + 4) != 0)
-        return bad_body (error, type, "unknown flags or nonzero reserved bytes");
+        return kv_peer_frame_bad_body (error, type, "wrong length");
+      out->flags = kv_wire_get_u32 (body);
+      if (out->flags != 0 || kv_wire_get_u32 (body + 4) != 0)
+        return kv_peer_frame_bad_body (error, type, "unknown flags or nonzero reserved bytes");
       return TRUE;
 
     case KV_PEER_FRAME_SNAPSHOT_BEGIN:
       if (body_len != KV_PEER_STREAM_BEGIN_SIZE)
-        return bad_body (error, type, "wrong length");
-      out->seq = get_u64 (body);
-      out->count = get_u64 (body + 8);
+        return kv_peer_frame_bad_body (error, type, "wrong length");
+      out->seq = kv_wire_get_u64 (body);
+      out->count = kv_wire_get_u64 (body + 8);
       return TRUE;
 
     case KV_PEER_FRAME_SNAPSHOT_END:
     case KV_PEER_FRAME_HEARTBEAT:
       if (body_len != KV_PEER_STREAM_SEQ_SIZE)
-        return bad_body (error, type, "wrong length");
-      out->seq = get_u64 (body);
+        return kv_peer_frame_bad_body (error, type, "wrong length");
+      out->seq = kv_wire_get_u64 (body);
       return TRUE;
 
     case KV_PEER_FRAME_SNAPSHOT_ENTRIES:
@@ -246,11 +168,11 @@ kv_peer_stream_parse (KvPeerFrameType       type,
 void
 kv_peer_stream_append_subscribe (GByteArray *out)
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_SUBSCRIBE);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_SUBSCRIBE);
 
-  append_u32 (out, 0);
-  append_u32 (out, 0);
-  end_frame (out, start);
+  kv_wire_append_u32 (out, 0);
+  kv_wire_append_u32 (out, 0);
+  kv_peer_frame_end (out, start);
 }
 
 void
@@ -258,11 +180,11 @@ kv_peer_stream_append_begin (GByteArray *out,
                              guint64     seq,
                              guint64     count)
 {
-  guint start = begin_frame (out, KV_PEER_FRAME_SNAPSHOT_BEGIN);
+  guint start = kv_peer_frame_begin (out, KV_PEER_FRAME_SNAPSHOT_BEGIN);
 
-  append_u64 (out, seq);
-  append_u64 (out, count);
-  end_frame (out, start);
+  kv_wire_append_u64 (out, seq);
+  kv_wire_append_u64 (out, count);
+  kv_peer_frame_end (out, start);
 }
 
 /* SNAPSHOT_END or HEARTBEAT. */
@@ -274,9 +196,9 @@ kv_peer_stream_append_seq (GByteArray      *out,
   guint start;
 
   g_return_if_fail (type == KV_PEER_FRAME_SNAPSHOT_END || type == KV_PEER_FRAME_HEARTBEAT);
-  start = begin_frame (out, type);
-  append_u64 (out, seq);
-  end_frame (out, start);
+  start = kv_peer_frame_begin (out, type);
+  kv_wire_append_u64 (out, seq);
+  kv_peer_frame_end (out, start);
 }
 
 guint
@@ -287,9 +209,9 @@ kv_peer_stream_begin_entries (GByteArray      *out,
   guint start;
 
   g_return_val_if_fail (type == KV_PEER_FRAME_SNAPSHOT_ENTRIES || type == KV_PEER_FRAME_EVENTS, 0);
-  start = begin_frame (out, type);
-  append_u64 (out, seq);
-  append_u32 (out, 0);  /* the count, set by end */
+  start = kv_peer_frame_begin (out, type);
+  kv_wire_append_u64 (out, seq);
+  kv_wire_append_u32 (out, 0);  /* the count, set by end */
   return start;
 }
 
@@ -302,8 +224,8 @@ kv_peer_stream_add_entry (GByteArray *out,
   gsize hash_len = 0;
   const guint8 *hash = kv_key_get_hash (key, &hash_len);
 
-  append_u32 (out, kv_key_get_group (key));
-  append_u16 (out, (guint16) hash_len);
+  kv_wire_append_u32 (out, kv_key_get_group (key));
+  kv_wire_append_u16 (out, (guint16) hash_len);
   g_byte_array_append (out, hash, hash_len);
   g_byte_array_append (out, &locations, 1);
 }
@@ -316,7 +238,7 @@ kv_peer_stream_end_entries (GByteArray *out,
   guint32 n = GUINT32_TO_LE (n_entries);
 
   memcpy (out->data + start + KV_PEER_FRAME_HEADER_SIZE + 8, &n, 4);
-  end_frame (out, start);
+  kv_peer_frame_end (out, start);
 }
 
 /* ---- applying a stream -------------------------------------------------- */

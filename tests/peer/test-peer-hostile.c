@@ -217,6 +217,99 @@ test_wrong_secret_and_namespace (void)
   g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
 }
 
+/* A server that answers the handshake without proving it holds the
+ * secret (@knows_secret FALSE: its AUTH carries a made-up proof), or that
+ * proves it but serves another namespace. It accepts one connection,
+ * plays its half and then reports what the client sent next: nothing (it
+ * closed) or a request. */
+typedef struct
+{
+  GSocketListener *listener;
+  gboolean         knows_secret;
+  gboolean         got_auth;
+  gboolean         got_request;
+} FakeServer;
+
+static gpointer
+fake_server_run (gpointer data)
+{
+  FakeServer *fake = data;
+  g_autoptr(GSocketConnection) conn = NULL;
+  g_autoptr(GBytes) secret = read_secret (harness_secret_path ());
+  g_autoptr(GByteArray) out = g_byte_array_new ();
+  g_auto(KvPeerMessage) hello = { 0 };
+  g_auto(KvPeerMessage) auth = { 0 };
+  g_auto(KvPeerMessage) next = { 0 };
+  guint8 nonce[KV_PEER_NONCE_LEN], digest[32], params[KV_PEER_AUTH_PARAMS_SIZE];
+  guint8 mac[KV_PEER_MAC_LEN] = { 0 };
+  g_autoptr(GError) error = NULL;
+
+  conn = g_socket_listener_accept (fake->listener, NULL, NULL, &error);
+  g_assert_no_error (error);
+  g_socket_set_timeout (g_socket_connection_get_socket (conn), 10);
+  g_assert_true (harness_stream_read_frame (G_IO_STREAM (conn), &hello));
+  g_assert_cmpint (hello.type, ==, KV_PEER_FRAME_HELLO);
+  g_assert_true (kv_peer_random_nonce (nonce, NULL));
+  kv_peer_frame_append_hello (out, nonce);
+  harness_stream_send (G_IO_STREAM (conn), out->data, out->len);
+  g_assert_true (harness_stream_read_frame (G_IO_STREAM (conn), &auth));
+  g_assert_cmpint (auth.type, ==, KV_PEER_FRAME_AUTH);
+  fake->got_auth = TRUE;
+
+  kv_chunk_namespace_digest (fake->knows_secret ? "another-model/bf16/tp2" : NAMESPACE,
+                             SLOT_KIB * 1024, digest);
+  kv_peer_frame_auth_params (params, SLOT_KIB * 1024, digest, 64, 64 << 20);
+  if (fake->knows_secret)
+    kv_peer_handshake_mac (secret, KV_PEER_ROLE_SERVER, hello.nonce, nonce, params, mac);
+  g_byte_array_set_size (out, 0);
+  kv_peer_frame_append_auth (out, params, mac);
+  harness_stream_send (G_IO_STREAM (conn), out->data, out->len);
+  fake->got_request = harness_stream_read_frame (G_IO_STREAM (conn), &next);
+  return NULL;
+}
+
+/* The peer tier checks the server's half of the handshake: a server that
+ * cannot prove it holds the secret, or serves another namespace, gets no
+ * request, and the lookup misses. */
+static void
+test_unproven_server (void)
+{
+  for (guint knows_secret = 0; knows_secret <= 1; knows_secret++)
+    {
+      FakeServer fake = { g_socket_listener_new (), knows_secret, FALSE, FALSE };
+      g_autoptr(GInetAddress) loopback = g_inet_address_new_loopback (G_SOCKET_FAMILY_IPV4);
+      g_autoptr(GSocketAddress) any = g_inet_socket_address_new (loopback, 0);
+      g_autoptr(GSocketAddress) bound = NULL;
+      g_autoptr(GError) error = NULL;
+      g_autofree char *settings = NULL;
+      g_autoptr(KvRequest) request = kv_request_new ("unproven-server", NULL);
+      g_autoptr(KvKey) key = synthetic_key (1);
+      KvTieringManager *manager;
+      GThread *thread;
+
+      g_socket_listener_add_address (fake.listener, any, G_SOCKET_TYPE_STREAM,
+                                     G_SOCKET_PROTOCOL_TCP, NULL, &bound, &error);
+      g_assert_no_error (error);
+      settings = g_strdup_printf ("peers = 127.0.0.1:%u",
+                                  g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound)));
+      thread = g_thread_new ("fake-server", fake_server_run, &fake);
+
+      manager = client_manager_new (settings, SLOT_KIB, &error);
+      g_assert_no_error (error);
+      kv_tiering_manager_on_new_request (manager, request);
+      g_assert_cmpint (client_lookup_settled (manager, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
+      kv_tiering_manager_on_request_finished (manager, request);
+      g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
+      g_object_unref (manager);
+
+      g_thread_join (thread);
+      g_assert_true (fake.got_auth);
+      g_assert_false (fake.got_request);
+      g_socket_listener_close (fake.listener);
+      g_object_unref (fake.listener);
+    }
+}
+
 static void
 test_bad_frames (void)
 {
@@ -705,6 +798,7 @@ main (int   argc,
   harness_init ();
   g_test_add_func ("/peer-hostile/unauthenticated", test_unauthenticated);
   g_test_add_func ("/peer-hostile/wrong-secret-and-namespace", test_wrong_secret_and_namespace);
+  g_test_add_func ("/peer-hostile/unproven-server", test_unproven_server);
   g_test_add_func ("/peer-hostile/bad-frames", test_bad_frames);
   g_test_add_func ("/peer-hostile/slow-reader", test_slow_reader);
   g_test_add_func ("/peer-hostile/idle-connections", test_idle_connections);

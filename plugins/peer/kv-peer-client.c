@@ -318,8 +318,6 @@ handshake (KvPeerClient  *self,
   g_auto(KvPeerMessage) hello = { 0 };
   g_auto(KvPeerMessage) auth = { 0 };
   guint8 client_nonce[KV_PEER_NONCE_LEN];
-  guint8 params[KV_PEER_AUTH_PARAMS_SIZE];
-  guint8 mac[KV_PEER_MAC_LEN];
 
   if (!kv_peer_random_nonce (client_nonce, error))
     return FALSE;
@@ -331,40 +329,19 @@ handshake (KvPeerClient  *self,
     return FALSE;
   if (hello.type != KV_PEER_FRAME_HELLO)
     return unexpected (&hello, "HELLO", error);
-  if (hello.version != KV_PEER_PROTOCOL_VERSION)
-    {
-      g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_VERSION,
-                   "the peer speaks protocol version %u, not %u", hello.version,
-                   KV_PEER_PROTOCOL_VERSION);
-      return FALSE;
-    }
-
-  kv_peer_frame_auth_params (params, self->settings.block_size, self->settings.namespace_digest, 0, 0);
-  kv_peer_handshake_mac (self->settings.secret, KV_PEER_ROLE_CLIENT, client_nonce, hello.nonce,
-                         params, mac);
-  g_byte_array_set_size (link->buf, 0);
-  kv_peer_frame_append_auth (link->buf, params, mac);
-  if (!write_buf (link, cancellable, error))
+  if (!kv_peer_handshake_append_client_auth (link->buf, self->settings.secret, client_nonce, &hello,
+                                             self->settings.block_size,
+                                             self->settings.namespace_digest, "peer", error) ||
+      !write_buf (link, cancellable, error))
     return FALSE;
   if (!read_message (link, KV_PEER_AUTH_BODY_SIZE, 0, &auth, cancellable, error))
     return FALSE;
   if (auth.type != KV_PEER_FRAME_AUTH)
     return unexpected (&auth, "AUTH", error);
-  /* The server proves it knows the secret too, over its own parameters. */
-  if (!kv_peer_handshake_verify (self->settings.secret, KV_PEER_ROLE_SERVER, client_nonce,
-                                 hello.nonce, link->buf->data, auth.mac))
-    {
-      g_set_error_literal (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_AUTH_FAILED,
-                           "the peer could not prove it knows the shared secret");
-      return FALSE;
-    }
-  if (auth.block_size != self->settings.block_size ||
-      !kv_peer_constant_time_equal (auth.namespace_digest, self->settings.namespace_digest, 32))
-    {
-      g_set_error_literal (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_NAMESPACE,
-                           "the peer serves another cache namespace or chunk size");
-      return FALSE;
-    }
+  if (!kv_peer_handshake_check_server_auth (self->settings.secret, client_nonce, &hello,
+                                            link->buf->data, &auth, self->settings.block_size,
+                                            self->settings.namespace_digest, "peer", error))
+    return FALSE;
   if (auth.max_keys == 0 || auth.max_inflight_bytes < self->settings.block_size)
     {
       g_set_error_literal (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_LIMIT,

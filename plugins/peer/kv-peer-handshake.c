@@ -94,6 +94,62 @@ kv_peer_handshake_verify (GBytes       *secret,
   return equal;
 }
 
+gboolean
+kv_peer_handshake_append_client_auth (GByteArray          *out,
+                                      GBytes              *secret,
+                                      const guint8         client_nonce[KV_PEER_NONCE_LEN],
+                                      const KvPeerMessage *hello,
+                                      guint64              block_size,
+                                      const guint8         namespace_digest[32],
+                                      const char          *peer_name,
+                                      GError             **error)
+{
+  guint8 params[KV_PEER_AUTH_PARAMS_SIZE];
+  guint8 mac[KV_PEER_MAC_LEN];
+
+  if (hello->version != KV_PEER_PROTOCOL_VERSION)
+    {
+      g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_VERSION,
+                   "the %s speaks protocol version %u, not %u", peer_name, hello->version,
+                   KV_PEER_PROTOCOL_VERSION);
+      return FALSE;
+    }
+  kv_peer_frame_auth_params (params, block_size, namespace_digest, 0, 0);
+  kv_peer_handshake_mac (secret, KV_PEER_ROLE_CLIENT, client_nonce, hello->nonce, params, mac);
+  g_byte_array_set_size (out, 0);
+  kv_peer_frame_append_auth (out, params, mac);
+  return TRUE;
+}
+
+gboolean
+kv_peer_handshake_check_server_auth (GBytes              *secret,
+                                     const guint8         client_nonce[KV_PEER_NONCE_LEN],
+                                     const KvPeerMessage *hello,
+                                     const guint8         server_params[KV_PEER_AUTH_PARAMS_SIZE],
+                                     const KvPeerMessage *auth,
+                                     guint64              block_size,
+                                     const guint8         namespace_digest[32],
+                                     const char          *peer_name,
+                                     GError             **error)
+{
+  /* The server proves it knows the secret too, over its own parameters. */
+  if (!kv_peer_handshake_verify (secret, KV_PEER_ROLE_SERVER, client_nonce, hello->nonce,
+                                 server_params, auth->mac))
+    {
+      g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_AUTH_FAILED,
+                   "the %s could not prove it knows the shared secret", peer_name);
+      return FALSE;
+    }
+  if (auth->block_size != block_size ||
+      !kv_peer_constant_time_equal (auth->namespace_digest, namespace_digest, 32))
+    {
+      g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_NAMESPACE,
+                   "the %s serves another cache namespace or chunk size", peer_name);
+      return FALSE;
+    }
+  return TRUE;
+}
+
 /* Reads the shared secret: a regular file of the current user that no one
  * else may read or write (like an ssh key), at most 4 KiB, its bytes as
  * they are but for one trailing newline. */

@@ -257,44 +257,20 @@ handshake (KvPeerSubscriber  *self,
   g_auto(KvPeerMessage) hello = { 0 };
   g_auto(KvPeerMessage) auth = { 0 };
   guint8 client_nonce[KV_PEER_NONCE_LEN];
-  guint8 params[KV_PEER_AUTH_PARAMS_SIZE];
-  guint8 mac[KV_PEER_MAC_LEN];
 
   if (!kv_peer_random_nonce (client_nonce, error))
     return FALSE;
   g_byte_array_set_size (link->buf, 0);
   kv_peer_frame_append_hello (link->buf, client_nonce);
   if (!write_buf (self, link, error) ||
-      !expect_message (self, link, KV_PEER_FRAME_HELLO, KV_PEER_HELLO_BODY_SIZE, &hello, error))
+      !expect_message (self, link, KV_PEER_FRAME_HELLO, KV_PEER_HELLO_BODY_SIZE, &hello, error) ||
+      !kv_peer_handshake_append_client_auth (link->buf, self->secret, client_nonce, &hello,
+                                             self->slot_size, self->digest, "node", error) ||
+      !write_buf (self, link, error) ||
+      !expect_message (self, link, KV_PEER_FRAME_AUTH, KV_PEER_AUTH_BODY_SIZE, &auth, error) ||
+      !kv_peer_handshake_check_server_auth (self->secret, client_nonce, &hello, link->buf->data,
+                                            &auth, self->slot_size, self->digest, "node", error))
     return FALSE;
-  if (hello.version != KV_PEER_PROTOCOL_VERSION)
-    {
-      g_set_error (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_VERSION,
-                   "the node speaks protocol version %u, not %u", hello.version,
-                   KV_PEER_PROTOCOL_VERSION);
-      return FALSE;
-    }
-  kv_peer_frame_auth_params (params, self->slot_size, self->digest, 0, 0);
-  kv_peer_handshake_mac (self->secret, KV_PEER_ROLE_CLIENT, client_nonce, hello.nonce, params, mac);
-  g_byte_array_set_size (link->buf, 0);
-  kv_peer_frame_append_auth (link->buf, params, mac);
-  if (!write_buf (self, link, error) ||
-      !expect_message (self, link, KV_PEER_FRAME_AUTH, KV_PEER_AUTH_BODY_SIZE, &auth, error))
-    return FALSE;
-  if (!kv_peer_handshake_verify (self->secret, KV_PEER_ROLE_SERVER, client_nonce, hello.nonce,
-                                 link->buf->data, auth.mac))
-    {
-      g_set_error_literal (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_AUTH_FAILED,
-                           "the node could not prove it knows the shared secret");
-      return FALSE;
-    }
-  if (auth.block_size != self->slot_size ||
-      !kv_peer_constant_time_equal (auth.namespace_digest, self->digest, 32))
-    {
-      g_set_error_literal (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_NAMESPACE,
-                           "the node serves another cache namespace or chunk size");
-      return FALSE;
-    }
   if (auth.max_keys == 0)
     {
       g_set_error_literal (error, KV_PEER_FRAME_ERROR_DOMAIN, KV_PEER_ERROR_LIMIT,

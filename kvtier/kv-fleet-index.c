@@ -8,6 +8,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* The index's table (entries in pages, open-addressed slots, holders),
+ * the nodes' updates, snapshots and expiry, and the lookup walk. One unit
+ * because the walk inlines the table's probe and prefetches through its
+ * layout; a quarter of it is the public API's documentation. Hence a
+ * little over ~1,500 lines. */
+
 /**
  * KvFleetIndex:
  *

@@ -263,6 +263,9 @@ write_cb (char   *data,
             gsize len = MIN (n - done, op->dest_len[part] - at);
 
             memcpy (op->dest[part] + at, data + done, len);
+            /* hashed while the piece is still in this core's cache */
+            if (part == 1 && op->dest_hasher != NULL)
+              kv_chunk_hasher_update (op->dest_hasher, op->dest[1] + at, len);
             done += len;
             op->offset += len;
           }
@@ -772,6 +775,8 @@ attempt_start (KvS3Client *self,
   op->attempt_start = now;
   op->attempts++;
   op->offset = 0;
+  if (op->dest_hasher != NULL)
+    kv_chunk_hasher_reset (op->dest_hasher);
   op->status = 0;
   op->content_length = -1;
   op->body_mode_set = FALSE;

@@ -4,6 +4,7 @@
 #include <gio/gio.h>
 #include <kvtier.h>
 
+#include "kv-chunk-format.h"
 #include "kv-s3-error.h"
 
 G_BEGIN_DECLS
@@ -51,6 +52,10 @@ struct _KvS3Op
   /* GET: where the object lands; it must be exactly this long */
   guint8        *dest[2];
   gsize          dest_len[2];
+  /* GET, nullable: fed with each piece of dest[1] as it lands (reset at
+   * each attempt), so that the caller checks a payload's checksum without
+   * a second pass over it; complete when the outcome is KV_S3_OP_OK */
+  KvChunkHasher *dest_hasher;
   /* monotonic µs; no attempt starts or runs past it (0: the client's
    * reply timeout alone bounds each attempt) */
   gint64         deadline;

@@ -41,6 +41,7 @@ typedef struct
   guint8      *header;
   gboolean     has_checksum;   /* stores: carried by the slot */
   guint64      checksum;
+  KvChunkHasher *hasher;       /* loads: the payload's, as it lands */
 } KeyOp;
 
 /* A load or store. ops, n_outstanding and the I/O times are the I/O
@@ -344,6 +345,7 @@ s3_job_unref (S3Job *job)
 
       kv_s3_op_clear (&kop->op);
       g_clear_pointer (&kop->key, kv_key_unref);
+      g_clear_pointer (&kop->hasher, kv_chunk_hasher_free);
       g_free (kop->header);
     }
   g_free (job->ops);
@@ -426,11 +428,19 @@ static KvChunkCheck
 check_object (KvS3Tier *self,
               KeyOp    *kop)
 {
+  KvChunkCheck check;
+
   if (kop->op.outcome == KV_S3_OP_WRONG_SIZE)
     return kop->op.content_length >= 0 && (guint64) kop->op.content_length < self->object_size ?
            KV_CHUNK_CHECK_SHORT : KV_CHUNK_CHECK_WRONG_LENGTH;
-  return kv_chunk_check (kop->header, KV_CHUNK_HEADER_SIZE, kop->op.dest[1], self->block_size,
-                         self->block_size, self->namespace_digest, kop->key, TRUE);
+  /* the payload was hashed as it landed (the op's dest_hasher): no
+   * second pass over it */
+  check = kv_chunk_check (kop->header, KV_CHUNK_HEADER_SIZE, kop->op.dest[1], self->block_size,
+                          self->block_size, self->namespace_digest, kop->key, FALSE);
+  if (check == KV_CHUNK_CHECK_OK &&
+      kv_chunk_hasher_digest (kop->hasher) != kv_chunk_header_get_payload_checksum (kop->header))
+    check = KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM;
+  return check;
 }
 
 static void
@@ -597,6 +607,8 @@ submit (KvS3Tier       *self,
           kop->op.dest_len[0] = KV_CHUNK_HEADER_SIZE;
           kop->op.dest[1] = kv_host_buffer_peek_slot (self->primary, slot);
           kop->op.dest_len[1] = self->block_size;
+          kop->hasher = kv_chunk_hasher_new ();
+          kop->op.dest_hasher = kop->hasher;
           kop->op.done = load_done;
         }
       else

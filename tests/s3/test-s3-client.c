@@ -46,6 +46,7 @@ round_trip (KvS3Client *client,
   g_autofree guint8 *payload = pattern (payload_len, seed + 1000);
   g_autofree guint8 *got_header = g_malloc0 (header_len);
   g_autofree guint8 *got_payload = g_malloc0 (payload_len);
+  g_autoptr(KvChunkHasher) hasher = kv_chunk_hasher_new ();
   KvS3Op op;
 
   kv_s3_op_init (&op, KV_S3_METHOD_PUT, key);
@@ -66,12 +67,14 @@ round_trip (KvS3Client *client,
   g_assert_cmpint (op.content_length, ==, header_len + payload_len);
   kv_s3_op_clear (&op);
 
-  /* the object lands in two buffers, split where it was sent from */
+  /* the object lands in two buffers, split where it was sent from, the
+   * second hashed piece by piece as it lands */
   kv_s3_op_init (&op, KV_S3_METHOD_GET, key);
   op.dest[0] = got_header;
   op.dest_len[0] = header_len;
   op.dest[1] = got_payload;
   op.dest_len[1] = payload_len;
+  op.dest_hasher = hasher;
   kv_s3_client_run (client, &op);
   g_assert_no_error (op.error);
   g_assert_cmpint (op.outcome, ==, KV_S3_OP_OK);
@@ -79,6 +82,7 @@ round_trip (KvS3Client *client,
   kv_s3_op_clear (&op);
   g_assert_cmpmem (got_header, header_len, header, header_len);
   g_assert_cmpmem (got_payload, payload_len, payload, payload_len);
+  g_assert_cmpuint (kv_chunk_hasher_digest (hasher), ==, kv_chunk_checksum (payload, payload_len));
 }
 
 static void

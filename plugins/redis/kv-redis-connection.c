@@ -400,7 +400,11 @@ parse_get_line (KvRedisConnection *self,
       op->value_len = len;
       op->body_pos = 0;
       if ((gsize) len == op->header_len + op->payload_len)
-        op->state = GET_HEADER;
+        {
+          op->state = GET_HEADER;
+          if (op->payload_hasher != NULL)
+            kv_chunk_hasher_reset (op->payload_hasher);
+        }
       else
         {
           op->state = GET_DISCARD;
@@ -451,6 +455,9 @@ parse_get_reply (KvRedisConnection *self,
                 if (n == 0)
                   return FALSE;
                 memcpy (dest + op->body_pos, self->rbuf + self->rstart, n);
+                /* hashed while the piece is still in this core's cache */
+                if (op->state == GET_PAYLOAD && op->payload_hasher != NULL)
+                  kv_chunk_hasher_update (op->payload_hasher, dest + op->body_pos, n);
                 self->rstart += n;
                 op->body_pos += n;
               }
@@ -557,7 +564,12 @@ read_done (GObject      *source,
       return;
     }
   if (into != NULL)
-    into->body_pos += n;
+    {
+      /* read straight into the destination: hashed as it landed */
+      if (into->state == GET_PAYLOAD && into->payload_hasher != NULL)
+        kv_chunk_hasher_update (into->payload_hasher, into->dest_payload + into->body_pos, n);
+      into->body_pos += n;
+    }
   else
     self->rend += n;
   process_replies (self);

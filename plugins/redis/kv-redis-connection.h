@@ -4,6 +4,8 @@
 #include <gio/gio.h>
 #include <hiredis/hiredis.h>
 
+#include "kv-chunk-format.h"
+
 G_BEGIN_DECLS
 
 typedef enum {
@@ -44,6 +46,11 @@ struct _KvRedisOp
   /* GET_INTO */
   guint8           *dest_header;
   guint8           *dest_payload;
+  /* GET_INTO, nullable: fed with each piece of dest_payload as it lands
+   * (reset when a value of the expected length starts), so that the caller
+   * checks the payload's checksum without a second pass over it; complete
+   * when get_status says the value was found */
+  KvChunkHasher    *payload_hasher;
   gsize             header_len;    /* SET and GET_INTO */
   gsize             payload_len;
   KvRedisOpPrepare  prepare;

@@ -61,6 +61,7 @@ typedef struct
   guint32       primary_slot;
   gboolean      has_payload_checksum; /* stores: carried by the primary slot */
   guint64       payload_checksum;
+  KvChunkHasher *payload_hasher;      /* loads: the payload's, as it lands */
   char          suffix[64];
   guint64       probe_id;
   gboolean      healthy;
@@ -310,6 +311,7 @@ key_op_clear (KeyOp *kop)
   g_clear_pointer (&kop->key, kv_key_unref);
   g_clear_pointer (&kop->redis_key, g_free);
   g_clear_pointer (&kop->header, g_free);
+  g_clear_pointer (&kop->payload_hasher, kv_chunk_hasher_free);
 }
 
 /* ---- nodes --------------------------------------------------------------- */
@@ -991,12 +993,20 @@ static KvChunkCheck
 check_value (KvRedisTier *self,
              KeyOp       *kop)
 {
+  KvChunkCheck check;
+
   if (kop->op.get_status == KV_REDIS_GET_WRONG_SIZE)
     return kop->op.value_len < KV_CHUNK_HEADER_SIZE + self->block_size ?
            KV_CHUNK_CHECK_SHORT : KV_CHUNK_CHECK_WRONG_LENGTH;
-  return kv_chunk_check (kop->header, KV_CHUNK_HEADER_SIZE, kop->op.dest_payload,
-                         self->block_size, self->block_size, self->namespace_digest,
-                         kop->key, TRUE);
+  /* the payload was hashed as it landed (the op's payload_hasher): no
+   * second pass over it */
+  check = kv_chunk_check (kop->header, KV_CHUNK_HEADER_SIZE, kop->op.dest_payload,
+                          self->block_size, self->block_size, self->namespace_digest,
+                          kop->key, FALSE);
+  if (check == KV_CHUNK_CHECK_OK &&
+      kv_chunk_hasher_digest (kop->payload_hasher) != kv_chunk_header_get_payload_checksum (kop->header))
+    check = KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM;
+  return check;
 }
 
 static void
@@ -1365,6 +1375,8 @@ redis_job_new (KvRedisTier   *self,
         {
           kop->op.dest_header = kop->header;
           kop->op.dest_payload = kv_host_buffer_peek_slot (self->primary, slot);
+          kop->payload_hasher = kv_chunk_hasher_new ();
+          kop->op.payload_hasher = kop->payload_hasher;
         }
       else
         {

@@ -209,6 +209,26 @@ name_breaker (KvSecondaryTier *self)
   kv_circuit_breaker_set_name (priv->breaker, name);
 }
 
+/* Type qdata set on a tier class and its ancestors once an instance was
+ * constructed: after that, a class statement
+ * (kv_secondary_tier_type_set_*()) would reach only later instances. */
+static GQuark
+instantiated_quark (void)
+{
+  return g_quark_from_static_string ("kv-secondary-tier-instantiated");
+}
+
+static void
+mark_instantiated (GType type)
+{
+  for (; type != KV_TYPE_SECONDARY_TIER; type = g_type_parent (type))
+    {
+      if (g_type_get_qdata (type, instantiated_quark ()) != NULL)
+        break;          /* so are its ancestors */
+      g_type_set_qdata (type, instantiated_quark (), GINT_TO_POINTER (TRUE));
+    }
+}
+
 static void
 kv_secondary_tier_constructed (GObject *object)
 {
@@ -217,6 +237,7 @@ kv_secondary_tier_constructed (GObject *object)
 
   G_OBJECT_CLASS (kv_secondary_tier_parent_class)->constructed (object);
 
+  mark_instantiated (G_OBJECT_TYPE (self));
   if (priv->tier_type == NULL)
     priv->tier_type = g_strdup (G_OBJECT_TYPE_NAME (self));
   if (priv->medium == KV_MEDIUM_UNSPECIFIED)
@@ -544,8 +565,10 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * lazy promotion allocation, issue #49902). A long prefix waiting in a
    * slow tier then holds no primary slot until its load starts. %TRUE when
    * the class's `lazy_promotion_allocation` field is set (tiers written in
-   * C set it in `class_init`; tiers written in Python or JavaScript pass
-   * this property instead).
+   * C set it in `class_init`; a class written in Python or JavaScript
+   * states it with
+   * [func@Kv.SecondaryTier.type_set_lazy_promotion_allocation], or an
+   * instance passes this property).
    */
   properties[PROP_LAZY_PROMOTION_ALLOCATION] =
     g_param_spec_boolean ("lazy-promotion-allocation", NULL,
@@ -580,8 +603,10 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * tier that does not accept cascaded stores is never given a cascade
    * job, nothing is pinned for it, and no drop is counted. %FALSE when the
    * class's `accepts_cascaded_stores` field is cleared (tiers written in C
-   * clear it in `class_init`; tiers written in Python or JavaScript pass
-   * this property instead).
+   * clear it in `class_init`; a class written in Python or JavaScript
+   * states it with
+   * [func@Kv.SecondaryTier.type_set_accepts_cascaded_stores]); an
+   * instance may narrow its class with this property, never widen it.
    */
   properties[PROP_ACCEPTS_CASCADED_STORES] =
     g_param_spec_boolean ("accepts-cascaded-stores", NULL,
@@ -607,8 +632,10 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * tier reports the job or shuts down, so that a late publish carries the
    * bytes the job started with (see [property@Kv.SecondaryTier:deadline-ms]).
    * %FALSE when the class's `can_cancel_stores` field is cleared (tiers
-   * written in C clear it in `class_init`; tiers written in Python or
-   * JavaScript pass this property instead).
+   * written in C clear it in `class_init`; a class written in Python or
+   * JavaScript states it with
+   * [func@Kv.SecondaryTier.type_set_can_cancel_stores]); an instance may
+   * narrow its class with this property, never widen it.
    */
   properties[PROP_CAN_CANCEL_STORES] =
     g_param_spec_boolean ("can-cancel-stores", NULL,
@@ -1210,6 +1237,147 @@ kv_secondary_tier_get_can_cancel_stores (KvSecondaryTier *self)
 
   priv = kv_secondary_tier_get_instance_private (self);
   return priv->can_cancel_stores;
+}
+
+/* Writes the gboolean at @offset in the class structure of @tier_type and
+ * of its subclasses whose class structure exists already (they copied
+ * @tier_type's when they were initialised, before this statement). */
+static void
+set_class_field (GType    tier_type,
+                 gsize    offset,
+                 gboolean value)
+{
+  g_autofree GType *children = NULL;
+  gpointer klass = g_type_class_peek (tier_type);
+  guint n_children = 0;
+
+  if (klass == NULL)
+    return;             /* not initialised: it will copy its parent's */
+  G_STRUCT_MEMBER (gboolean, klass, offset) = value;
+  children = g_type_children (tier_type, &n_children);
+  for (guint i = 0; i < n_children; i++)
+    set_class_field (children[i], offset, value);
+}
+
+static gboolean
+type_set_capability (GType        tier_type,
+                     const char  *capability,
+                     gsize        offset,
+                     gboolean     value,
+                     GError     **error)
+{
+  g_autoptr(GTypeClass) klass = NULL;
+
+  if (tier_type == KV_TYPE_SECONDARY_TIER ||
+      !g_type_is_a (tier_type, KV_TYPE_SECONDARY_TIER))
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "cannot state %s for %s: not a subclass of KvSecondaryTier",
+                   capability, tier_type == G_TYPE_INVALID ? "an invalid type"
+                   : g_type_name (tier_type));
+      return FALSE;
+    }
+  if (g_type_get_qdata (tier_type, instantiated_quark ()) != NULL)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_BUSY,
+                   "cannot state %s for %s: an instance of it exists already "
+                   "(state it when the class is defined)",
+                   capability, g_type_name (tier_type));
+      return FALSE;
+    }
+  klass = g_type_class_ref (tier_type);
+  set_class_field (tier_type, offset, value);
+  return TRUE;
+}
+
+/**
+ * kv_secondary_tier_type_set_accepts_cascaded_stores:
+ * @tier_type: a subclass of [class@Kv.SecondaryTier]
+ * @accepts: whether instances of @tier_type take cascade jobs
+ * @error: return location for a #GError
+ *
+ * States for every instance of @tier_type, however it is made (by
+ * [method@Kv.TierRegistry.create_tier], a tier module loader or
+ * g_object_new()), whether it accepts cascaded stores: the class's
+ * `accepts_cascaded_stores` field, which tiers written in C set in
+ * `class_init`, for tiers written in Python or JavaScript. An instance
+ * may still narrow it with
+ * [property@Kv.SecondaryTier:accepts-cascaded-stores], never widen it.
+ * Subclasses of @tier_type inherit the statement.
+ *
+ * Call it once, when the class is defined, before any instance of
+ * @tier_type or of a subclass exists.
+ *
+ * Returns: %TRUE; %FALSE with %KV_TIER_ERROR_INVALID_ARGUMENT if
+ *   @tier_type is not a subclass of [class@Kv.SecondaryTier], or
+ *   %KV_TIER_ERROR_BUSY if an instance was made already
+ */
+gboolean
+kv_secondary_tier_type_set_accepts_cascaded_stores (GType     tier_type,
+                                                    gboolean  accepts,
+                                                    GError  **error)
+{
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return type_set_capability (tier_type, "accepts-cascaded-stores",
+                              G_STRUCT_OFFSET (KvSecondaryTierClass, accepts_cascaded_stores),
+                              !!accepts, error);
+}
+
+/**
+ * kv_secondary_tier_type_set_can_cancel_stores:
+ * @tier_type: a subclass of [class@Kv.SecondaryTier]
+ * @can_cancel: whether instances of @tier_type can call a store back
+ * @error: return location for a #GError
+ *
+ * States for every instance of @tier_type, however it is made, whether it
+ * can cancel stores: the class's `can_cancel_stores` field for tiers
+ * written in Python or JavaScript, with the rules of
+ * [func@Kv.SecondaryTier.type_set_accepts_cascaded_stores]. An instance
+ * may still narrow it with [property@Kv.SecondaryTier:can-cancel-stores].
+ *
+ * Returns: %TRUE; %FALSE with an error as
+ *   [func@Kv.SecondaryTier.type_set_accepts_cascaded_stores]
+ */
+gboolean
+kv_secondary_tier_type_set_can_cancel_stores (GType     tier_type,
+                                              gboolean  can_cancel,
+                                              GError  **error)
+{
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return type_set_capability (tier_type, "can-cancel-stores",
+                              G_STRUCT_OFFSET (KvSecondaryTierClass, can_cancel_stores),
+                              !!can_cancel, error);
+}
+
+/**
+ * kv_secondary_tier_type_set_lazy_promotion_allocation:
+ * @tier_type: a subclass of [class@Kv.SecondaryTier]
+ * @lazy: whether instances of @tier_type reserve their loads' slots
+ * @error: return location for a #GError
+ *
+ * States for every instance of @tier_type, however it is made, whether it
+ * reserves the primary slots of its loads itself: the class's
+ * `lazy_promotion_allocation` field for tiers written in Python or
+ * JavaScript, with the rules of
+ * [func@Kv.SecondaryTier.type_set_accepts_cascaded_stores]. When it is
+ * %TRUE, every instance has
+ * [property@Kv.SecondaryTier:lazy-promotion-allocation].
+ *
+ * Returns: %TRUE; %FALSE with an error as
+ *   [func@Kv.SecondaryTier.type_set_accepts_cascaded_stores]
+ */
+gboolean
+kv_secondary_tier_type_set_lazy_promotion_allocation (GType     tier_type,
+                                                      gboolean  lazy,
+                                                      GError  **error)
+{
+  g_return_val_if_fail (error == NULL || *error == NULL, FALSE);
+
+  return type_set_capability (tier_type, "lazy-promotion-allocation",
+                              G_STRUCT_OFFSET (KvSecondaryTierClass, lazy_promotion_allocation),
+                              !!lazy, error);
 }
 
 /**

@@ -90,16 +90,18 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  * @accepts_cascaded_stores: %FALSE when no instance of a class written in
  *   C stores what other tiers store (a tier that only fetches, as the peer
  *   tier): the manager then never makes it a cascade job and pins nothing
- *   for it. %TRUE by default; bindings set
- *   [property@Kv.SecondaryTier:accepts-cascaded-stores] instead.
+ *   for it. %TRUE by default; a class written in Python or JavaScript
+ *   states it with [func@Kv.SecondaryTier.type_set_accepts_cascaded_stores].
  * @lazy_promotion_allocation: %TRUE when every instance of a class written
  *   in C reserves the primary slots of its loads itself, as it starts them
- *   (bindings set [property@Kv.SecondaryTier:lazy-promotion-allocation]).
+ *   (a class written in Python or JavaScript states it with
+ *   [func@Kv.SecondaryTier.type_set_lazy_promotion_allocation]).
  * @can_cancel_stores: %FALSE when no instance of a class written in C can
  *   call a store back once it was handed over (a command already sent to a
  *   server): the manager then keeps the slots of a store failed at its
- *   deadline pinned until the tier reports it. %TRUE by default; bindings
- *   set [property@Kv.SecondaryTier:can-cancel-stores] instead.
+ *   deadline pinned until the tier reports it. %TRUE by default; a class
+ *   written in Python or JavaScript states it with
+ *   [func@Kv.SecondaryTier.type_set_can_cancel_stores].
  *
  * The virtual methods of a secondary tier. Every one runs on the owner
  * thread (the thread that drives the [class@Kv.TieringManager]).
@@ -192,6 +194,18 @@ KVTIER_AVAILABLE_IN_ALL
 gboolean                kv_secondary_tier_get_accepts_cascaded_stores (KvSecondaryTier *self);
 KVTIER_AVAILABLE_IN_ALL
 gboolean                kv_secondary_tier_get_can_cancel_stores     (KvSecondaryTier *self);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_type_set_accepts_cascaded_stores (GType     tier_type,
+                                                                            gboolean  accepts,
+                                                                            GError  **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_type_set_can_cancel_stores (GType     tier_type,
+                                                                      gboolean  can_cancel,
+                                                                      GError  **error);
+KVTIER_AVAILABLE_IN_ALL
+gboolean                kv_secondary_tier_type_set_lazy_promotion_allocation (GType     tier_type,
+                                                                              gboolean  lazy,
+                                                                              GError  **error);
 KVTIER_AVAILABLE_IN_ALL
 gboolean                kv_secondary_tier_get_enable_events         (KvSecondaryTier *self);
 KVTIER_AVAILABLE_IN_ALL

@@ -102,8 +102,7 @@ static KvSecondaryTier *
 new_tier (KvHostBuffer  *buffer,
           KvClock       *clock,
           gpointer      *state,
-          gboolean       main_loop,
-          gboolean       can_cancel_stores)
+          gboolean       main_loop)
 {
   g_autoptr(TestProperties) props = test_properties_new (tier_type);
   g_autoptr(GError) error = NULL;
@@ -117,11 +116,9 @@ new_tier (KvHostBuffer  *buffer,
   if (main_loop)
     test_properties_set (props, "completion-context", G_TYPE_MAIN_CONTEXT,
                          g_main_context_default ());
-  /* A Python class made from C gets its construct properties from its
-   * maker, not from __init__: what kvtier.vllm's wrap_tier() passes for a
-   * vLLM tier, the maker passes here. */
-  if (!can_cancel_stores)
-    test_properties_set (props, "can-cancel-stores", G_TYPE_BOOLEAN, FALSE);
+  /* Nothing says whether the tier can cancel stores: a Python class made
+   * from C gets that from its class (kvtier.vllm's wrapper states it with
+   * Kv.SecondaryTier.type_set_can_cancel_stores()). */
   tier = test_properties_new_initable (props, &error);
   g_assert_no_error (error);
   return KV_SECONDARY_TIER (tier);
@@ -132,7 +129,7 @@ thread_tier_new (KvHostBuffer  *buffer,
                  KvClock       *clock,
                  gpointer      *state)
 {
-  return new_tier (buffer, clock, state, FALSE, TRUE);
+  return new_tier (buffer, clock, state, FALSE);
 }
 
 static KvSecondaryTier *
@@ -140,17 +137,7 @@ main_loop_tier_new (KvHostBuffer  *buffer,
                     KvClock       *clock,
                     gpointer      *state)
 {
-  return new_tier (buffer, clock, state, TRUE, TRUE);
-}
-
-/* vLLM's interface has no cancellation: a store handed to a vLLM tier
- * runs to its end */
-static KvSecondaryTier *
-vllm_tier_new (KvHostBuffer  *buffer,
-               KvClock       *clock,
-               gpointer      *state)
-{
-  return new_tier (buffer, clock, state, FALSE, FALSE);
+  return new_tier (buffer, clock, state, TRUE);
 }
 
 static void
@@ -198,9 +185,9 @@ const ContractFactory contract_factories[] = {
     gjs_setup, teardown, main_loop_tier_new, no_state, stall, damage, is_idle,
     test_chunk_key, test_chunk_fill },
   /* vLLM's interface has no cancellation: a vLLM tier's job runs to its
-   * end */
+   * end, and its class says so (not CONTRACT_CANCELS) */
   { "vllm", CONTRACT_CAN_STORE | CONTRACT_CAN_DAMAGE, SLOT, 0,
-    vllm_setup, teardown, vllm_tier_new, no_state, stall, damage, is_idle,
+    vllm_setup, teardown, thread_tier_new, no_state, stall, damage, is_idle,
     test_chunk_key, test_chunk_fill },
 };
 

@@ -878,19 +878,15 @@ class VllmTierWrapper(Kv.SecondaryTier):
 
     vLLM's tier interface has no cancellation: a store handed to the vLLM
     tier runs to its end, and may publish after its deadline failed it.
-    The wrapper says so (``can-cancel-stores`` is ``False``), so that the
-    manager keeps such a store's primary slots pinned until the vLLM tier
-    reports it. A subclass made from C (by a tier module loader) gets its
-    construct properties from its maker, not from ``__init__``: the maker
-    passes ``can-cancel-stores=False`` too."""
+    The class says so (``can-cancel-stores`` is ``False`` for every
+    instance, :func:`Kv.SecondaryTier.type_set_can_cancel_stores`), so that
+    the manager keeps such a store's primary slots pinned until the vLLM
+    tier reports it. Subclasses inherit it, including one a tier module
+    loader makes from C, which runs no ``__init__`` with keywords."""
 
     __gtype_name__ = 'KvtierVllmTier'
 
     def __init__(self, vllm_tier=None, **properties):
-        # Constructed here (not wrapped after g_object_new() from C, which
-        # passes no property): state what vLLM's interface cannot do.
-        if properties:
-            properties.setdefault('can_cancel_stores', False)
         super().__init__(**properties)
         self._vllm = vllm_tier
         self._contexts = {}          # request id -> vLLM ReqContext
@@ -1057,6 +1053,11 @@ class VllmTierWrapper(Kv.SecondaryTier):
             metric, labels = _split_stat_name(name)
             kv_stats.increase_counter(metric, float(value), [str(x) for x in labels] or None)
         return kv_stats
+
+
+# vLLM's tier interface has no cancellation: no wrapped tier can call a
+# store back, however the wrapper was made.
+Kv.SecondaryTier.type_set_can_cancel_stores(VllmTierWrapper, False)
 
 
 def wrap_tier(vllm_tier, primary, tier_type=None, **properties):

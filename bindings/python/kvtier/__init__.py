@@ -26,6 +26,8 @@ What it adds:
   numbers, through the ``a{sv}`` form of the configuration;
 - :func:`register_tier`: a class decorator naming a tier class in a
   ``Kv.TierRegistry``;
+- :func:`tier_capabilities`: a class decorator stating what every instance
+  of a tier class can do, however it is made;
 - zero-copy access to primary slots: :func:`slot_view` (a writable
   ``memoryview``), :func:`slot_array` and :func:`buffer_array` (numpy
   arrays), :func:`bytes_view` (a read-only ``memoryview`` over any
@@ -56,7 +58,8 @@ from gi.repository import GLib, GObject, Kv  # noqa: E402
 __all__ = [
     'Kv',
     'bytes_view', 'buffer_array', 'config_from_dict', 'lookup_many', 'open_manager',
-    'register_tier', 'shutting_down', 'slot_array', 'slot_view', 'write_slot',
+    'register_tier', 'shutting_down', 'slot_array', 'slot_view', 'tier_capabilities',
+    'write_slot',
 ]
 
 
@@ -171,6 +174,37 @@ def register_tier(name, registry=None):
     configurations can use ``type = name``."""
     def decorate(cls):
         (registry or Kv.TierRegistry.get_default()).register_tier_type(name, cls.__gtype__)
+        return cls
+    return decorate
+
+
+_CAPABILITIES = {
+    'accepts_cascaded_stores': Kv.SecondaryTier.type_set_accepts_cascaded_stores,
+    'can_cancel_stores': Kv.SecondaryTier.type_set_can_cancel_stores,
+    'lazy_promotion_allocation': Kv.SecondaryTier.type_set_lazy_promotion_allocation,
+}
+
+
+def tier_capabilities(**capabilities):
+    """Class decorator: states ``capabilities`` (``accepts_cascaded_stores``,
+    ``can_cancel_stores``, ``lazy_promotion_allocation``) for every instance
+    of a ``Kv.SecondaryTier`` subclass, including those the registry or a
+    tier module loader makes from C, which run no ``__init__`` with
+    keywords (``Kv.SecondaryTier.type_set_*``). Apply it before any
+    instance exists; an instance may still narrow it with the property of
+    the same name, never widen it::
+
+        @kvtier.tier_capabilities(can_cancel_stores=False)
+        class MyTier(kvtier.Kv.SecondaryTier):
+            ...
+    """
+    unknown = sorted(set(capabilities) - set(_CAPABILITIES))
+    if unknown:
+        raise TypeError('unknown tier capabilities: %s' % ', '.join(unknown))
+
+    def decorate(cls):
+        for name, value in capabilities.items():
+            _CAPABILITIES[name](cls, value)
         return cls
     return decorate
 

@@ -11,6 +11,7 @@ gi.require_version('GLib', '2.0')
 gi.require_version('Kv', '1')
 from gi.repository import GLib, Kv  # noqa: E402
 
+import kvtier  # noqa: E402
 from conftest import Engine  # noqa: E402
 
 
@@ -87,6 +88,21 @@ def test_instance_from_c_has_the_class_capabilities():
     assert tier.get_can_cancel_stores() is True
     assert tier.get_accepts_cascaded_stores() is True
     assert tier.shutdown()
+
+
+@kvtier.tier_capabilities(can_cancel_stores=False, lazy_promotion_allocation=True)
+class DecoratedTier(HoldingTier):
+    __gtype_name__ = 'PyDecoratedTier'
+
+
+def test_helper_decorator_states_the_capabilities():
+    tier = create_from_c(DecoratedTier, 'decorated')
+    assert tier.get_can_cancel_stores() is False
+    assert tier.get_lazy_promotion_allocation() is True
+    assert tier.get_accepts_cascaded_stores() is True
+    assert tier.shutdown()
+    with pytest.raises(TypeError, match='cancel_store'):
+        kvtier.tier_capabilities(cancel_store=False)
 
 
 def test_subclasses_inherit_the_statement():

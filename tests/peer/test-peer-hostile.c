@@ -136,6 +136,25 @@ test_unauthenticated (void)
   g_assert_cmpint (peer_node_terminate (node, 5000), ==, 0);
 }
 
+/* A client whose peer tier has @settings looks a chunk up: a miss, then
+ * a clean shutdown. */
+static void
+assert_client_misses (const char *settings,
+                      const char *request_id)
+{
+  g_autoptr(GError) error = NULL;
+  KvTieringManager *manager = client_manager_new (settings, SLOT_KIB, &error);
+  g_autoptr(KvRequest) request = kv_request_new (request_id, NULL);
+  g_autoptr(KvKey) key = synthetic_key (1);
+
+  g_assert_no_error (error);
+  kv_tiering_manager_on_new_request (manager, request);
+  g_assert_cmpint (client_lookup_settled (manager, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
+  kv_tiering_manager_on_request_finished (manager, request);
+  g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
+  g_object_unref (manager);
+}
+
 static void
 test_wrong_secret_and_namespace (void)
 {
@@ -200,17 +219,8 @@ test_wrong_secret_and_namespace (void)
     g_autofree char *wrong_path = harness_write_file ("wrong-secret", "0123456789abcdef-wrong", 0600);
     g_autofree char *settings = g_strdup_printf ("peers = %s\nsecret-file = %s", node->peer_address,
                                                  wrong_path);
-    g_autoptr(GError) error = NULL;
-    KvTieringManager *manager = client_manager_new (settings, SLOT_KIB, &error);
-    g_autoptr(KvRequest) request = kv_request_new ("wrong-secret", NULL);
-    g_autoptr(KvKey) key = synthetic_key (1);
 
-    g_assert_no_error (error);
-    kv_tiering_manager_on_new_request (manager, request);
-    g_assert_cmpint (client_lookup_settled (manager, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
-    kv_tiering_manager_on_request_finished (manager, request);
-    g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
-    g_object_unref (manager);
+    assert_client_misses (settings, "wrong-secret");
   }
   g_assert_cmpfloat (harness_wait_metric (node, "kvtier_peer_auth_failures_total", 3), >=, 3);
   assert_good_client_served (node);
@@ -286,9 +296,6 @@ test_unproven_server (void)
       g_autoptr(GSocketAddress) bound = NULL;
       g_autoptr(GError) error = NULL;
       g_autofree char *settings = NULL;
-      g_autoptr(KvRequest) request = kv_request_new ("unproven-server", NULL);
-      g_autoptr(KvKey) key = synthetic_key (1);
-      KvTieringManager *manager;
       GThread *thread;
 
       g_socket_listener_add_address (fake.listener, any, G_SOCKET_TYPE_STREAM,
@@ -298,13 +305,7 @@ test_unproven_server (void)
                                   g_inet_socket_address_get_port (G_INET_SOCKET_ADDRESS (bound)));
       thread = g_thread_new ("fake-server", fake_server_run, &fake);
 
-      manager = client_manager_new (settings, SLOT_KIB, &error);
-      g_assert_no_error (error);
-      kv_tiering_manager_on_new_request (manager, request);
-      g_assert_cmpint (client_lookup_settled (manager, request, key, 5000), ==, KV_LOOKUP_RESULT_MISS);
-      kv_tiering_manager_on_request_finished (manager, request);
-      g_assert_true (kv_tiering_manager_shutdown (manager, NULL));
-      g_object_unref (manager);
+      assert_client_misses (settings, "unproven-server");
 
       g_cancellable_cancel (fake.cancellable);
       g_thread_join (thread);

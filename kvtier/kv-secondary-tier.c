@@ -175,6 +175,21 @@ kv_secondary_tier_real_take_events (KvSecondaryTier *self)
   return _kv_result_queue_take_events (priv->queue);
 }
 
+/* Without an async lookup a tier must answer lookups itself: the
+ * invoker's "does not implement lookup" for a class that set none. */
+static KvLookupResult
+kv_secondary_tier_real_lookup (KvSecondaryTier *self,
+                               KvKey           *key,
+                               KvRequest       *request)
+{
+  KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
+
+  if (priv->async_lookup != NULL)
+    return kv_async_lookup_lookup (priv->async_lookup, key, request);
+  g_critical ("%s does not implement lookup", G_OBJECT_TYPE_NAME (self));
+  return KV_LOOKUP_RESULT_MISS;
+}
+
 static gboolean
 kv_secondary_tier_real_has_pending_work (KvSecondaryTier *self)
 {
@@ -265,9 +280,14 @@ kv_secondary_tier_dispose (GObject *object)
   KvSecondaryTierPrivate *priv = kv_secondary_tier_get_instance_private (self);
 
   /* Only drop references: dispose never calls vfuncs (bindings refuse
-   * calls made during garbage collection). */
+   * calls made during garbage collection). The async lookup's workers are
+   * joined here, while the subclass's instance they check with is still
+   * whole (its dispose has run, its finalize has not), rather than
+   * whenever the lookup's last reference goes. */
   g_clear_object (&priv->detector);
   g_clear_object (&priv->primary);
+  if (priv->async_lookup != NULL)
+    kv_async_lookup_shutdown (priv->async_lookup);
   g_clear_object (&priv->async_lookup);
 
   G_OBJECT_CLASS (kv_secondary_tier_parent_class)->dispose (object);
@@ -475,6 +495,7 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
   object_class->get_property = kv_secondary_tier_get_property;
   object_class->set_property = kv_secondary_tier_set_property;
 
+  klass->lookup = kv_secondary_tier_real_lookup;
   klass->get_finished_jobs = kv_secondary_tier_real_get_finished_jobs;
   /* inherited by every subclass's class structure; a tier that stores
    * nothing of its own clears it in its class_init */
@@ -651,8 +672,12 @@ kv_secondary_tier_class_init (KvSecondaryTierClass *klass)
    * one. When a load fails, the base class marks the keys that did not
    * land as misses in it ([method@Kv.AsyncLookup.mark_miss]), so that every
    * request that had cached a hit for them asks again (vLLM's `mark_miss`
-   * after a failed load), whichever way the job was reported. Set it on
-   * the owner thread before the tier serves.
+   * after a failed load), whichever way the job was reported. The base
+   * class also answers lookups with it, flushes it at each step's end,
+   * forgets finished requests in it, counts its unanswered checks as
+   * pending work and shuts it down after the tier
+   * ([method@Kv.SecondaryTier.set_async_lookup] lists the rules). Set it
+   * on the owner thread before the tier serves.
    */
   properties[PROP_ASYNC_LOOKUP] =
     g_param_spec_object ("async-lookup", NULL, NULL,
@@ -1427,6 +1452,24 @@ kv_secondary_tier_get_async_lookup (KvSecondaryTier *self)
  * load marks the keys that did not land as misses in @lookup. Owner
  * thread, before the tier serves (a tier sets it where it creates the
  * lookup).
+ *
+ * The base class then does the plumbing around @lookup, so the tier
+ * writes none of it:
+ *
+ * - the default [vfunc@Kv.SecondaryTier.lookup] answers with
+ *   [method@Kv.AsyncLookup.lookup];
+ * - [method@Kv.SecondaryTier.has_pending_work] is %TRUE while
+ *   [method@Kv.AsyncLookup.get_n_pending] is not zero, whatever the
+ *   vfunc says;
+ * - [method@Kv.SecondaryTier.on_request_finished] calls
+ *   [method@Kv.AsyncLookup.cleanup] and
+ *   [method@Kv.SecondaryTier.on_schedule_end] calls
+ *   [method@Kv.AsyncLookup.flush], each after the tier's vfunc, whether
+ *   it overrides it or not;
+ * - [method@Kv.SecondaryTier.shutdown] calls
+ *   [method@Kv.AsyncLookup.shutdown] after the tier's vfunc succeeded (see
+ *   there for a tier whose checks need what its shutdown stops), and
+ *   `dispose` does for a tier never shut down.
  */
 void
 kv_secondary_tier_set_async_lookup (KvSecondaryTier *self,
@@ -1571,7 +1614,11 @@ kv_secondary_tier_get_backpressure_detector (KvSecondaryTier *self)
  *
  * Whether @key is stored in the tier. Owner thread only; must not block:
  * a tier that needs I/O to know answers %KV_LOOKUP_RESULT_RETRY and finds
- * out in the background. The vfunc is required.
+ * out in the background. The vfunc is required, unless the tier set a
+ * [property@Kv.SecondaryTier:async-lookup]: the default vfunc then asks
+ * it ([method@Kv.AsyncLookup.lookup]). An override that answers some keys
+ * itself (a key the tier cannot store is a miss at once) chains up for
+ * the others.
  *
  * A tier answers hit, miss or retry only: the invoker reads
  * %KV_LOOKUP_RESULT_HIT_PENDING as %KV_LOOKUP_RESULT_RETRY and a value
@@ -1903,6 +1950,12 @@ kv_secondary_tier_get_finished_jobs (KvSecondaryTier *self)
  * requests (jobs in flight, deferred work). Owner thread only. The default
  * vfunc returns %FALSE; so does the invoker after shutdown.
  *
+ * The invoker answers %TRUE without calling the vfunc while the tier has
+ * jobs or a probe in flight, results not yet taken, or, when it set a
+ * [property@Kv.SecondaryTier:async-lookup], batches of existence checks
+ * not yet answered ([method@Kv.AsyncLookup.get_n_pending]): an override
+ * only adds work of its own and need not chain up.
+ *
  * Returns: %TRUE while the tier has work to finish
  */
 gboolean
@@ -1921,6 +1974,9 @@ kv_secondary_tier_has_pending_work (KvSecondaryTier *self)
   if (_kv_job_tracker_get_n_in_flight (priv->jobs) > 0 ||
       _kv_result_queue_has_results (priv->queue) ||
       _kv_job_tracker_probe_in_flight (priv->jobs))
+    return TRUE;
+  /* Unanswered existence checks: a lookup must come to collect them. */
+  if (priv->async_lookup != NULL && kv_async_lookup_get_n_pending (priv->async_lookup) > 0)
     return TRUE;
   if (klass->has_pending_work == NULL)
     return FALSE;
@@ -2054,6 +2110,10 @@ kv_secondary_tier_on_new_request (KvSecondaryTier *self,
  * No submit or touch for @request will follow; its jobs may still be in
  * flight. Owner thread only. The default vfunc does nothing; the invoker
  * does nothing after shutdown.
+ *
+ * After the vfunc, the invoker forgets @request in the tier's
+ * [property@Kv.SecondaryTier:async-lookup], if it set one
+ * ([method@Kv.AsyncLookup.cleanup]): an override need not chain up.
  */
 void
 kv_secondary_tier_on_request_finished (KvSecondaryTier *self,
@@ -2067,8 +2127,13 @@ kv_secondary_tier_on_request_finished (KvSecondaryTier *self,
 
   priv = kv_secondary_tier_get_instance_private (self);
   klass = KV_SECONDARY_TIER_GET_CLASS (self);
-  if (!priv->closed && klass->on_request_finished != NULL)
+  if (priv->closed)
+    return;
+  if (klass->on_request_finished != NULL)
     klass->on_request_finished (self, request);
+  /* after the tier, which may still look at the request's answers */
+  if (priv->async_lookup != NULL)
+    kv_async_lookup_cleanup (priv->async_lookup, kv_request_get_id (request));
 }
 
 /**
@@ -2106,6 +2171,11 @@ kv_secondary_tier_serve_external_requests (KvSecondaryTier *self,
  * The end of a step, after promotions were submitted: the place to flush
  * per-step batches. Owner thread only. The default vfunc does nothing;
  * the invoker does nothing after shutdown.
+ *
+ * After the vfunc, the invoker sends the keys looked up in the step to
+ * the tier's [property@Kv.SecondaryTier:async-lookup], if it set one, as
+ * one batch ([method@Kv.AsyncLookup.flush]): an override need not chain
+ * up.
  */
 void
 kv_secondary_tier_on_schedule_end (KvSecondaryTier *self,
@@ -2124,6 +2194,9 @@ kv_secondary_tier_on_schedule_end (KvSecondaryTier *self,
   maybe_probe (self);
   if (klass->on_schedule_end != NULL)
     klass->on_schedule_end (self, schedule_end);
+  /* after the tier: a lookup it made at the step's end joins the batch */
+  if (priv->async_lookup != NULL)
+    kv_async_lookup_flush (priv->async_lookup);
 }
 
 /**
@@ -2200,6 +2273,18 @@ kv_secondary_tier_drain_jobs (KvSecondaryTier  *self,
  * releases the tier's threads and connections. Owner thread only; may
  * block while jobs finish. The default vfunc does nothing.
  *
+ * When the vfunc succeeded, the invoker then shuts down the tier's
+ * [property@Kv.SecondaryTier:async-lookup], if it set one
+ * ([method@Kv.AsyncLookup.shutdown]: the checks already posted are
+ * answered, the workers joined). That is after the tier's own teardown,
+ * so the tier's batch function must then return at once without the
+ * connections the vfunc closed (answer a miss, or fail its request at
+ * once): the vfunc wakes any check waiting on them. A tier whose checks
+ * need something its shutdown stops (an I/O thread that must dispatch
+ * them) calls [method@Kv.AsyncLookup.shutdown] itself before stopping
+ * it; the invoker's call then does nothing. The base class's `dispose`
+ * joins the workers too, for a tier that is dropped without a shutdown.
+ *
  * As for [method@Kv.SecondaryTier.drain_jobs], the vfunc of a tier that
  * left a job unanswered past its deadline is not called. Jobs the tier
  * never reported are reported failed here, so that each job is reported
@@ -2239,11 +2324,18 @@ kv_secondary_tier_shutdown (KvSecondaryTier  *self,
                  "without calling its shutdown", priv->tier_type, G_OBJECT_TYPE_NAME (self),
                  _kv_job_tracker_get_n_unanswered (priv->jobs));
     }
-  else if (klass->shutdown != NULL)
+  else
     {
-      ret = klass->shutdown (self, &local_error);
-      if (!check_vfunc_result (self, "shutdown", ret, local_error, error))
-        return FALSE;
+      if (klass->shutdown != NULL)
+        {
+          ret = klass->shutdown (self, &local_error);
+          if (!check_vfunc_result (self, "shutdown", ret, local_error, error))
+            return FALSE;
+        }
+      /* after the tier's teardown, which woke checks waiting on it; not
+       * for a tier left unanswered, whose checks may still be waiting */
+      if (priv->async_lookup != NULL)
+        kv_async_lookup_shutdown (priv->async_lookup);
     }
 
   /* Exactly once: what the tier finished is reported with its own result,

@@ -55,7 +55,8 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  *   ([property@Kv.SecondaryTier:locality]); %KV_LOCALITY_UNSPECIFIED by
  *   default.
  * @lookup: is @key stored here? %KV_LOOKUP_RESULT_HIT, %KV_LOOKUP_RESULT_MISS
- *   or %KV_LOOKUP_RESULT_RETRY; must not block. Required.
+ *   or %KV_LOOKUP_RESULT_RETRY; must not block. Required, unless the tier
+ *   set a [property@Kv.SecondaryTier:async-lookup]: the default asks it.
  * @submit_store: start copying the job's primary slots into the tier; must
  *   not block. Report the job later with [method@Kv.SecondaryTier.complete_job].
  *   Required.
@@ -63,20 +64,25 @@ G_DECLARE_DERIVABLE_TYPE (KvSecondaryTier, kv_secondary_tier, KV, SECONDARY_TIER
  *   slots; must not block. Required.
  * @get_finished_jobs: results of jobs finished since the last call. The
  *   default drains the queue filled by [method@Kv.SecondaryTier.complete_job].
- * @has_pending_work: whether the engine must keep stepping for this tier.
+ * @has_pending_work: whether the engine must keep stepping for this tier
+ *   for work of its own (the invoker adds jobs in flight and the
+ *   async lookup's unanswered checks).
  * @take_events: events of the tier's own storage. The default drains the
  *   queue filled by [method@Kv.SecondaryTier.push_event].
  * @touch: recency hint for @keys.
  * @on_new_request: the tier's offload policy for @request. Required.
- * @on_request_finished: no submit or touch for @request will follow.
+ * @on_request_finished: no submit or touch for @request will follow (the
+ *   invoker then forgets @request in the async lookup).
  * @serve_external_requests: once per step, before promotions are submitted.
- * @on_schedule_end: once per step, after promotions are submitted.
+ * @on_schedule_end: once per step, after promotions are submitted (the
+ *   invoker then flushes the async lookup's batch).
  * @drain_jobs: block until every submitted job has been reported with
  *   [method@Kv.SecondaryTier.complete_job]. The default is
  *   [method@Kv.SecondaryTier.wait_jobs], which the deadline bounds; an
  *   override ends with it. Not called for a tier that left a job
  *   unanswered past its deadline.
  * @shutdown: release threads and connections; every job is reported first.
+ *   The invoker shuts the async lookup down after it.
  * @job_finished: class closure of [signal@Kv.SecondaryTier::job-finished].
  * @register_metrics: add the definitions of the tier's own metrics to
  *   @registry (called once per class by

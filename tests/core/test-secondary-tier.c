@@ -7,6 +7,7 @@
 
 #include "kvtier.h"
 #include "kv-secondary-tier-private.h"
+#include "kv-async-lookup-private.h"
 
 #include "kv-example-tier.h"
 #include "kv-fault-tier.h"
@@ -176,6 +177,109 @@ test_empty_tier_class_init (TestEmptyTierClass *klass)
 static void
 test_empty_tier_init (TestEmptyTier *self)
 {
+}
+
+/* A tier that answers through an async lookup and writes none of its
+ * plumbing: its vfuncs only record that they ran, and what the lookup
+ * looked like when they did. */
+#define TEST_TYPE_LOOKUP_TIER (test_lookup_tier_get_type ())
+G_DECLARE_FINAL_TYPE (TestLookupTier, test_lookup_tier, TEST, LOOKUP_TIER, KvSecondaryTier)
+
+struct _TestLookupTier
+{
+  KvSecondaryTier parent_instance;
+  gint            n_checks;          /* atomic: the lookup's key func */
+  guint           n_finished;        /* on_request_finished calls */
+  guint           keys_at_finished;  /* lookup's keys during the last one */
+  guint           n_step_ends;
+  guint           posted_at_step_end; /* lookup's batches during the last one */
+  guint           n_shutdowns;
+  gboolean        live_at_shutdown;  /* the lookup still took keys then */
+};
+
+G_DEFINE_FINAL_TYPE (TestLookupTier, test_lookup_tier, KV_TYPE_SECONDARY_TIER)
+
+static KvKey *make_key (guint n);
+
+static gboolean
+test_lookup_tier_check (KvKey     *key,
+                        KvRequest *request,
+                        gpointer   user_data)
+{
+  TestLookupTier *self = user_data;
+
+  g_atomic_int_inc (&self->n_checks);
+  return TRUE;
+}
+
+static gboolean
+test_lookup_tier_has_pending_work (KvSecondaryTier *tier)
+{
+  return FALSE;
+}
+
+static void
+test_lookup_tier_on_request_finished (KvSecondaryTier *tier,
+                                      KvRequest       *request)
+{
+  TestLookupTier *self = TEST_LOOKUP_TIER (tier);
+
+  self->n_finished++;
+  self->keys_at_finished = kv_async_lookup_get_n_keys (kv_secondary_tier_get_async_lookup (tier));
+}
+
+static void
+test_lookup_tier_on_schedule_end (KvSecondaryTier *tier,
+                                  KvScheduleEnd   *schedule_end)
+{
+  TestLookupTier *self = TEST_LOOKUP_TIER (tier);
+
+  self->n_step_ends++;
+  self->posted_at_step_end = kv_async_lookup_get_n_posted (kv_secondary_tier_get_async_lookup (tier));
+}
+
+static gboolean
+test_lookup_tier_shutdown (KvSecondaryTier  *tier,
+                           GError          **error)
+{
+  TestLookupTier *self = TEST_LOOKUP_TIER (tier);
+  g_autoptr(KvRequest) probe = kv_request_new ("at-shutdown", NULL);
+  g_autoptr(KvKey) key = make_key (999);
+
+  self->n_shutdowns++;
+  /* a lookup that is shut down answers MISS at once, a live one RETRY */
+  self->live_at_shutdown =
+    kv_async_lookup_lookup (kv_secondary_tier_get_async_lookup (tier), key, probe) ==
+    KV_LOOKUP_RESULT_RETRY;
+  return TRUE;
+}
+
+static void
+test_lookup_tier_class_init (TestLookupTierClass *klass)
+{
+  KvSecondaryTierClass *tier_class = KV_SECONDARY_TIER_CLASS (klass);
+
+  /* no lookup: the base class's default answers (nor on_new_request,
+   * which these cases do not call) */
+  tier_class->has_pending_work = test_lookup_tier_has_pending_work;
+  tier_class->on_request_finished = test_lookup_tier_on_request_finished;
+  tier_class->on_schedule_end = test_lookup_tier_on_schedule_end;
+  tier_class->shutdown = test_lookup_tier_shutdown;
+}
+
+static void
+test_lookup_tier_init (TestLookupTier *self)
+{
+}
+
+static KvAsyncLookup *
+test_lookup_tier_attach (TestLookupTier *self)
+{
+  g_autoptr(KvAsyncLookup) async =
+    kv_async_lookup_new_for_keys ("lookup-tier", test_lookup_tier_check, self, NULL, 1, 8, 1024);
+
+  kv_secondary_tier_set_async_lookup (KV_SECONDARY_TIER (self), async);
+  return async;
 }
 
 /* A concrete detector, only to fill the property. */
@@ -696,6 +800,120 @@ test_tier_missing_vfunc (void)
   free_results (results);
   g_assert_true (kv_secondary_tier_shutdown (tier, &error));
   g_assert_no_error (error);
+}
+
+/* A tier that set an async lookup gets its plumbing from the base class:
+ * the default lookup asks it, the step's end flushes it after the tier's
+ * vfunc, pending checks are pending work whatever the tier says, a
+ * finished request is forgotten after the tier's vfunc, and shutdown
+ * stops it after the tier's own. */
+static void
+test_tier_async_lookup_defaults (void)
+{
+  g_autoptr(KvSecondaryTier) tier = g_object_new (TEST_TYPE_LOOKUP_TIER, NULL);
+  TestLookupTier *self = TEST_LOOKUP_TIER (tier);
+  KvAsyncLookup *async = test_lookup_tier_attach (self);
+  g_autoptr(KvRequest) request = kv_request_new ("req", NULL);
+  g_autoptr(KvKey) key = make_key (1);
+  g_autoptr(KvKey) late = make_key (2);
+  g_autoptr(KvScheduleEnd) schedule_end = kv_schedule_end_new (NULL, NULL);
+  g_autoptr(GError) error = NULL;
+
+  /* the default lookup: not known yet, asked in the background */
+  g_assert_cmpint (kv_secondary_tier_lookup (tier, key, request), ==, KV_LOOKUP_RESULT_RETRY);
+  g_assert_cmpuint (kv_async_lookup_get_n_keys (async), ==, 1);
+  g_assert_false (kv_secondary_tier_has_pending_work (tier));
+
+  /* flushed at the step's end, after the tier's vfunc */
+  kv_secondary_tier_on_schedule_end (tier, schedule_end);
+  g_assert_cmpuint (self->n_step_ends, ==, 1);
+  g_assert_cmpuint (self->posted_at_step_end, ==, 0);
+  g_assert_cmpuint (kv_async_lookup_get_n_posted (async), ==, 1);
+  /* posted and not answered yet, or answered: pending until collected */
+  if (kv_async_lookup_get_n_pending (async) > 0)
+    g_assert_true (kv_secondary_tier_has_pending_work (tier));
+  kv_async_lookup_wait_idle (async);
+  g_assert_false (kv_secondary_tier_has_pending_work (tier));
+  g_assert_cmpint (kv_secondary_tier_lookup (tier, key, request), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (g_atomic_int_get (&self->n_checks), ==, 1);
+
+  /* forgotten after the tier's vfunc */
+  kv_secondary_tier_on_request_finished (tier, request);
+  g_assert_cmpuint (self->n_finished, ==, 1);
+  g_assert_cmpuint (self->keys_at_finished, ==, 1);
+  g_assert_cmpuint (kv_async_lookup_get_n_keys (async), ==, 0);
+
+  /* shut down after the tier's own shutdown */
+  g_assert_true (kv_secondary_tier_shutdown (tier, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (self->n_shutdowns, ==, 1);
+  g_assert_true (self->live_at_shutdown);
+  g_assert_cmpint (kv_async_lookup_lookup (async, late, request), ==, KV_LOOKUP_RESULT_MISS);
+}
+
+/* has_pending_work counts the checks in flight even for a tier that says
+ * FALSE: held up in the key func until the test lets it go. */
+static GMutex held_lock;
+static GCond held_cond;
+static gboolean held_release;
+static gboolean held_entered;
+
+static gboolean
+held_check (KvKey     *key,
+            KvRequest *request,
+            gpointer   user_data)
+{
+  g_mutex_lock (&held_lock);
+  held_entered = TRUE;
+  g_cond_broadcast (&held_cond);
+  while (!held_release)
+    g_cond_wait (&held_cond, &held_lock);
+  g_mutex_unlock (&held_lock);
+  return FALSE;
+}
+
+static void
+test_tier_async_lookup_pending (void)
+{
+  g_autoptr(KvSecondaryTier) tier = g_object_new (TEST_TYPE_LOOKUP_TIER, NULL);
+  g_autoptr(KvAsyncLookup) async =
+    kv_async_lookup_new_for_keys ("lookup-tier", held_check, NULL, NULL, 1, 8, 1024);
+  g_autoptr(KvRequest) request = kv_request_new ("req", NULL);
+  g_autoptr(KvKey) key = make_key (1);
+  g_autoptr(KvScheduleEnd) schedule_end = kv_schedule_end_new (NULL, NULL);
+
+  kv_secondary_tier_set_async_lookup (tier, async);
+  g_assert_cmpint (kv_secondary_tier_lookup (tier, key, request), ==, KV_LOOKUP_RESULT_RETRY);
+  kv_secondary_tier_on_schedule_end (tier, schedule_end);
+
+  g_mutex_lock (&held_lock);
+  while (!held_entered)
+    g_cond_wait (&held_cond, &held_lock);
+  g_mutex_unlock (&held_lock);
+  g_assert_true (kv_secondary_tier_has_pending_work (tier));
+
+  g_mutex_lock (&held_lock);
+  held_release = TRUE;
+  g_cond_broadcast (&held_cond);
+  g_mutex_unlock (&held_lock);
+  kv_async_lookup_wait_idle (async);
+  g_assert_false (kv_secondary_tier_has_pending_work (tier));
+  g_assert_cmpint (kv_secondary_tier_lookup (tier, key, request), ==, KV_LOOKUP_RESULT_MISS);
+}
+
+/* A tier dropped without a shutdown: its dispose joins the lookup's
+ * workers while the tier is whole, even if someone else holds the
+ * lookup. */
+static void
+test_tier_async_lookup_dispose (void)
+{
+  KvSecondaryTier *tier = g_object_new (TEST_TYPE_LOOKUP_TIER, NULL);
+  g_autoptr(KvAsyncLookup) async = g_object_ref (test_lookup_tier_attach (TEST_LOOKUP_TIER (tier)));
+  g_autoptr(KvRequest) request = kv_request_new ("req", NULL);
+  g_autoptr(KvKey) key = make_key (1);
+
+  g_object_unref (tier);
+  g_assert_cmpint (kv_async_lookup_lookup (async, key, request), ==, KV_LOOKUP_RESULT_MISS);
 }
 
 static void
@@ -1770,6 +1988,9 @@ main (int   argc,
   g_test_add_func ("/kvtier/secondary-tier/argument-checks", test_tier_argument_checks);
   g_test_add_func ("/kvtier/secondary-tier/false-without-error", test_tier_false_without_error);
   g_test_add_func ("/kvtier/secondary-tier/missing-vfunc", test_tier_missing_vfunc);
+  g_test_add_func ("/kvtier/secondary-tier/async-lookup/defaults", test_tier_async_lookup_defaults);
+  g_test_add_func ("/kvtier/secondary-tier/async-lookup/pending", test_tier_async_lookup_pending);
+  g_test_add_func ("/kvtier/secondary-tier/async-lookup/dispose", test_tier_async_lookup_dispose);
   g_test_add_func ("/kvtier/secondary-tier/closed-after-shutdown", test_tier_closed_after_shutdown);
   g_test_add_func ("/kvtier/secondary-tier/lookup-mapping", test_tier_lookup_mapping);
   g_test_add_func ("/kvtier/secondary-tier/touch-terminates-keys", test_tier_touch_terminates_keys);

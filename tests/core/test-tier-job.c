@@ -60,10 +60,9 @@ test_job_tier_lookup (KvSecondaryTier *tier,
                       KvRequest       *request)
 {
   TestJobTier *self = TEST_JOB_TIER (tier);
-  KvAsyncLookup *async = kv_secondary_tier_get_async_lookup (tier);
 
-  if (async != NULL)
-    return kv_async_lookup_lookup (async, key, request);
+  if (kv_secondary_tier_get_async_lookup (tier) != NULL)
+    return KV_SECONDARY_TIER_CLASS (test_job_tier_parent_class)->lookup (tier, key, request);
   return test_job_tier_holds (self, key) ? KV_LOOKUP_RESULT_HIT : KV_LOOKUP_RESULT_MISS;
 }
 
@@ -155,37 +154,6 @@ test_job_tier_on_new_request (KvSecondaryTier *tier,
 }
 
 static void
-test_job_tier_on_request_finished (KvSecondaryTier *tier,
-                                   KvRequest       *request)
-{
-  KvAsyncLookup *async = kv_secondary_tier_get_async_lookup (tier);
-
-  if (async != NULL)
-    kv_async_lookup_cleanup (async, kv_request_get_id (request));
-}
-
-static void
-test_job_tier_on_schedule_end (KvSecondaryTier *tier,
-                               KvScheduleEnd   *schedule_end)
-{
-  KvAsyncLookup *async = kv_secondary_tier_get_async_lookup (tier);
-
-  if (async != NULL)
-    kv_async_lookup_flush (async);
-}
-
-static gboolean
-test_job_tier_shutdown (KvSecondaryTier  *tier,
-                        GError          **error)
-{
-  KvAsyncLookup *async = kv_secondary_tier_get_async_lookup (tier);
-
-  if (async != NULL)
-    kv_async_lookup_shutdown (async);
-  return TRUE;
-}
-
-static void
 test_job_tier_finalize (GObject *object)
 {
   TestJobTier *self = TEST_JOB_TIER (object);
@@ -209,9 +177,7 @@ test_job_tier_class_init (TestJobTierClass *klass)
   tier_class->submit_store = test_job_tier_submit;
   tier_class->submit_load = test_job_tier_submit;
   tier_class->on_new_request = test_job_tier_on_new_request;
-  tier_class->on_request_finished = test_job_tier_on_request_finished;
-  tier_class->on_schedule_end = test_job_tier_on_schedule_end;
-  tier_class->shutdown = test_job_tier_shutdown;
+  /* the async lookup's flush, cleanup and shutdown: the base class's */
 }
 
 static void

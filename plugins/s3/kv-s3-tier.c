@@ -121,7 +121,6 @@ struct _KvS3Tier
   gsize            key_prefix_len;
   KvLocality       locality;
   KvS3Client      *client;
-  KvAsyncLookup   *async_lookup;
 
   /* tier lock */
   GMutex           lock;
@@ -775,13 +774,13 @@ kv_s3_tier_lookup (KvSecondaryTier *tier,
                    KvKey           *key,
                    KvRequest       *request)
 {
-  KvS3Tier *self = KV_S3_TIER (tier);
-
   /* An open breaker and a load of the key that failed for this request
    * answer MISS before this is called. */
   if (!kv_chunk_key_fits (key))
     return KV_LOOKUP_RESULT_MISS;
-  return kv_async_lookup_lookup (self->async_lookup, key, request);
+  /* the async lookup, which the base class also flushes at each step's
+   * end, counts as pending work, cleans up and shuts down */
+  return KV_SECONDARY_TIER_CLASS (kv_s3_tier_parent_class)->lookup (tier, key, request);
 }
 
 static gboolean
@@ -793,7 +792,7 @@ kv_s3_tier_has_pending_work (KvSecondaryTier *tier)
   g_mutex_lock (&self->lock);
   pending = self->n_live_jobs > 0;
   g_mutex_unlock (&self->lock);
-  return pending || kv_async_lookup_get_n_pending (self->async_lookup) > 0;
+  return pending;
 }
 
 static KvOffloadPolicy
@@ -801,21 +800,6 @@ kv_s3_tier_on_new_request (KvSecondaryTier *tier,
                            KvRequest       *request)
 {
   return KV_OFFLOAD_POLICY_CHUNK_LEVEL;
-}
-
-static void
-kv_s3_tier_on_request_finished (KvSecondaryTier *tier,
-                                KvRequest       *request)
-{
-  kv_async_lookup_cleanup (KV_S3_TIER (tier)->async_lookup, kv_request_get_id (request));
-}
-
-static void
-kv_s3_tier_on_schedule_end (KvSecondaryTier *tier,
-                            KvScheduleEnd   *schedule_end)
-{
-  /* every key looked up this step goes out in one batch */
-  kv_async_lookup_flush (KV_S3_TIER (tier)->async_lookup);
 }
 
 /* ---- probe --------------------------------------------------------------- */
@@ -905,8 +889,9 @@ stop_io (KvS3Tier *self)
   self->shut_down = TRUE;
   g_cond_broadcast (&self->cond);
   g_mutex_unlock (&self->lock);
-  if (self->async_lookup != NULL)
-    kv_async_lookup_shutdown (self->async_lookup);
+  /* The async lookup is shut down after this, by the base class: a
+   * check waiting for its HEADs was woken above, and one that starts
+   * later fails at once on the closed client. */
   kv_s3_client_shutdown (self->client);
   g_mutex_lock (&self->lock);
   while (self->n_live_jobs > 0 || self->n_io_ops > 0)
@@ -1101,6 +1086,7 @@ kv_s3_tier_initable_init (GInitable     *initable,
   g_autofree char *endpoint = NULL;
   g_autofree char *head = NULL;
   KvS3ClientConfig config = { 0 };
+  g_autoptr(KvAsyncLookup) async_lookup = NULL;
 
   if (self->initialized)
     return TRUE;
@@ -1155,10 +1141,10 @@ kv_s3_tier_initable_init (GInitable     *initable,
     }
   g_debug ("s3 tier: %s bucket %s, credentials from %s", endpoint, self->bucket, credentials.source);
 
-  self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
-                                            batch_heads, self, NULL, 2, 8, 16384);
-  /* failed loads become misses in it (the base class does it) */
-  kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
+  async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
+                                      batch_heads, self, NULL, 2, 8, 16384);
+  /* the base class runs it (see kv_secondary_tier_set_async_lookup) */
+  kv_secondary_tier_set_async_lookup (tier, async_lookup);
   self->initialized = TRUE;
   return TRUE;
 }
@@ -1178,7 +1164,6 @@ kv_s3_tier_dispose (GObject *object)
 
   /* internal teardown only: no vfunc, no signal */
   stop_io (self);
-  g_clear_object (&self->async_lookup);
   G_OBJECT_CLASS (kv_s3_tier_parent_class)->dispose (object);
 }
 
@@ -1306,8 +1291,6 @@ kv_s3_tier_class_init (KvS3TierClass *klass)
   tier_class->submit_load = kv_s3_tier_submit_load;
   tier_class->has_pending_work = kv_s3_tier_has_pending_work;
   tier_class->on_new_request = kv_s3_tier_on_new_request;
-  tier_class->on_request_finished = kv_s3_tier_on_request_finished;
-  tier_class->on_schedule_end = kv_s3_tier_on_schedule_end;
   tier_class->shutdown = kv_s3_tier_shutdown;
   tier_class->register_metrics = kv_s3_tier_register_metrics;
   tier_class->probe = kv_s3_tier_probe;

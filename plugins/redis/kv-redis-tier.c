@@ -148,7 +148,6 @@ struct _KvRedisTier
   GMainContext    *context;
   GMainLoop       *loop;
   GThread         *thread;
-  KvAsyncLookup   *async_lookup;
 
   /* I/O thread only */
   GHashTable      *nodes;           /* address → Node */
@@ -1556,13 +1555,13 @@ kv_redis_tier_lookup (KvSecondaryTier *tier,
                       KvKey           *key,
                       KvRequest       *request)
 {
-  KvRedisTier *self = KV_REDIS_TIER (tier);
-
   /* An open breaker and a load of the key that failed for this request
    * answer MISS before this is called. */
   if (!kv_chunk_key_fits (key))
     return KV_LOOKUP_RESULT_MISS;
-  return kv_async_lookup_lookup (self->async_lookup, key, request);
+  /* the async lookup, which the base class also flushes at each step's
+   * end, counts as pending work and cleans up */
+  return KV_SECONDARY_TIER_CLASS (kv_redis_tier_parent_class)->lookup (tier, key, request);
 }
 
 static gboolean
@@ -1574,7 +1573,7 @@ kv_redis_tier_has_pending_work (KvSecondaryTier *tier)
   g_mutex_lock (&self->lock);
   pending = self->n_live_jobs > 0;
   g_mutex_unlock (&self->lock);
-  return pending || kv_async_lookup_get_n_pending (self->async_lookup) > 0;
+  return pending;
 }
 
 static KvOffloadPolicy
@@ -1582,21 +1581,6 @@ kv_redis_tier_on_new_request (KvSecondaryTier *tier,
                               KvRequest       *request)
 {
   return KV_OFFLOAD_POLICY_CHUNK_LEVEL;
-}
-
-static void
-kv_redis_tier_on_request_finished (KvSecondaryTier *tier,
-                                   KvRequest       *request)
-{
-  kv_async_lookup_cleanup (KV_REDIS_TIER (tier)->async_lookup, kv_request_get_id (request));
-}
-
-static void
-kv_redis_tier_on_schedule_end (KvSecondaryTier *tier,
-                               KvScheduleEnd   *schedule_end)
-{
-  /* every key looked up this step goes out in one batch */
-  kv_async_lookup_flush (KV_REDIS_TIER (tier)->async_lookup);
 }
 
 /* ---- probe --------------------------------------------------------------- */
@@ -1878,6 +1862,8 @@ free_nodes (gpointer user_data)
 static void
 stop_io (KvRedisTier *self)
 {
+  KvAsyncLookup *async_lookup = kv_secondary_tier_get_async_lookup (KV_SECONDARY_TIER (self));
+
   if (self->thread == NULL)
     return;
   g_mutex_lock (&self->lock);
@@ -1886,8 +1872,11 @@ stop_io (KvRedisTier *self)
   g_mutex_unlock (&self->lock);
 
   g_main_context_invoke (self->context, close_all, self);
-  if (self->async_lookup != NULL)
-    kv_async_lookup_shutdown (self->async_lookup);
+  /* Here, not after this (as the base class would): a check posted but
+   * not started yet is dispatched on the I/O thread, which must still
+   * run to fail it on the closed connections. */
+  if (async_lookup != NULL)
+    kv_async_lookup_shutdown (async_lookup);
   g_mutex_lock (&self->lock);
   while (self->n_live_jobs > 0 || self->n_io_ops > 0)
     g_cond_wait (&self->cond, &self->lock);
@@ -2006,6 +1995,7 @@ kv_redis_tier_initable_init (GInitable     *initable,
 {
   KvRedisTier *self = KV_REDIS_TIER (initable);
   KvSecondaryTier *tier = KV_SECONDARY_TIER (initable);
+  g_autoptr(KvAsyncLookup) async_lookup = NULL;
   gint64 end_time;
   guint wait_ms;
 
@@ -2046,10 +2036,10 @@ kv_redis_tier_initable_init (GInitable     *initable,
   self->context = g_main_context_new ();
   self->loop = g_main_loop_new (self->context, FALSE);
   self->thread = g_thread_new ("kvtier-redis", io_thread_main, self);
-  self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
-                                            batch_exists, self, NULL, 2, 8, 16384);
-  /* a failed load turns its keys into misses there (the base class) */
-  kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
+  async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
+                                      batch_exists, self, NULL, 2, 8, 16384);
+  /* the base class runs it (see kv_secondary_tier_set_async_lookup) */
+  kv_secondary_tier_set_async_lookup (tier, async_lookup);
 
   /* Connect once, so that a wrong address or password fails here with a
    * clear error rather than as failed jobs. */
@@ -2095,7 +2085,6 @@ kv_redis_tier_dispose (GObject *object)
 
   /* internal teardown only: no vfunc, no signal */
   stop_io (self);
-  g_clear_object (&self->async_lookup);
   G_OBJECT_CLASS (kv_redis_tier_parent_class)->dispose (object);
 }
 
@@ -2205,8 +2194,6 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
   tier_class->submit_load = kv_redis_tier_submit_load;
   tier_class->has_pending_work = kv_redis_tier_has_pending_work;
   tier_class->on_new_request = kv_redis_tier_on_new_request;
-  tier_class->on_request_finished = kv_redis_tier_on_request_finished;
-  tier_class->on_schedule_end = kv_redis_tier_on_schedule_end;
   tier_class->shutdown = kv_redis_tier_shutdown;
   tier_class->register_metrics = kv_redis_tier_register_metrics;
   tier_class->get_stats = kv_redis_tier_get_stats;

@@ -1368,9 +1368,8 @@ kv_fs_tier_has_pending_work (KvSecondaryTier *tier)
   g_mutex_lock (&self->lock);
   pending = self->n_live_jobs > 0;
   g_mutex_unlock (&self->lock);
-  /* Unanswered existence checks: the engine must step to collect them. */
-  return pending || (self->async_lookup != NULL &&
-                     kv_async_lookup_get_n_pending (self->async_lookup) > 0);
+  /* the async lookup's unanswered checks: the base class counts them */
+  return pending;
 }
 
 static void
@@ -1389,27 +1388,6 @@ kv_fs_tier_on_new_request (KvSecondaryTier *tier,
                            KvRequest       *request)
 {
   return KV_OFFLOAD_POLICY_CHUNK_LEVEL;
-}
-
-static void
-kv_fs_tier_on_request_finished (KvSecondaryTier *tier,
-                                KvRequest       *request)
-{
-  KvFsTier *self = KV_FS_TIER (tier);
-
-  if (self->async_lookup != NULL)
-    kv_async_lookup_cleanup (self->async_lookup, kv_request_get_id (request));
-}
-
-static void
-kv_fs_tier_on_schedule_end (KvSecondaryTier *tier,
-                            KvScheduleEnd   *schedule_end)
-{
-  KvFsTier *self = KV_FS_TIER (tier);
-
-  /* Every key looked up this step goes to the disk in one batch. */
-  if (self->async_lookup != NULL)
-    kv_async_lookup_flush (self->async_lookup);
 }
 
 /* ---- metrics ------------------------------------------------------------ */
@@ -1551,8 +1529,8 @@ stop_threads (KvFsTier *self)
   if (self->engine != NULL)
     kv_fs_engine_shutdown (self->engine);
   wait_jobs (self, TRUE);
-  if (self->async_lookup != NULL)
-    kv_async_lookup_shutdown (self->async_lookup);
+  /* then the base class shuts the async lookup down (after shutdown, or
+   * in dispose): its checks only read the layout */
 }
 
 static gboolean
@@ -2001,7 +1979,8 @@ kv_fs_tier_initable_init (GInitable     *initable,
     {
       self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                                 batch_exists, self, NULL, 2, 8, 16384);
-      /* a failed load turns its keys into misses there (the base class) */
+      /* the base class flushes, cleans up and shuts it down, counts its
+       * checks as pending and marks failed loads' keys as misses there */
       kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
     }
 
@@ -2175,8 +2154,6 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
   tier_class->has_pending_work = kv_fs_tier_has_pending_work;
   tier_class->touch = kv_fs_tier_touch;
   tier_class->on_new_request = kv_fs_tier_on_new_request;
-  tier_class->on_request_finished = kv_fs_tier_on_request_finished;
-  tier_class->on_schedule_end = kv_fs_tier_on_schedule_end;
   tier_class->drain_jobs = kv_fs_tier_drain_jobs;
   tier_class->shutdown = kv_fs_tier_shutdown;
   tier_class->register_metrics = kv_fs_tier_register_metrics;

@@ -807,10 +807,10 @@ kv_peer_tier_has_pending_work (KvSecondaryTier *tier)
   g_mutex_lock (&self->lock);
   pending = self->n_loads > 0;
   g_mutex_unlock (&self->lock);
+  /* the async lookup's unanswered checks: the base class counts them */
   return pending ||
          (self->server != NULL && (kv_peer_server_has_requests (self->server) ||
-                                   kv_peer_server_get_n_busy (self->server) > 0)) ||
-         (self->async_lookup != NULL && kv_async_lookup_get_n_pending (self->async_lookup) > 0);
+                                   kv_peer_server_get_n_busy (self->server) > 0));
 }
 
 static KvOffloadPolicy
@@ -818,27 +818,6 @@ kv_peer_tier_on_new_request (KvSecondaryTier *tier,
                              KvRequest       *request)
 {
   return KV_OFFLOAD_POLICY_CHUNK_LEVEL;
-}
-
-static void
-kv_peer_tier_on_request_finished (KvSecondaryTier *tier,
-                                  KvRequest       *request)
-{
-  KvPeerTier *self = KV_PEER_TIER (tier);
-
-  if (self->async_lookup != NULL)
-    kv_async_lookup_cleanup (self->async_lookup, kv_request_get_id (request));
-}
-
-static void
-kv_peer_tier_on_schedule_end (KvSecondaryTier *tier,
-                              KvScheduleEnd   *schedule_end)
-{
-  KvPeerTier *self = KV_PEER_TIER (tier);
-
-  /* every key looked up this step goes to the peers in one batch */
-  if (self->async_lookup != NULL)
-    kv_async_lookup_flush (self->async_lookup);
 }
 
 /* Until every load is reported and every served fetch has released its
@@ -876,6 +855,8 @@ stop_everything (KvPeerTier *self)
 {
   if (self->server != NULL)
     kv_peer_server_stop (self->server);
+  /* Here, not after this (as the base class would): a lookup asks the
+   * peers over the clients closed below. */
   if (self->async_lookup != NULL)
     kv_async_lookup_shutdown (self->async_lookup);
   if (self->fetch_pools != NULL)
@@ -1091,7 +1072,8 @@ kv_peer_tier_initable_init (GInitable     *initable,
     {
       self->async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                                 lookup_batch, self, NULL, 2, 8, 16384);
-      /* a failed load turns its keys into misses there (the base class) */
+      /* the base class flushes and cleans it up, counts its checks as
+       * pending and marks failed loads' keys as misses there */
       kv_secondary_tier_set_async_lookup (tier, self->async_lookup);
       /* a pool per peer: one slow peer holds its own threads only */
       self->fetch_pools = g_ptr_array_new ();
@@ -1349,9 +1331,7 @@ kv_peer_tier_class_init (KvPeerTierClass *klass)
   tier_class->submit_load = kv_peer_tier_submit_load;
   tier_class->has_pending_work = kv_peer_tier_has_pending_work;
   tier_class->on_new_request = kv_peer_tier_on_new_request;
-  tier_class->on_request_finished = kv_peer_tier_on_request_finished;
   tier_class->serve_external_requests = kv_peer_tier_serve_external_requests;
-  tier_class->on_schedule_end = kv_peer_tier_on_schedule_end;
   tier_class->drain_jobs = kv_peer_tier_drain_jobs;
   tier_class->shutdown = kv_peer_tier_shutdown;
   tier_class->register_metrics = kv_peer_tier_register_metrics;

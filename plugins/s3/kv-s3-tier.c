@@ -9,6 +9,7 @@
 #include "kv-chunk-name.h"
 #include "kv-s3-client.h"
 #include "kv-s3-credentials.h"
+#include "kv-s3-index.h"
 
 #define DEFAULT_REGION              "us-east-1"
 #define DEFAULT_PREFIX              "kvtier"
@@ -16,6 +17,8 @@
 #define DEFAULT_CONNECT_TIMEOUT_MS  2000
 #define DEFAULT_REPLY_TIMEOUT_MS    10000
 #define DEFAULT_MAX_ATTEMPTS        4
+/* 16 MiB of index when full (16 bytes a key) */
+#define DEFAULT_INDEX_MAX_KEYS      (1u << 20)
 #define RETRY_BASE_MS               25
 #define MAX_PREFIX_LEN              256
 /* How long a lookup batch waits for its HEADs when the tier has no
@@ -67,6 +70,7 @@ typedef struct
   KvS3Op       op;
   LookupBatch *batch;
   guint        index;
+  guint64      digest;         /* the key's, for the index */
 } HeadOp;
 
 struct _LookupBatch
@@ -109,6 +113,7 @@ struct _KvS3Tier
   guint            connect_timeout_ms;
   guint            reply_timeout_ms;
   guint            max_attempts;
+  guint            index_max_keys;
 
   /* set up by init(), then read-only */
   gboolean         initialized;
@@ -121,6 +126,9 @@ struct _KvS3Tier
   gsize            key_prefix_len;
   KvLocality       locality;
   KvS3Client      *client;
+  /* the chunks this tier knows are in the bucket (its own lock); NULL
+   * when index-max-keys is 0 */
+  KvS3Index       *index;
 
   /* tier lock */
   GMutex           lock;
@@ -151,6 +159,7 @@ enum {
   PROP_CONNECT_TIMEOUT_MS,
   PROP_REPLY_TIMEOUT_MS,
   PROP_MAX_ATTEMPTS,
+  PROP_INDEX_MAX_KEYS,
   N_PROPS
 };
 
@@ -158,7 +167,8 @@ static GParamSpec *properties[N_PROPS];
 
 static const char *const counter_names[KV_S3_N_COUNTERS] = {
   "stored_chunks", "loaded_chunks", "missing_chunks", "corrupt_chunks", "deleted_objects",
-  "store_failures", "load_failures", "lookup_errors", "requests", "retries",
+  "store_failures", "load_failures", "lookup_errors", "index_hits", "index_stale_keys",
+  "requests", "retries",
   "transport_errors", "timeouts", "error_replies", "bytes_written", "bytes_read",
 };
 
@@ -176,6 +186,8 @@ static const struct
   { "kvtier_s3_store_failures", "Chunks a store failed to write" },
   { "kvtier_s3_load_failures", "Keys of loads that did not land, missing ones included" },
   { "kvtier_s3_lookup_errors", "Existence checks (HEAD) that failed, answered as misses" },
+  { "kvtier_s3_index_hits", "Lookups answered from the index of known chunks, without a HEAD" },
+  { "kvtier_s3_index_stale_keys", "Indexed chunks a load found missing (deleted by others or expired)" },
   { "kvtier_s3_requests", "HTTP requests sent, retries included" },
   { "kvtier_s3_retries", "HTTP requests sent again" },
   { "kvtier_s3_transport_errors", "Requests lost to the connection or their time" },
@@ -212,8 +224,13 @@ static void kv_s3_tier_configurable_iface_init (KvConfigurableInterface *iface);
  * namespace is deleted, counted, and fails the load for its key. Stores
  * are single PUTs sent from the header and the primary slot as they are,
  * with the checksum the slot carries; loads are GETs whose body lands in
- * the header buffer and the primary slot; lookups are HEADs, a batch per
- * step, off the owner thread (#KvAsyncLookup: RETRY until known). `touch`
+ * the header buffer and the primary slot. A lookup of a chunk the tier
+ * knows is in the bucket (its index: stored, found or loaded by this tier,
+ * [property@KvS3Tier:index-max-keys] of them) is a HIT at once; any other
+ * is a HEAD, a batch per step, off the owner thread (#KvAsyncLookup: RETRY
+ * until known), so misses stay exact and other writers' chunks are found.
+ * An indexed chunk deleted behind the tier costs one load that finds it
+ * missing (a miss for the manager), and leaves the index. `touch`
  * does nothing: an object store keeps no recency that a cheap request
  * could refresh (bound the bucket with a lifecycle rule).
  *
@@ -274,6 +291,27 @@ io_op_ended (KvS3Tier *self)
   g_mutex_unlock (&self->lock);
 }
 
+/* ---- the index of known chunks ------------------------------------------ */
+
+/* A key is indexed when this tier stored it, a HEAD found it or a load
+ * verified it, and forgotten when a load found it missing or damaged or
+ * this tier deletes it: lookups of indexed keys send no HEAD. Any thread
+ * (the index has its own lock, held for one probe). */
+static void
+index_add (KvS3Tier *self,
+           KvKey    *key)
+{
+  if (self->index != NULL)
+    kv_s3_index_add (self->index, kv_s3_index_digest (key));
+}
+
+static gboolean
+index_remove (KvS3Tier *self,
+              KvKey    *key)
+{
+  return self->index != NULL && kv_s3_index_remove (self->index, kv_s3_index_digest (key));
+}
+
 /* ---- damaged objects ----------------------------------------------------- */
 
 static void
@@ -293,6 +331,9 @@ delete_done (KvS3Op   *op,
 
   if (op->outcome == KV_S3_OP_OK || op->outcome == KV_S3_OP_NOT_FOUND)
     {
+      /* again: a store of the key that ended between the GET and the
+       * DELETE indexed an object the DELETE removed */
+      index_remove (self, io->key);
       count (self, KV_S3_COUNTER_DELETED_OBJECTS, 1);
       if (kv_secondary_tier_get_enable_events (KV_SECONDARY_TIER (self)))
         {
@@ -318,6 +359,7 @@ delete_object (KvS3Tier *self,
 {
   IoOp *io = g_new0 (IoOp, 1);
 
+  index_remove (self, kop->key);
   kv_s3_op_init (&io->op, KV_S3_METHOD_DELETE, kop->op.key);
   io->tier = self;
   io->key = kv_key_ref (kop->key);
@@ -408,6 +450,7 @@ store_done (KvS3Op   *op,
   if (op->outcome == KV_S3_OP_OK)
     {
       count (self, KV_S3_COUNTER_STORED_CHUNKS, 1);
+      index_add (self, kop->key);
       kv_tier_job_mark_landed (job->tier_job, kop->index);
     }
   else
@@ -462,6 +505,7 @@ load_done (KvS3Op   *op,
           kv_host_buffer_set_slot_checksum (self->primary, kop->slot,
                                             kv_chunk_header_get_payload_checksum (kop->header));
           count (self, KV_S3_COUNTER_LOADED_CHUNKS, 1);
+          index_add (self, kop->key);
           kv_tier_job_mark_landed (job->tier_job, kop->index);
         }
       else
@@ -484,7 +528,11 @@ load_done (KvS3Op   *op,
   else if (op->outcome == KV_S3_OP_NOT_FOUND &&
            g_error_matches (op->error, KV_S3_ERROR, KV_S3_ERROR_NO_SUCH_KEY))
     {
-      /* never stored, expired by a lifecycle rule, or deleted: a miss */
+      /* never stored, expired by a lifecycle rule, or deleted: a miss
+       * (and, when the index answered the lookup, a stale entry: the
+       * next lookup sends a HEAD) */
+      if (index_remove (self, kop->key))
+        count (self, KV_S3_COUNTER_INDEX_STALE_KEYS, 1);
       count (self, KV_S3_COUNTER_MISSING_CHUNKS, 1);
       count (self, KV_S3_COUNTER_LOAD_FAILURES, 1);
       kv_tier_job_mark_missing (job->tier_job, kop->index);
@@ -696,6 +744,8 @@ head_done (KvS3Op   *op,
       count (self, KV_S3_COUNTER_LOOKUP_ERRORS, 1);
       g_debug ("s3 tier: lookup: %s", op->error != NULL ? op->error->message : "?");
     }
+  if (exists && self->index != NULL)
+    kv_s3_index_add (self->index, head->digest);
   g_mutex_lock (&self->lock);
   batch->results[head->index] = exists;
   last = --batch->n_outstanding == 0;
@@ -742,6 +792,7 @@ batch_heads (KvKey * const *keys,
       kv_s3_op_init (&head->op, KV_S3_METHOD_HEAD, name);
       head->batch = batch;
       head->index = i;
+      head->digest = kv_s3_index_digest (keys[i]);
       /* the batch is given up then: so are its HEADs */
       head->op.deadline = end_time;
       head->op.done = head_done;
@@ -774,10 +825,19 @@ kv_s3_tier_lookup (KvSecondaryTier *tier,
                    KvKey           *key,
                    KvRequest       *request)
 {
+  KvS3Tier *self = KV_S3_TIER (tier);
+
   /* An open breaker and a load of the key that failed for this request
    * answer MISS before this is called. */
   if (!kv_chunk_key_fits (key))
     return KV_LOOKUP_RESULT_MISS;
+  /* a chunk known to be in the bucket: no HEAD (a stale entry costs one
+   * failed load, which the manager takes as a miss) */
+  if (self->index != NULL && kv_s3_index_contains (self->index, kv_s3_index_digest (key)))
+    {
+      count (self, KV_S3_COUNTER_INDEX_HITS, 1);
+      return KV_LOOKUP_RESULT_HIT;
+    }
   /* the async lookup, which the base class also flushes at each step's
    * end, counts as pending work, cleans up and shuts down */
   return KV_SECONDARY_TIER_CLASS (kv_s3_tier_parent_class)->lookup (tier, key, request);
@@ -864,6 +924,8 @@ kv_s3_counter_get_name (KvS3Counter counter)
   return counter_names[counter];
 }
 
+#define S3_INDEX_KEYS "kvtier_s3_index_keys"
+
 static gboolean
 kv_s3_tier_register_metrics (KvSecondaryTier   *tier,
                              KvMetricRegistry  *registry,
@@ -873,7 +935,22 @@ kv_s3_tier_register_metrics (KvSecondaryTier   *tier,
     if (!kv_metric_registry_add_counter (registry, counter_info[c].name, counter_info[c].doc,
                                          tier_label_names, error))
       return FALSE;
-  return TRUE;
+  return kv_metric_registry_add_gauge (registry, S3_INDEX_KEYS,
+                                       "Chunks in the index of chunks known to be in the bucket",
+                                       tier_label_names, error);
+}
+
+/* The gauge; the base class adds the counters. */
+static KvStats *
+kv_s3_tier_get_stats (KvSecondaryTier *tier)
+{
+  KvS3Tier *self = KV_S3_TIER (tier);
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (tier);
+  const char *labels[] = { label, NULL };
+  KvStats *stats = kv_stats_new ();
+
+  kv_stats_set_gauge (stats, S3_INDEX_KEYS, kv_s3_tier_get_index_size (self), labels);
+  return stats;
 }
 
 /* ---- shutdown ------------------------------------------------------------ */
@@ -897,6 +974,9 @@ stop_io (KvS3Tier *self)
   while (self->n_live_jobs > 0 || self->n_io_ops > 0)
     g_cond_wait (&self->cond, &self->lock);
   g_mutex_unlock (&self->lock);
+  /* no request left to add to it: give its memory back */
+  if (self->index != NULL)
+    kv_s3_index_clear (self->index);
 }
 
 static gboolean
@@ -1141,6 +1221,8 @@ kv_s3_tier_initable_init (GInitable     *initable,
     }
   g_debug ("s3 tier: %s bucket %s, credentials from %s", endpoint, self->bucket, credentials.source);
 
+  if (self->index_max_keys > 0)
+    self->index = kv_s3_index_new (self->index_max_keys);
   async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                       batch_heads, self, NULL, 2, 8, 16384);
   /* the base class runs it (see kv_secondary_tier_set_async_lookup) */
@@ -1181,6 +1263,7 @@ kv_s3_tier_finalize (GObject *object)
   KvS3Tier *self = KV_S3_TIER (object);
 
   g_clear_object (&self->client);
+  g_clear_pointer (&self->index, kv_s3_index_free);
   g_clear_pointer (&self->counters, kv_counter_set_unref);
   g_free (self->key_prefix);
   g_free (self->endpoint);
@@ -1225,6 +1308,7 @@ kv_s3_tier_get_property (GObject    *object,
     case PROP_CONNECT_TIMEOUT_MS: g_value_set_uint (value, self->connect_timeout_ms); break;
     case PROP_REPLY_TIMEOUT_MS: g_value_set_uint (value, self->reply_timeout_ms); break;
     case PROP_MAX_ATTEMPTS: g_value_set_uint (value, self->max_attempts); break;
+    case PROP_INDEX_MAX_KEYS: g_value_set_uint (value, self->index_max_keys); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1264,6 +1348,7 @@ kv_s3_tier_set_property (GObject      *object,
     case PROP_CONNECT_TIMEOUT_MS: self->connect_timeout_ms = g_value_get_uint (value); break;
     case PROP_REPLY_TIMEOUT_MS: self->reply_timeout_ms = g_value_get_uint (value); break;
     case PROP_MAX_ATTEMPTS: self->max_attempts = g_value_get_uint (value); break;
+    case PROP_INDEX_MAX_KEYS: self->index_max_keys = g_value_get_uint (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1293,6 +1378,7 @@ kv_s3_tier_class_init (KvS3TierClass *klass)
   tier_class->on_new_request = kv_s3_tier_on_new_request;
   tier_class->shutdown = kv_s3_tier_shutdown;
   tier_class->register_metrics = kv_s3_tier_register_metrics;
+  tier_class->get_stats = kv_s3_tier_get_stats;
   tier_class->probe = kv_s3_tier_probe;
   /* A PUT whose body reached the gateway runs when the gateway resumes,
    * whatever the job's cancellable says: a store failed at its deadline
@@ -1454,6 +1540,19 @@ kv_s3_tier_class_init (KvS3TierClass *klass)
     g_param_spec_uint ("max-attempts", NULL, "how many times a transiently failing request is sent",
                        1, 100, DEFAULT_MAX_ATTEMPTS, CONSTRUCT_FLAGS);
 
+  /**
+   * KvS3Tier:index-max-keys:
+   *
+   * The most chunks the tier's index of the chunks it knows are in the
+   * bucket holds (16 to 32 bytes each): a lookup of an indexed chunk is
+   * answered without a `HEAD`. When it is full, chunks are not added
+   * (their lookups send a `HEAD`); 0 turns the index off.
+   */
+  properties[PROP_INDEX_MAX_KEYS] =
+    g_param_spec_uint ("index-max-keys", NULL,
+                       "the most chunks the index of known chunks holds (0: no index)",
+                       0, KV_S3_INDEX_MAX_KEYS_LIMIT, DEFAULT_INDEX_MAX_KEYS, CONSTRUCT_FLAGS);
+
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }
 
@@ -1471,6 +1570,7 @@ kv_s3_tier_init (KvS3Tier *self)
   self->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
   self->reply_timeout_ms = DEFAULT_REPLY_TIMEOUT_MS;
   self->max_attempts = DEFAULT_MAX_ATTEMPTS;
+  self->index_max_keys = DEFAULT_INDEX_MAX_KEYS;
   {
     const char *names[KV_S3_N_COUNTERS + 1] = { NULL };
 
@@ -1524,4 +1624,12 @@ kv_s3_tier_get_object_key (KvS3Tier *self,
 {
   g_return_val_if_fail (KV_IS_S3_TIER (self) && self->initialized, NULL);
   return object_key (self, key);
+}
+
+/* The chunks in the tier's index now (0 without one). Any thread. */
+guint
+kv_s3_tier_get_index_size (KvS3Tier *self)
+{
+  g_return_val_if_fail (KV_IS_S3_TIER (self), 0);
+  return self->index != NULL ? kv_s3_index_get_size (self->index) : 0;
 }

@@ -15,6 +15,8 @@ typedef enum {
   KV_S3_COUNTER_STORE_FAILURES,
   KV_S3_COUNTER_LOAD_FAILURES,     /* keys of loads that did not land, missing ones included */
   KV_S3_COUNTER_LOOKUP_ERRORS,     /* HEADs that failed: answered as misses */
+  KV_S3_COUNTER_INDEX_HITS,        /* lookups the index answered (no HEAD) */
+  KV_S3_COUNTER_INDEX_STALE_KEYS,  /* indexed keys a load found missing */
   KV_S3_COUNTER_REQUESTS,          /* HTTP requests sent, retries included */
   KV_S3_COUNTER_RETRIES,
   KV_S3_COUNTER_TRANSPORT_ERRORS,  /* requests lost to the connection or their time */
@@ -36,6 +38,7 @@ KvS3Tier    *kv_s3_tier_new               (KvHostBuffer  *primary,
 guint64      kv_s3_tier_get_counter       (KvS3Tier      *self,
                                            KvS3Counter    counter);
 const char  *kv_s3_counter_get_name       (KvS3Counter    counter);
+guint        kv_s3_tier_get_index_size    (KvS3Tier      *self);
 /* The object key of @key: <prefix>/<namespace digest>/<hash hex>_g<group>. */
 char        *kv_s3_tier_get_object_key    (KvS3Tier      *self,
                                            KvKey         *key);

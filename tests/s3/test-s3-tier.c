@@ -192,6 +192,45 @@ raw_exists (KvS3Client *client,
   return outcome == KV_S3_OP_OK;
 }
 
+static void
+raw_delete (KvS3Client *client,
+            const char *key)
+{
+  g_autoptr(GError) error = NULL;
+
+  g_assert_cmpint (s3_test_request (client, KV_S3_METHOD_DELETE, key, NULL, 0, NULL, 0, &error),
+                   ==, KV_S3_OP_OK);
+  g_assert_no_error (error);
+}
+
+static guint64
+n_requests (KvS3Tier *tier)
+{
+  return kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS);
+}
+
+/* Looks @key up and checks the answer and the requests it sent: 0 when
+ * the index answered, 1 (its HEAD) otherwise. A HEAD that finds the chunk
+ * indexes it: the lookup asked again after it (RETRY until then) may be
+ * answered by the index. */
+static void
+assert_lookup (KvS3Tier       *tier,
+               KvKey          *key,
+               KvLookupResult  expected,
+               guint64         expected_requests)
+{
+  guint64 before = n_requests (tier);
+  guint64 hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS);
+
+  g_assert_cmpint (s3_test_lookup (tier, key), ==, expected);
+  g_assert_cmpuint (n_requests (tier) - before, ==, expected_requests);
+  hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS) - hits;
+  if (expected_requests == 0)
+    g_assert_cmpuint (hits, ==, 1);
+  else if (expected == KV_LOOKUP_RESULT_MISS)
+    g_assert_cmpuint (hits, ==, 0);
+}
+
 /* ---- round trips --------------------------------------------------------- */
 
 static void
@@ -644,6 +683,9 @@ test_config_check (Fixture       *f,
     { "endpoint", "ftp://x", "scheme must be http or https" },
     { "tls-ca-file", "/nonexistent.pem", "needs an https endpoint" },
     { "max-connections", "0", "max-connections" },
+    { "index-max-keys", "-1", "index-max-keys" },
+    { "index-max-keys", "268435457", "index-max-keys" },
+    { "index-max-keys", "lots", "index-max-keys" },
     { "prefix", "a//b", "prefix=a//b" },
     { "secret-key", "", "access-key is set but not its secret-key" },
     { "colour", "blue", "colour" },
@@ -660,6 +702,16 @@ test_config_check (Fixture       *f,
     g_assert_true (kv_config_check (config, &error));
     g_assert_no_error (error);
   }
+  /* the index off, and at its largest */
+  for (guint i = 0; i < 2; i++)
+    {
+      g_autofree char *text = config_with ("index-max-keys", i == 0 ? "0" : "268435456");
+      g_autoptr(KvConfig) config = kv_config_new_from_data (registry, text, -1, "s3.conf", &error);
+
+      g_assert_no_error (error);
+      g_assert_true (kv_config_check (config, &error));
+      g_assert_no_error (error);
+    }
   for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
     {
       g_autofree char *text = config_with (bad[i].key, bad[i].value);
@@ -778,6 +830,168 @@ test_two_managers (Fixture       *f,
   g_assert_cmpuint (kv_s3_tier_get_counter (KV_S3_TIER (b.tier), KV_S3_COUNTER_LOADED_CHUNKS), ==, 6);
   test_stack_clear (&a);
   test_stack_clear (&b);
+}
+
+/* ---- the index of known chunks ---------------------------------------------- */
+
+/* Chunks this tier stored are looked up without a request, then load
+ * byte-exact; a chunk it never stored is a HEAD's MISS; another writer's
+ * chunk is a HEAD's HIT, then indexed. */
+static void
+test_index_stored (Fixture       *f,
+                   gconstpointer  data)
+{
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvS3Tier) other = NULL;
+  g_autoptr(KvJobResult) other_stored = NULL;
+
+  if (s3_test_skip_without_gateway ())
+    return;
+  store_ok (f, 0, 3);
+  g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 3);
+  for (guint i = 0; i < 3; i++)
+    assert_lookup (f->tier, f->keys[i], KV_LOOKUP_RESULT_HIT, 0);
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_INDEX_HITS), ==, 3);
+  loaded = load_with (f, f->tier, 0, 3);
+  g_assert_true (kv_job_result_get_success (loaded));
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (test_chunk_check (slot (f, 5 + i), f->slot_size, i));
+  /* never stored: a HEAD, a miss, not indexed */
+  assert_lookup (f->tier, f->keys[3], KV_LOOKUP_RESULT_MISS, 1);
+  assert_lookup (f->tier, f->keys[3], KV_LOOKUP_RESULT_MISS, 1);
+
+  /* stored by another tier on the bucket: found by a HEAD, then known */
+  other = s3_test_tier_new (f->buffer, BUCKET, "namespace", f->namespace_, NULL);
+  other_stored = store_with (f, other, 4, 1, TRUE);
+  g_assert_true (kv_job_result_get_success (other_stored));
+  assert_lookup (f->tier, f->keys[4], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (f->tier, f->keys[4], KV_LOOKUP_RESULT_HIT, 0);
+  g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 4);
+  g_assert_true (kv_secondary_tier_shutdown (KV_SECONDARY_TIER (other), NULL));
+}
+
+/* An indexed chunk deleted behind the tier: the lookup says HIT, the load
+ * finds it missing (reported once, counted, not the store's fault), and
+ * the next lookup sends a HEAD and says MISS. */
+static void
+test_index_stale (Fixture       *f,
+                  gconstpointer  data)
+{
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvJobResult) still = NULL;
+  g_autofree char *name = NULL;
+  KvS3Client *raw;
+  guint n_landed = 0;
+
+  if (s3_test_skip_without_gateway ())
+    return;
+  store_ok (f, 0, 2);
+  raw = raw_client ();
+  name = kv_s3_tier_get_object_key (f->tier, f->keys[0]);
+  raw_delete (raw, name);
+  g_assert_false (raw_exists (raw, name));
+
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_HIT, 0);
+  /* run_job checks that the job is reported, once */
+  loaded = load_with (f, f->tier, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_null (kv_job_result_get_successful_keys (loaded, &n_landed));
+  g_assert_cmpuint (n_landed, ==, 0);
+  g_assert_false (kv_job_result_get_checksum_failed (loaded));
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_MISSING_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_LOAD_FAILURES), ==, 1);
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_INDEX_STALE_KEYS), ==, 1);
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_CORRUPT_CHUNKS), ==, 0);
+  g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 1);
+  /* missing is the data's failure, not the store's */
+  g_assert_true (kv_circuit_breaker_allows_requests (
+    kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (f->tier))));
+  g_assert_cmpuint (kv_secondary_tier_get_n_expired_jobs (KV_SECONDARY_TIER (f->tier)), ==, 0);
+
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_MISS, 1);
+  assert_lookup (f->tier, f->keys[1], KV_LOOKUP_RESULT_HIT, 0);
+  still = load_with (f, f->tier, 1, 1);
+  g_assert_true (kv_job_result_get_success (still));
+  g_assert_true (test_chunk_check (slot (f, 7), f->slot_size, 1));
+  /* a missing key not in the index is no stale entry */
+  g_clear_pointer (&loaded, kv_job_result_unref);
+  loaded = load_with (f, f->tier, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_MISSING_CHUNKS), ==, 2);
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_INDEX_STALE_KEYS), ==, 1);
+  s3_test_client_free (raw);
+}
+
+/* The same through a manager: the promotion of a stale entry fails, the
+ * manager answers a miss, no slot stays pinned. */
+static void
+test_index_stale_manager (Fixture       *f,
+                          gconstpointer  data)
+{
+  TestStack a, b;
+  g_autofree char *name = NULL;
+  KvS3Client *raw;
+  KvS3Tier *tier_b;
+
+  if (s3_test_skip_without_gateway ())
+    return;
+  test_stack_init (&a, 16, f->slot_size, make_stack_tier, f->namespace_);
+  test_stack_init (&b, 16, f->slot_size, make_stack_tier, f->namespace_);
+  tier_b = KV_S3_TIER (b.tier);
+  g_assert_cmpuint (test_stack_store (&a, 0, 2), ==, 2);
+  /* b finds both by HEAD, and indexes them; one is deleted after */
+  assert_lookup (tier_b, f->keys[0], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (tier_b, f->keys[1], KV_LOOKUP_RESULT_HIT, 1);
+  raw = raw_client ();
+  name = kv_s3_tier_get_object_key (tier_b, f->keys[1]);
+  raw_delete (raw, name);
+
+  g_assert_cmpint (test_stack_promote (&b, 1), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpuint (kv_s3_tier_get_counter (tier_b, KV_S3_COUNTER_INDEX_STALE_KEYS), ==, 1);
+  g_assert_cmpuint (kv_s3_tier_get_counter (tier_b, KV_S3_COUNTER_MISSING_CHUNKS), ==, 1);
+  test_stack_assert_no_pins (&b, 2);
+  /* then a HEAD's miss; the other one is promoted from the index */
+  g_assert_cmpint (test_stack_promote (&b, 1), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (test_stack_promote (&b, 0), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpuint (kv_s3_tier_get_counter (tier_b, KV_S3_COUNTER_LOADED_CHUNKS), ==, 1);
+  test_stack_assert_no_pins (&b, 2);
+  s3_test_client_free (raw);
+  test_stack_clear (&a);
+  test_stack_clear (&b);
+}
+
+/* index-max-keys = 0: every lookup a HEAD; = 2: the third key stored is
+ * not indexed, and found by a HEAD every time. */
+static void
+test_index_bounded (Fixture       *f,
+                    gconstpointer  data)
+{
+  if (s3_test_skip_without_gateway ())
+    return;
+  s3_test_tier_free (f->tier);
+  f->tier = s3_test_tier_new (f->buffer, BUCKET, "namespace", f->namespace_, "index-max-keys", 0, NULL);
+  store_ok (f, 0, 3);
+  g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 0);
+  for (guint i = 0; i < 3; i++)
+    assert_lookup (f->tier, f->keys[i], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (f->tier, f->keys[3], KV_LOOKUP_RESULT_MISS, 1);
+  g_assert_cmpuint (kv_s3_tier_get_counter (f->tier, KV_S3_COUNTER_INDEX_HITS), ==, 0);
+
+  s3_test_tier_free (f->tier);
+  f->tier = s3_test_tier_new (f->buffer, BUCKET, "namespace", f->namespace_, "index-max-keys", 2, NULL);
+  /* one job each, so that the first two are the ones indexed */
+  for (guint i = 0; i < 3; i++)
+    {
+      g_autoptr(KvJobResult) stored = store_with (f, f->tier, i, 1, TRUE);
+
+      g_assert_true (kv_job_result_get_success (stored));
+    }
+  g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 2);
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_HIT, 0);
+  assert_lookup (f->tier, f->keys[1], KV_LOOKUP_RESULT_HIT, 0);
+  assert_lookup (f->tier, f->keys[2], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (f->tier, f->keys[2], KV_LOOKUP_RESULT_HIT, 1);
+  g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 2);
 }
 
 /* ---- a store past its deadline --------------------------------------------- */
@@ -1006,7 +1220,8 @@ test_key_names (Fixture       *f,
 
 /* The kvtier_s3_* families from the first get_stats on (zeros too), then
  * what moved since the last call and nothing else: the tier counts in a
- * KvCounterSet, its client in the same set, and the base class reports. */
+ * KvCounterSet, its client in the same set, and the base class reports;
+ * the one gauge, the index's size, is reported on every call. */
 static void
 test_metrics_from_start (Fixture       *f,
                          gconstpointer  data)
@@ -1041,7 +1256,8 @@ test_metrics_from_start (Fixture       *f,
   for (guint i = 0; names[i] != NULL; i++)
     if (g_str_has_prefix (names[i], "kvtier_s3_"))
       g_ptr_array_add (families, g_strdup (names[i]));
-  g_assert_cmpuint (families->len, ==, KV_S3_N_COUNTERS);
+  /* the counters and the gauge */
+  g_assert_cmpuint (families->len, ==, KV_S3_N_COUNTERS + 1);
 
   /* every family, before any job: construction's probe is one request */
   first = kv_secondary_tier_get_stats (st);
@@ -1049,7 +1265,9 @@ test_metrics_from_start (Fixture       *f,
   for (guint i = 0; i < families->len; i++)
     {
       const char *family = families->pdata[i];
-      g_autofree char *series = g_strdup_printf ("\n%s_total{tier=\"%s\"} ", family, label);
+      gboolean gauge = g_str_equal (family, "kvtier_s3_index_keys");
+      g_autofree char *series = g_strdup_printf ("\n%s%s{tier=\"%s\"} ", family,
+                                                 gauge ? "" : "_total", label);
 
       g_assert_true (kv_stats_lookup (first, family, labels, &value));
       g_assert_cmpfloat (value, ==, g_str_equal (family, "kvtier_s3_requests") ? 1 : 0);
@@ -1070,11 +1288,17 @@ test_metrics_from_start (Fixture       *f,
   g_assert_false (kv_stats_lookup (second, "kvtier_s3_loaded_chunks", labels, NULL));
   g_assert_cmpuint (kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS), ==, 3);
   g_assert_cmpuint (kv_s3_tier_get_counter (tier, KV_S3_COUNTER_STORED_CHUNKS), ==, 2);
+  /* both indexed */
+  g_assert_true (kv_stats_lookup (second, "kvtier_s3_index_keys", labels, &value));
+  g_assert_cmpfloat (value, ==, 2);
 
-  /* nothing moved: no kvtier_s3_* series */
+  /* nothing moved: no kvtier_s3_* counter series, the gauge as it is */
   third = kv_secondary_tier_get_stats (st);
   for (guint i = 0; i < families->len; i++)
-    g_assert_false (kv_stats_lookup (third, families->pdata[i], labels, NULL));
+    if (!g_str_equal (families->pdata[i], "kvtier_s3_index_keys"))
+      g_assert_false (kv_stats_lookup (third, families->pdata[i], labels, NULL));
+  g_assert_true (kv_stats_lookup (third, "kvtier_s3_index_keys", labels, &value));
+  g_assert_cmpfloat (value, ==, 2);
 
   s3_test_tier_free (tier);
   g_clear_pointer (&server, s3_fake_server_free);
@@ -1190,6 +1414,10 @@ main (int   argc,
   ADD_BARE ("credentials", test_credentials);
   ADD_BARE ("events", test_events);
   ADD ("two-managers", 64 * 1024, test_two_managers);
+  ADD ("index/stored", 64 * 1024, test_index_stored);
+  ADD ("index/stale", 64 * 1024, test_index_stale);
+  ADD ("index/stale-through-manager", 64 * 1024, test_index_stale_manager);
+  ADD ("index/bounded", 64 * 1024, test_index_bounded);
   /* last (GTest runs a path's cases, then its groups in the order they
    * were made): the gateway's restart slows bucket changes for a while */
   ADD ("restart/gateway-killed", 64 * 1024, test_gateway_killed);

@@ -35,6 +35,7 @@ typedef enum {
   BODY_DISCARD,       /* another 2xx reply's body */
   BODY_WRONG_SIZE,    /* aborted: the object is not the destination's length */
   BODY_TOO_LONG,      /* aborted: an error body past its bound */
+  BODY_REPLY,         /* kept in the op's reply */
 } BodyMode;
 
 struct _KvS3Client
@@ -214,6 +215,8 @@ choose_body_mode (KvS3Op *op)
     {
       if (op->method != KV_S3_METHOD_GET)
         op->body_mode = BODY_DISCARD;
+      else if (op->reply != NULL)
+        op->body_mode = BODY_REPLY;
       else if (length >= 0 && (guint64) length != dest_total (op))
         op->body_mode = BODY_WRONG_SIZE;
       else
@@ -279,6 +282,15 @@ write_cb (char   *data,
           return 0;
         }
       g_string_append_len (op->error_body, data, n);
+      return n;
+    case BODY_REPLY:
+      if (op->reply->len + n > op->reply_max)
+        {
+          op->body_mode = BODY_TOO_LONG;
+          return 0;
+        }
+      g_string_append_len (op->reply, data, n);
+      count (self, KV_S3_CLIENT_BYTES_RECEIVED, n);
       return n;
     case BODY_DISCARD:
       op->offset += n;
@@ -564,7 +576,8 @@ attempt_done (KvS3Client *self,
     error = g_error_new (KV_S3_ERROR, KV_S3_ERROR_BAD_REPLY,
                          "S3 %s %s: HTTP %u with a body longer than %u bytes",
                          kv_s3_method_to_string (op->method), what, op->status,
-                         op->status >= 300 ? KV_S3_MAX_ERROR_BODY : MAX_DISCARDED_BODY);
+                         op->status >= 300 ? KV_S3_MAX_ERROR_BODY :
+                         op->reply != NULL ? (guint) op->reply_max : MAX_DISCARDED_BODY);
   else if (result == CURLE_ABORTED_BY_CALLBACK && op->cancelled != NULL &&
            g_atomic_int_get (op->cancelled))
     error = cancelled_error (self, op);
@@ -585,7 +598,7 @@ attempt_done (KvS3Client *self,
     }
   else if (op->status >= 200 && op->status < 300)
     {
-      if (op->method == KV_S3_METHOD_GET && op->offset != dest_total (op))
+      if (op->method == KV_S3_METHOD_GET && op->reply == NULL && op->offset != dest_total (op))
         outcome = KV_S3_OP_WRONG_SIZE;
       else
         outcome = KV_S3_OP_OK;
@@ -657,6 +670,7 @@ setup_easy (KvS3Client *self,
 {
   g_autofree char *encoded_key = op->key != NULL ? kv_s3_uri_encode (op->key, FALSE) : NULL;
   g_autofree char *uri = NULL;
+  g_autofree char *query = op->query != NULL ? kv_s3_canonical_query (op->query) : NULL;
   g_autofree char *authorization = NULL;
   const char *method = kv_s3_method_to_string (op->method);
   gboolean has_body = op->method == KV_S3_METHOD_PUT && body_total (op) > 0;
@@ -671,7 +685,9 @@ setup_easy (KvS3Client *self,
   else
     uri = g_strdup (self->path_prefix[0] != '\0' ? self->path_prefix : "/");
   g_free (op->url);
-  op->url = g_strconcat (self->base_url, uri, NULL);
+  /* the canonical query is encoded as the URL's must be */
+  op->url = g_strconcat (self->base_url, uri, query != NULL && query[0] != '\0' ? "?" : "",
+                         query, NULL);
 
   kv_s3_amz_date (g_get_real_time () / G_USEC_PER_SEC, amz_date);
   headers[n++] = (KvS3Header) { "host", self->host_header };
@@ -679,7 +695,8 @@ setup_easy (KvS3Client *self,
   headers[n++] = (KvS3Header) { "x-amz-date", amz_date };
   if (self->session_token != NULL)
     headers[n++] = (KvS3Header) { "x-amz-security-token", self->session_token };
-  authorization = kv_s3_signer_authorization (&self->signer, method, uri, "", headers, n,
+  authorization = kv_s3_signer_authorization (&self->signer, method, uri, query != NULL ? query : "",
+                                              headers, n,
                                               payload_hash, amz_date);
   for (guint i = 0; i < n; i++)
     append_header (op, headers[i].name, headers[i].value);
@@ -782,6 +799,8 @@ attempt_start (KvS3Client *self,
   op->body_mode_set = FALSE;
   if (op->error_body != NULL)
     g_string_truncate (op->error_body, 0);
+  if (op->reply != NULL)
+    g_string_truncate (op->reply, 0);
   g_clear_error (&op->error);
   setup_easy (self, op, MAX (timeout_ms, 1));
   count (self, KV_S3_CLIENT_REQUESTS, 1);

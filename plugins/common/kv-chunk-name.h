@@ -22,5 +22,9 @@ char *kv_chunk_name_namespace_prefix (const char   *head,
 char *kv_chunk_name_for_key          (const char   *prefix,
                                       gsize         prefix_len,
                                       const KvKey  *key);
+gboolean kv_chunk_name_parse         (const char   *name,
+                                      guint8        hash[KV_CHUNK_MAX_KEY_HASH_LEN],
+                                      gsize        *hash_len,
+                                      guint32      *group);
 
 G_END_DECLS

@@ -63,16 +63,26 @@ kv_s3_index_free (KvS3Index *self)
   g_free (self);
 }
 
-/* The digest the index keeps for @key: XXH3-64 of its hash, seeded with
- * its group (well mixed: its low bits pick the slot). */
+/* The digest the index keeps for the key of @hash and @group: XXH3-64 of
+ * the hash, seeded with the group (well mixed: its low bits pick the
+ * slot). */
+guint64
+kv_s3_index_digest_hash (const guint8 *hash,
+                         gsize         hash_len,
+                         guint32       group)
+{
+  guint64 digest = XXH3_64bits_withSeed (hash, hash_len, group);
+
+  return digest != 0 ? digest : 1;
+}
+
 guint64
 kv_s3_index_digest (const KvKey *key)
 {
   gsize len = 0;
   const guint8 *hash = kv_key_get_hash (key, &len);
-  guint64 digest = XXH3_64bits_withSeed (hash, len, kv_key_get_group (key));
 
-  return digest != 0 ? digest : 1;
+  return kv_s3_index_digest_hash (hash, len, kv_key_get_group (key));
 }
 
 static inline gsize

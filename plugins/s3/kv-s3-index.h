@@ -15,6 +15,9 @@ typedef struct _KvS3Index KvS3Index;
 KvS3Index  *kv_s3_index_new            (guint            max_keys);
 void        kv_s3_index_free           (KvS3Index       *self);
 guint64     kv_s3_index_digest         (const KvKey     *key);
+guint64     kv_s3_index_digest_hash    (const guint8    *hash,
+                                        gsize            hash_len,
+                                        guint32          group);
 gboolean    kv_s3_index_contains       (KvS3Index       *self,
                                         guint64          digest);
 gboolean    kv_s3_index_add            (KvS3Index       *self,

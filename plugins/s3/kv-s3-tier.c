@@ -10,6 +10,7 @@
 #include "kv-s3-client.h"
 #include "kv-s3-credentials.h"
 #include "kv-s3-index.h"
+#include "kv-s3-listing.h"
 
 #define DEFAULT_REGION              "us-east-1"
 #define DEFAULT_PREFIX              "kvtier"
@@ -114,6 +115,7 @@ struct _KvS3Tier
   guint            reply_timeout_ms;
   guint            max_attempts;
   guint            index_max_keys;
+  gboolean         index_list_at_start;
 
   /* set up by init(), then read-only */
   gboolean         initialized;
@@ -160,6 +162,7 @@ enum {
   PROP_REPLY_TIMEOUT_MS,
   PROP_MAX_ATTEMPTS,
   PROP_INDEX_MAX_KEYS,
+  PROP_INDEX_LIST_AT_START,
   N_PROPS
 };
 
@@ -1079,6 +1082,20 @@ check_configuration (KvS3Tier         *self,
                    "The s3 tier needs a namespace");
       return FALSE;
     }
+  if (self->index_list_at_start && self->index_max_keys == 0)
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "index-list-at-start=true needs an index: index-max-keys is 0");
+      return FALSE;
+    }
+  if (self->index_list_at_start && (strchr (self->prefix, '&') != NULL ||
+                                    strchr (self->prefix, '=') != NULL))
+    {
+      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
+                   "index-list-at-start=true cannot list prefix=%s: no '&' or '=' in it",
+                   self->prefix);
+      return FALSE;
+    }
   config.endpoint = endpoint;
   config.bucket = self->bucket;
   config.region = self->region;
@@ -1155,6 +1172,98 @@ first_contact (KvS3Tier  *self,
   return ok;
 }
 
+/* Adds the chunks of one listing page to the index: objects of this
+ * namespace whose name is a chunk's and whose size is a chunk record's.
+ * FALSE once the index is full. */
+static gboolean
+index_page (KvS3Tier           *self,
+            const KvS3ListPage *page,
+            guint              *n_added)
+{
+  for (guint i = 0; i < page->keys->len; i++)
+    {
+      const char *name = page->keys->pdata[i];
+      guint8 hash[KV_CHUNK_MAX_KEY_HASH_LEN];
+      gsize hash_len = 0;
+      guint32 group = 0;
+
+      if (strncmp (name, self->key_prefix, self->key_prefix_len) != 0 ||
+          g_array_index (page->sizes, gint64, i) != (gint64) self->object_size ||
+          !kv_chunk_name_parse (name + self->key_prefix_len, hash, &hash_len, &group))
+        continue;
+      if (!kv_s3_index_add (self->index, kv_s3_index_digest_hash (hash, hash_len, group)))
+        return FALSE;
+      (*n_added)++;
+    }
+  return TRUE;
+}
+
+/* index-list-at-start: ListObjectsV2 of the namespace's prefix, a page at
+ * a time (each at most KV_S3_LIST_MAX_BODY bytes, within the connect and
+ * reply timeouts), until the last page or a full index. Owner thread, at
+ * construction. A failure is logged; the tier starts with what was
+ * indexed. */
+static void
+list_into_index (KvS3Tier *self)
+{
+  g_autofree char *token = NULL;
+  g_autoptr(GString) reply = g_string_sized_new (64 * 1024);
+  /* a page per KV_S3_LIST_MAX_KEYS keys the index holds, and the last */
+  guint max_pages = self->index_max_keys / KV_S3_LIST_MAX_KEYS + 2;
+  guint n_pages = 0, n_added = 0;
+  gint64 start = g_get_monotonic_time ();
+
+  while (n_pages < max_pages)
+    {
+      g_autofree char *query = NULL;
+      g_auto(KvS3ListPage) page = { 0 };
+      g_autoptr(GError) error = NULL;
+      KvS3Op op;
+      gboolean more;
+
+      /* the query's raw form splits at '&' and the first '=': a token
+       * holding '&' cannot be sent (S3's are base64) */
+      if (token != NULL && strchr (token, '&') != NULL)
+        {
+          g_message ("s3 tier: the listing that fills the index stopped: a continuation "
+                     "token with '&'");
+          break;
+        }
+      query = g_strdup_printf ("list-type=2&max-keys=%u&prefix=%s%s%s", KV_S3_LIST_MAX_KEYS,
+                               self->key_prefix, token != NULL ? "&continuation-token=" : "",
+                               token != NULL ? token : "");
+      kv_s3_op_init (&op, KV_S3_METHOD_GET, NULL);
+      op.query = query;
+      op.reply = reply;
+      op.reply_max = KV_S3_LIST_MAX_BODY;
+      op.deadline = g_get_monotonic_time () +
+                    (gint64) (self->connect_timeout_ms + self->reply_timeout_ms) * 1000;
+      kv_s3_client_run (self->client, &op);
+      n_pages++;
+      if (op.outcome != KV_S3_OP_OK)
+        {
+          g_message ("s3 tier: the listing that fills the index stopped: %s",
+                     op.error != NULL ? op.error->message : "no reply");
+          kv_s3_op_clear (&op);
+          break;
+        }
+      kv_s3_op_clear (&op);
+      if (!kv_s3_list_page_parse (reply->str, reply->len, &page, &error))
+        {
+          g_message ("s3 tier: the listing that fills the index stopped: %s", error->message);
+          break;
+        }
+      more = index_page (self, &page, &n_added) &&
+             kv_s3_index_get_size (self->index) < self->index_max_keys;
+      if (!more || !page.truncated)
+        break;
+      g_free (token);
+      token = g_steal_pointer (&page.next_token);
+    }
+  g_debug ("s3 tier: %u chunks indexed from %u listing pages in %.3f s", n_added, n_pages,
+           (g_get_monotonic_time () - start) / 1e6);
+}
+
 static gboolean
 kv_s3_tier_initable_init (GInitable     *initable,
                           GCancellable  *cancellable,
@@ -1223,6 +1332,8 @@ kv_s3_tier_initable_init (GInitable     *initable,
 
   if (self->index_max_keys > 0)
     self->index = kv_s3_index_new (self->index_max_keys);
+  if (self->index != NULL && self->index_list_at_start)
+    list_into_index (self);
   async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                       batch_heads, self, NULL, 2, 8, 16384);
   /* the base class runs it (see kv_secondary_tier_set_async_lookup) */
@@ -1309,6 +1420,7 @@ kv_s3_tier_get_property (GObject    *object,
     case PROP_REPLY_TIMEOUT_MS: g_value_set_uint (value, self->reply_timeout_ms); break;
     case PROP_MAX_ATTEMPTS: g_value_set_uint (value, self->max_attempts); break;
     case PROP_INDEX_MAX_KEYS: g_value_set_uint (value, self->index_max_keys); break;
+    case PROP_INDEX_LIST_AT_START: g_value_set_boolean (value, self->index_list_at_start); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1349,6 +1461,7 @@ kv_s3_tier_set_property (GObject      *object,
     case PROP_REPLY_TIMEOUT_MS: self->reply_timeout_ms = g_value_get_uint (value); break;
     case PROP_MAX_ATTEMPTS: self->max_attempts = g_value_get_uint (value); break;
     case PROP_INDEX_MAX_KEYS: self->index_max_keys = g_value_get_uint (value); break;
+    case PROP_INDEX_LIST_AT_START: self->index_list_at_start = g_value_get_boolean (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -1552,6 +1665,20 @@ kv_s3_tier_class_init (KvS3TierClass *klass)
     g_param_spec_uint ("index-max-keys", NULL,
                        "the most chunks the index of known chunks holds (0: no index)",
                        0, KV_S3_INDEX_MAX_KEYS_LIMIT, DEFAULT_INDEX_MAX_KEYS, CONSTRUCT_FLAGS);
+
+  /**
+   * KvS3Tier:index-list-at-start:
+   *
+   * Whether construction fills the index with a listing of the
+   * namespace's objects (`ListObjectsV2`, 1000 a page, until the index is
+   * full), so that a restarted process looks up the chunks already in the
+   * bucket without a `HEAD` each. It needs `s3:ListBucket`; a listing that
+   * fails leaves the index as far as it got, and the tier starts.
+   */
+  properties[PROP_INDEX_LIST_AT_START] =
+    g_param_spec_boolean ("index-list-at-start", NULL,
+                          "fill the index with a listing of the bucket at construction",
+                          FALSE, CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }

@@ -10,6 +10,7 @@
 #include "test-s3-common.h"
 
 #include "kv-chunk-format.h"
+#include "kv-chunk-name.h"
 #include "s3-fake-server.h"
 #include "test-chunk-data.h"
 #include "test-dir.h"
@@ -702,6 +703,17 @@ test_config_check (Fixture       *f,
     g_assert_true (kv_config_check (config, &error));
     g_assert_no_error (error);
   }
+  /* a listing with no index to fill */
+  {
+    g_autofree char *base = config_with ("index-max-keys", "0");
+    g_autofree char *text = g_strconcat (base, "index-list-at-start = true\n", NULL);
+    g_autoptr(KvConfig) config = kv_config_new_from_data (registry, text, -1, "s3.conf", &error);
+
+    g_assert_no_error (error);
+    g_assert_false (kv_config_check (config, &error));
+    g_assert_nonnull (strstr (error->message, "index-list-at-start"));
+    g_clear_error (&error);
+  }
   /* the index off, and at its largest */
   for (guint i = 0; i < 2; i++)
     {
@@ -994,6 +1006,50 @@ test_index_bounded (Fixture       *f,
   g_assert_cmpuint (kv_s3_tier_get_index_size (f->tier), ==, 2);
 }
 
+/* index-list-at-start: a restarted tier knows the chunks already in the
+ * bucket from one listing page (a real gateway checks its signed query),
+ * and only those: not an object of another name or of another size. */
+static void
+test_index_listed (Fixture       *f,
+                   gconstpointer  data)
+{
+  g_autoptr(KvS3Tier) listed = NULL;
+  g_autofree char *name = NULL;
+  g_autofree char *junk = NULL;
+  g_autofree char *short_name = NULL;
+  KvS3Client *raw;
+  guint8 byte = 7;
+
+  if (s3_test_skip_without_gateway ())
+    return;
+  store_ok (f, 0, 3);
+  raw = raw_client ();
+  name = kv_s3_tier_get_object_key (f->tier, f->keys[0]);
+  junk = g_strconcat (name, ".junk", NULL);
+  raw_put (raw, junk, &byte, 1);
+  short_name = kv_s3_tier_get_object_key (f->tier, f->keys[5]);
+  raw_put (raw, short_name, &byte, 1);
+
+  listed = s3_test_tier_new (f->buffer, BUCKET, "namespace", f->namespace_,
+                             "index-list-at-start", TRUE, NULL);
+  g_assert_cmpuint (kv_s3_tier_get_index_size (listed), ==, 3);
+  /* the probe, one page */
+  g_assert_cmpuint (n_requests (listed), ==, 2);
+  for (guint i = 0; i < 3; i++)
+    assert_lookup (listed, f->keys[i], KV_LOOKUP_RESULT_HIT, 0);
+  assert_lookup (listed, f->keys[5], KV_LOOKUP_RESULT_MISS, 1);
+  assert_lookup (listed, f->keys[6], KV_LOOKUP_RESULT_MISS, 1);
+  {
+    g_autoptr(KvJobResult) loaded = load_with (f, listed, 0, 3);
+
+    g_assert_true (kv_job_result_get_success (loaded));
+    for (guint i = 0; i < 3; i++)
+      g_assert_true (test_chunk_check (slot (f, 5 + i), f->slot_size, i));
+  }
+  g_assert_true (kv_secondary_tier_shutdown (KV_SECONDARY_TIER (listed), NULL));
+  s3_test_client_free (raw);
+}
+
 /* ---- a store past its deadline --------------------------------------------- */
 
 static gboolean
@@ -1218,6 +1274,134 @@ test_key_names (Fixture       *f,
     }
 }
 
+/* Listing pages from a fake store: keys[0] and [1] on a truncated first
+ * page (with an object of another size and one of another name), keys[2]
+ * on the second, asked for with the first's continuation token. */
+typedef struct
+{
+  Recorder  recorder;
+  char     *pages[2];
+  gboolean  refuse;      /* answer the listing 403 AccessDenied */
+} Lister;
+
+static gboolean
+listing_handler (S3FakeServer        *server,
+                 const S3FakeRequest *request,
+                 GOutputStream       *out,
+                 gpointer             user_data)
+{
+  Lister *lister = user_data;
+  const char *page;
+  g_autofree char *reply = NULL;
+
+  g_mutex_lock (&lister->recorder.lock);
+  g_ptr_array_add (lister->recorder.requests, g_strdup_printf ("%s %s", request->method, request->path));
+  g_mutex_unlock (&lister->recorder.lock);
+  if (strstr (request->path, "list-type=2") == NULL)
+    return s3_fake_write_str (out, "HTTP/1.1 404 Not Found\r\nContent-Length: 37\r\n\r\n"
+                                   "<Error><Code>NoSuchKey</Code></Error>");
+  if (lister->refuse)
+    return s3_fake_write_str (out, "HTTP/1.1 403 Forbidden\r\nContent-Length: 40\r\n\r\n"
+                                   "<Error><Code>AccessDenied</Code></Error>");
+  page = lister->pages[strstr (request->path, "continuation-token=") != NULL];
+  reply = g_strdup_printf ("HTTP/1.1 200 OK\r\nContent-Length: %" G_GSIZE_FORMAT "\r\n\r\n%s",
+                           strlen (page), page);
+  return s3_fake_write_str (out, reply);
+}
+
+static gboolean
+recorder_saw_part (Recorder   *recorder,
+                   const char *part)
+{
+  gboolean seen = FALSE;
+
+  g_mutex_lock (&recorder->lock);
+  for (guint i = 0; i < recorder->requests->len && !seen; i++)
+    seen = strstr (recorder->requests->pdata[i], part) != NULL;
+  g_mutex_unlock (&recorder->lock);
+  return seen;
+}
+
+static void
+test_index_listed_pages (Fixture       *f,
+                         gconstpointer  data)
+{
+  /* the namespace "key-names" at 64 KiB (test_key_names) */
+  const char *prefix = "kvtier/7f7c36f9d1fce9e4560616c4eefe4324e41bc3b37d167a372991e498b873c332/";
+  gsize object_size = KV_CHUNK_HEADER_SIZE + f->slot_size;
+  char *names[3] = { NULL };
+
+  for (guint i = 0; i < 3; i++)
+    names[i] = kv_chunk_name_for_key (prefix, strlen (prefix), f->keys[i]);
+  for (guint mode = 0; mode < 3; mode++)
+    {
+      Lister lister = { 0 };
+      g_autoptr(S3FakeServer) server = NULL;
+      g_autofree char *endpoint = NULL;
+      KvS3Tier *tier;
+
+      recorder_init (&lister.recorder);
+      lister.pages[0] = g_strdup_printf (
+        "<ListBucketResult><IsTruncated>true</IsTruncated>"
+        "<Contents><Key>%s</Key><Size>%" G_GSIZE_FORMAT "</Size></Contents>"
+        "<Contents><Key>%s.tmp</Key><Size>%" G_GSIZE_FORMAT "</Size></Contents>"
+        "<Contents><Key>%s</Key><Size>%" G_GSIZE_FORMAT "</Size></Contents>"
+        "<Contents><Key>%s</Key><Size>17</Size></Contents>"
+        "<NextContinuationToken>tok=1/+</NextContinuationToken></ListBucketResult>",
+        names[0], object_size, names[2], object_size, names[1], object_size, names[2]);
+      lister.pages[1] = g_strdup_printf (
+        "<ListBucketResult><IsTruncated>false</IsTruncated>"
+        "<Contents><Key>%s</Key><Size>%" G_GSIZE_FORMAT "</Size></Contents></ListBucketResult>",
+        names[2], object_size);
+      lister.refuse = mode == 2;
+      server = s3_fake_server_new (listing_handler, &lister);
+      endpoint = s3_fake_server_get_endpoint (server);
+      if (mode == 2)
+        g_test_expect_message ("Kvtier-S3", G_LOG_LEVEL_MESSAGE,
+                               "s3 tier: the listing that fills the index stopped: *AccessDenied*");
+      tier = s3_test_tier_new (f->buffer, "fake-bucket", "endpoint", endpoint,
+                               "access-key", "AK", "secret-key", "SK", "namespace", "key-names",
+                               "index-list-at-start", TRUE,
+                               "index-max-keys", mode == 1 ? 2 : 1000, NULL);
+      g_test_assert_expected_messages ();
+      switch (mode)
+        {
+        case 0:
+          /* both pages; the second asked for with the token, encoded */
+          g_assert_cmpuint (kv_s3_tier_get_index_size (tier), ==, 3);
+          g_assert_true (recorder_saw_part (&lister.recorder,
+                                            "GET /fake-bucket?continuation-token=tok%3D1%2F%2B&list-type=2&"
+                                            "max-keys=1000&prefix=kvtier%2F7f7c36f9"));
+          g_assert_cmpuint (s3_fake_server_get_n_requests (server), ==, 3);
+          break;
+        case 1:
+          /* full after the first page: no second */
+          g_assert_cmpuint (kv_s3_tier_get_index_size (tier), ==, 2);
+          g_assert_cmpuint (s3_fake_server_get_n_requests (server), ==, 2);
+          break;
+        default:
+          /* refused: the tier starts with an empty index */
+          g_assert_cmpuint (kv_s3_tier_get_index_size (tier), ==, 0);
+          g_assert_cmpuint (s3_fake_server_get_n_requests (server), ==, 2);
+          break;
+        }
+      if (mode != 2)
+        {
+          /* answered from the index: no request */
+          g_assert_cmpint (s3_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_HIT);
+          g_assert_cmpint (s3_test_lookup (tier, f->keys[1]), ==, KV_LOOKUP_RESULT_HIT);
+          g_assert_cmpuint (s3_fake_server_get_n_requests (server), ==, mode == 0 ? 3 : 2);
+        }
+      s3_test_tier_free (tier);
+      g_clear_pointer (&server, s3_fake_server_free);
+      recorder_clear (&lister.recorder);
+      g_free (lister.pages[0]);
+      g_free (lister.pages[1]);
+    }
+  for (guint i = 0; i < 3; i++)
+    g_free (names[i]);
+}
+
 /* The kvtier_s3_* families from the first get_stats on (zeros too), then
  * what moved since the last call and nothing else: the tier counts in a
  * KvCounterSet, its client in the same set, and the base class reports;
@@ -1418,6 +1602,8 @@ main (int   argc,
   ADD ("index/stale", 64 * 1024, test_index_stale);
   ADD ("index/stale-through-manager", 64 * 1024, test_index_stale_manager);
   ADD ("index/bounded", 64 * 1024, test_index_bounded);
+  ADD ("index/listed", 64 * 1024, test_index_listed);
+  ADD_BARE ("index/listed-pages", test_index_listed_pages);
   /* last (GTest runs a path's cases, then its groups in the order they
    * were made): the gateway's restart slows bucket changes for a while */
   ADD ("restart/gateway-killed", 64 * 1024, test_gateway_killed);

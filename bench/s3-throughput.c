@@ -35,9 +35,14 @@
  *    overlaps them) says what the HEADs cost on the same connections;
  *  - store: chunks cascade from a KvTieringManager's primary to the tier
  *    (prepare_store, complete_store), until every PUT was answered;
- *  - load: a fresh manager on a fresh primary looks every chunk up (RETRY
- *    until the HEADs are answered) and promotes it (GET straight into the
- *    slot), until every one landed.
+ *  - load: a fresh manager on a fresh primary, over a fresh tier (its
+ *    index of known chunks empty), looks every chunk up (RETRY until the
+ *    HEADs are answered) and promotes it (GET straight into the slot),
+ *    until every one landed;
+ *  - load-indexed: the same on another fresh stack whose tier first looked
+ *    every chunk up, untimed (its HEADs fill its index, as a process that
+ *    stored the chunks itself or saw them once): every lookup of the timed
+ *    pass is answered from the index, and a load is its GET alone.
  *
  *   store 256KiB s3: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
  *
@@ -371,6 +376,37 @@ stack_init (BenchStack   *s,
                                                   NULL), error);
 }
 
+/* Untimed: every chunk looked up straight at the tier (no promotion), so
+ * that its HEADs put every one in the tier's index. */
+static gboolean
+warm_index (BenchStack *s,
+            guint64     n_chunks)
+{
+  g_autoptr(KvRequest) request = kv_request_new ("warm-index", NULL);
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+  gint64 deadline = g_get_monotonic_time () + (gint64) REQUEST_TIMEOUT_MS * 1000;
+  gboolean retry = TRUE;
+
+  while (retry && g_get_monotonic_time () < deadline)
+    {
+      retry = FALSE;
+      for (guint64 i = 0; i < n_chunks; i++)
+        {
+          g_autoptr(KvKey) key = bench_stack_key (s, i);
+
+          if (kv_secondary_tier_lookup (s->tier, key, request) == KV_LOOKUP_RESULT_RETRY)
+            retry = TRUE;
+        }
+      if (retry)
+        {
+          kv_secondary_tier_on_schedule_end (s->tier, end);
+          g_usleep (1000);
+        }
+    }
+  kv_secondary_tier_on_request_finished (s->tier, request);
+  return kv_s3_tier_get_index_size (KV_S3_TIER (s->tier)) >= n_chunks;
+}
+
 typedef struct
 {
   double gbs;
@@ -415,6 +451,7 @@ run_chunk_size (const Store  *store,
   guint batch = MAX ((16u << 20) / chunk, 1);
   g_autoptr(GArray) stores = g_array_new (FALSE, FALSE, sizeof (Sample));
   g_autoptr(GArray) loads = g_array_new (FALSE, FALSE, sizeof (Sample));
+  g_autoptr(GArray) indexed = g_array_new (FALSE, FALSE, sizeof (Sample));
 
   /* untimed: a bucket's first requests (index shards, pools) and the
    * first connections are slower than the rest, and would go to the
@@ -484,9 +521,40 @@ run_chunk_size (const Store  *store,
                sample.cpu);
       g_array_append_val (loads, sample);
       bench_stack_clear (&s);
+
+      if (!stack_init (&s, store, pass, chunk, primary_slots, error))
+        {
+          bench_stack_clear (&s);
+          return FALSE;
+        }
+      if (!warm_index (&s, n_chunks))
+        g_print ("# load-indexed: only %u of %" G_GUINT64_FORMAT " chunks in the index\n",
+                 kv_s3_tier_get_index_size (KV_S3_TIER (s.tier)), n_chunks);
+      {
+        KvS3Tier *tier = KV_S3_TIER (s.tier);
+        guint64 requests = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS);
+        guint64 hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS);
+
+        c = bench_self_cpu_s ();
+        t = bench_stack_run_load (&s, n_chunks, batch);
+        c = bench_self_cpu_s () - c;
+        n_done = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_LOADED_CHUNKS);
+        if (n_done != n_chunks)
+          g_print ("# load-indexed: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
+                   n_done, n_chunks);
+        requests = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS) - requests;
+        hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS) - hits;
+        sample = (Sample) { gb / t, get_ceiling, c / gb };
+        g_print ("#   round %d: load-indexed %.2f GB/s (%.0f%%), cpu %.3f s/GB; %" G_GUINT64_FORMAT
+                 " lookups from the index, %.2f requests a chunk\n", round + 1, sample.gbs,
+                 100 * sample.gbs / sample.ceiling, sample.cpu, hits, (double) requests / n_chunks);
+      }
+      g_array_append_val (indexed, sample);
+      bench_stack_clear (&s);
     }
   report ("store", name, stores);
   report ("load", name, loads);
+  report ("load-indexed", name, indexed);
   return TRUE;
 }
 

@@ -5,10 +5,11 @@
 
 #include "kv-key-private.h"
 
+#include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
 
-/* The index's table (entries in pages, open-addressed slots, holders),
+/* The index's table (an entry array, open-addressed slots, holders),
  * the nodes' updates, snapshots and expiry, and the lookup walk. One unit
  * because the walk inlines the table's probe and prefetches through its
  * layout; a quarter of it is the public API's documentation. Hence a
@@ -38,7 +39,8 @@
  * plus an 8-byte slot per entry at a load of at most 3/4 (so 8 to 21 bytes
  * more per key), plus 4 bytes for every holder beyond the fourth: 80 bytes
  * per key over 1 M keys. A key of a longer hash keeps a reference to its
- * #KvKey instead. A slot array of 2 MiB or more asks for huge pages.
+ * #KvKey instead. The entry array grows by 64 KiB, or by 2 MiB once over
+ * 32 MiB; it and a slot array of 2 MiB or more ask for huge pages.
  *
  * Every method is thread-safe: lookups share a reader lock, updates take
  * it for writing. Signals are emitted on the thread that called, with no
@@ -47,8 +49,6 @@
 
 #define KEY_INLINE        32
 #define INLINE_HOLDERS    4
-#define PAGE_SHIFT        10
-#define PAGE_ENTRIES      (1u << PAGE_SHIFT)
 #define MIN_SLOTS         64
 #ifndef SLOT_AHEAD
 #define SLOT_AHEAD        16
@@ -110,8 +110,8 @@ struct _KvFleetIndex
   Slot      *slots;
   guint32    n_slots;       /* a power of two */
   guint32    n_entries;
-  GPtrArray *pages;         /* PAGE_ENTRIES entries each */
-  Entry    **page_table;    /* pages->pdata, read without a call */
+  Entry     *entries;       /* n_entries used of entries_cap, mapped */
+  guint32    entries_cap;
   guint64    heap_holders;  /* holders allocated outside entries */
 
   GArray    *nodes;         /* Node, by id */
@@ -145,7 +145,7 @@ static inline Entry *
 entry_at (KvFleetIndex *self,
           guint32       index)
 {
-  return &self->page_table[index >> PAGE_SHIFT][index & (PAGE_ENTRIES - 1)];
+  return &self->entries[index];
 }
 
 static inline guint64
@@ -289,6 +289,54 @@ slots_free (Slot    *slots,
     g_aligned_free (slots);
 }
 
+/* The entry array is one mapping, so that an entry is found by its index
+ * with no table of pages in between (one dependent load less in the
+ * lookup's walk) and grown or shrunk by mremap() without copying. It
+ * grows by 64 KiB while smaller than 32 MiB and by a huge page after, so
+ * it holds at most 64 KiB, or 1/16, more than its entries need. */
+#define ENTRIES_SMALL_STEP ((64u << 10) / sizeof (Entry))
+#define ENTRIES_HUGE_STEP  (HUGE_PAGE_SIZE / sizeof (Entry))
+#define ENTRIES_HUGE_FROM  ((32u << 20) / sizeof (Entry))
+
+static inline guint32
+entries_step (guint32 n_entries)
+{
+  return n_entries < ENTRIES_HUGE_FROM ? ENTRIES_SMALL_STEP : ENTRIES_HUGE_STEP;
+}
+
+/* the capacity that holds @n_entries, at least one step */
+static guint32
+entries_cap_for (guint32 n_entries)
+{
+  guint32 step = entries_step (n_entries);
+
+  return MAX (((n_entries + step - 1) / step) * step, ENTRIES_SMALL_STEP);
+}
+
+static void
+entries_set_cap (KvFleetIndex *self,
+                 guint32       cap)
+{
+  gsize size = (gsize) cap * sizeof (Entry);
+  void *entries;
+
+  if (self->entries == NULL)
+    entries = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  else
+    entries = mremap (self->entries, (gsize) self->entries_cap * sizeof (Entry), size,
+                      MREMAP_MAYMOVE);
+  if (entries == MAP_FAILED)
+    g_error ("fleet index: cannot map %" G_GSIZE_FORMAT " bytes for %u entries: %s",
+             size, cap, g_strerror (errno));
+#ifdef MADV_HUGEPAGE
+  /* before the new pages are touched, so that they are faulted in huge */
+  if (size >= HUGE_PAGE_SIZE)
+    (void) madvise (entries, size, MADV_HUGEPAGE);
+#endif
+  self->entries = entries;
+  self->entries_cap = cap;
+}
+
 static void
 resize_slots (KvFleetIndex *self,
               guint32       n_slots)
@@ -343,12 +391,9 @@ insert_entry (KvFleetIndex *self,
 
   if ((guint64) (self->n_entries + 1) * 4 > (guint64) self->n_slots * 3)
     resize_slots (self, self->n_slots * 2);
-  if ((index >> PAGE_SHIFT) >= self->pages->len)
-    {
-      /* on a cache line each entry: one miss per entry read, not two */
-      g_ptr_array_add (self->pages, g_aligned_alloc (PAGE_ENTRIES, sizeof (Entry), 64));
-      self->page_table = (Entry **) self->pages->pdata;
-    }
+  /* (a mapping: each entry on a cache line, one miss per entry read) */
+  if (index >= self->entries_cap)
+    entries_set_cap (self, entries_cap_for (index + 1));
   self->n_entries++;
   entry = entry_at (self, index);
   memset (entry, 0, sizeof *entry);
@@ -396,13 +441,10 @@ delete_entry (KvFleetIndex *self,
       self->slots[pos].index = index + 1;
     }
   self->n_entries--;
-  /* a page left empty at the end is freed; a spare page is kept, so a count going up and down across a page
-   * boundary does not free and allocate every time */
-  if (((self->n_entries + PAGE_ENTRIES - 1) >> PAGE_SHIFT) + 1 < self->pages->len)
-    {
-      g_ptr_array_remove_index (self->pages, self->pages->len - 1);
-      self->page_table = (Entry **) self->pages->pdata;
-    }
+  /* the tail is given back once two steps are free, so a count going up
+   * and down across a step boundary does not remap every time */
+  if (self->entries_cap >= entries_cap_for (self->n_entries) + 2 * entries_step (self->n_entries))
+    entries_set_cap (self, entries_cap_for (self->n_entries) + entries_step (self->n_entries));
 }
 
 /* ---- holders ---------------------------------------------------------------- */
@@ -1001,30 +1043,50 @@ kv_fleet_index_get_locations (KvFleetIndex *self,
   return locations;
 }
 
-/* Lookups read two lines per key: its slot, then its entry; over a large
- * index both are cache misses. They are fetched ahead in two stages, the
- * slot SLOT_AHEAD keys ahead and the entry (through the slot, which has
- * arrived by then) ENTRY_AHEAD keys ahead, so that the misses of many
- * successive keys are in flight together instead of one after the other.
- * A walk that stops early has fetched at most SLOT_AHEAD keys it did not
- * need. The walk keeps the table's pointers in locals (the answers it
- * writes could alias the index's fields as far as the compiler knows) and
- * reads each key's fields from the key, in cache since its slot's
- * prefetch. */
+/* A lookup reads, for each key, its slot and then its entry; over a large
+ * index both are cache misses. The walk has two ways to find the next
+ * key's entry:
+ *
+ * - following: a prompt's chunks are stored in order, so their events
+ *   arrive in order and their entries sit one after another; the entry
+ *   after the last one found is tried first, compared key for key, and
+ *   taken when it is the key's (the lines ahead are streamed in by the
+ *   prefetch below and the processor's own). No slot is read.
+ * - probing: from the first key whose entry is not the next one (the
+ *   prompt branched off another one there, or deletions moved entries),
+ *   slots are fetched ahead in two stages, the slot SLOT_AHEAD keys ahead
+ *   and the entry (through the slot, which has arrived by then)
+ *   ENTRY_AHEAD keys ahead, so that the misses of many successive keys are
+ *   in flight together instead of one after the other. A walk that stops
+ *   early has fetched at most SLOT_AHEAD keys it did not need.
+ *
+ * Either way a key is found only by comparing its whole hash, so the
+ * answer does not depend on where entries sit, only its speed does. The
+ * walk keeps the table's pointers in locals (the answers it writes could
+ * alias the index's fields as far as the compiler knows) and reads each
+ * key's fields from the key. */
 G_STATIC_ASSERT (SLOT_AHEAD > ENTRY_AHEAD);
+
+#ifndef FOLLOW_AHEAD
+#define FOLLOW_AHEAD      8
+#endif
+#ifndef FOLLOW_RUN
+#define FOLLOW_RUN        4
+#endif
 
 typedef struct
 {
   const Slot   *slots;
   guint32       mask;
-  Entry * const *pages;
+  Entry        *entries;
+  guint32       n_entries;
 } Table;
 
 static inline Entry *
 table_entry (const Table *table,
              guint32      index)
 {
-  return &table->pages[index >> PAGE_SHIFT][index & (PAGE_ENTRIES - 1)];
+  return &table->entries[index];
 }
 
 static inline void
@@ -1042,6 +1104,16 @@ prefetch_entry (const Table *table,
 
   if (slot.index != 0)
     __builtin_prefetch (table_entry (table, slot.index - 1));
+}
+
+static inline __attribute__ ((always_inline)) gboolean
+key_matches (const Entry *entry,
+             const KvKey *key)
+{
+  return entry->group == key->group &&
+         (entry->key_len == KEY_INLINE && key->hash_len == KEY_INLINE
+            ? equal32 (entry->key.bytes, key->data)
+            : entry_matches (entry, key->group, key->data, key->hash_len));
 }
 
 /* find_slot() for a lookup's walk, inlined: the usual 32-byte key costs
@@ -1063,29 +1135,62 @@ probe_entry (const Table *table,
         {
           Entry *entry = table_entry (table, slot.index - 1);
 
-          if (entry->group == key->group &&
-              (entry->key_len == KEY_INLINE && key->hash_len == KEY_INLINE
-                 ? equal32 (entry->key.bytes, key->data)
-                 : entry_matches (entry, key->group, key->data, key->hash_len)))
+          if (key_matches (entry, key))
             return entry;
         }
       pos = (pos + 1) & table->mask;
     }
 }
 
+static inline __attribute__ ((always_inline)) gboolean
+entry_is (const Table *table,
+          gint64       index,
+          const KvKey *key)
+{
+  return index >= 0 && index < table->n_entries && table->entries[index].hash == key->hash &&
+         key_matches (&table->entries[index], key);
+}
+
+/* The entry next to @entry in the walk's direction @step (1 or -1), when
+ * it is @key's, else the one the other way (and @step turns): a run of
+ * entries moved by removals lies backwards (each removal moves the last
+ * entry into its place). */
+static inline __attribute__ ((always_inline)) Entry *
+follow_entry (const Table *table,
+              const Entry *entry,
+              const KvKey *key,
+              gint        *step)
+{
+  gint64 index = entry - table->entries;
+
+  if (entry_is (table, index + *step, key))
+    return &table->entries[index + *step];
+  if (entry_is (table, index - *step, key))
+    {
+      *step = -*step;
+      return &table->entries[index + *step];
+    }
+  return NULL;
+}
+
+/* The counts by place, in the order of the place bits. */
+G_STATIC_ASSERT (G_STRUCT_OFFSET (KvFleetNodeMatch, n_primary) ==
+                 G_STRUCT_OFFSET (KvFleetNodeMatch, n_device) + sizeof (guint));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (KvFleetNodeMatch, n_disk) ==
+                 G_STRUCT_OFFSET (KvFleetNodeMatch, n_device) + 2 * sizeof (guint));
+G_STATIC_ASSERT (G_STRUCT_OFFSET (KvFleetNodeMatch, n_remote) ==
+                 G_STRUCT_OFFSET (KvFleetNodeMatch, n_device) + 3 * sizeof (guint));
+G_STATIC_ASSERT (KV_FLEET_LOCATION_DEVICE == 1 << 0 && KV_FLEET_LOCATION_PRIMARY == 1 << 1 &&
+                 KV_FLEET_LOCATION_DISK == 1 << 2 && KV_FLEET_LOCATION_REMOTE == 1 << 3);
+
 static inline void
 tally (KvFleetNodeMatch *match,
        guint8            locations)
 {
-  /* the fastest place: the lowest bit */
-  if (locations & KV_FLEET_LOCATION_DEVICE)
-    match->n_device++;
-  else if (locations & KV_FLEET_LOCATION_PRIMARY)
-    match->n_primary++;
-  else if (locations & KV_FLEET_LOCATION_DISK)
-    match->n_disk++;
-  else
-    match->n_remote++;
+  /* the fastest place, the lowest bit, counts; a chunk only remote (or,
+   * never stored so, nowhere) counts as remote: no branch to mispredict
+   * where places vary along a prefix */
+  (&match->n_device)[__builtin_ctz (locations | KV_FLEET_LOCATION_REMOTE)]++;
 }
 
 static int
@@ -1095,6 +1200,66 @@ compare_by_node (gconstpointer a,
   const KvFleetNodeMatch *x = a, *y = b;
 
   return (x->node > y->node) - (x->node < y->node);
+}
+
+/* The nodes still in the running, at the back of the answers: those
+ * that dropped out, their prefix final, are before them. */
+typedef struct
+{
+  KvFleetNodeMatch *matches;
+  guint             n_running;
+  guint             n_done;
+} Walk;
+
+/* Counts @entry for each node still in the running; a node that does not
+ * hold it is out. Returns whether any node is still in the running. */
+static inline __attribute__ ((always_inline)) gboolean
+walk_entry (Walk  *walk,
+            Entry *entry)
+{
+  Holder *holders = entry_holders (entry);
+  guint n_holders = entry->n_holders;
+
+  /* the usual walk: one node still in the running */
+  if (walk->n_running - walk->n_done == 1)
+    {
+      KvFleetNodeMatch *m = &walk->matches[walk->n_done];
+      guint16 node = (guint16) m->node;
+      guint h = 0;
+
+      while (h < n_holders && holders[h].node != node)
+        h++;
+      if (h == n_holders)
+        {
+          walk->n_done++;
+          return FALSE;
+        }
+      m->prefix++;
+      tally (m, holders[h].locations);
+      return TRUE;
+    }
+  for (guint r = walk->n_done; r < walk->n_running; r++)
+    {
+      KvFleetNodeMatch *running = walk->matches;
+      guint16 node = (guint16) running[r].node;
+      guint h = 0;
+
+      while (h < n_holders && holders[h].node != node)
+        h++;
+      if (h == n_holders)
+        {
+          /* out of the running: its prefix is final */
+          KvFleetNodeMatch tmp = running[walk->n_done];
+
+          running[walk->n_done] = running[r];
+          running[r] = tmp;
+          walk->n_done++;
+          continue;
+        }
+      running[r].prefix++;
+      tally (&running[r], holders[h].locations);
+    }
+  return walk->n_running > walk->n_done;
 }
 
 /**
@@ -1121,12 +1286,12 @@ kv_fleet_index_lookup_into (KvFleetIndex     *self,
                             KvFleetNodeMatch *matches,
                             guint             max_matches)
 {
-  KvFleetNodeMatch *running = matches;
-  guint n_running = 0, n_done = 0;
-  guint n_holders;
+  Walk walk = { matches, 0, 0 };
+  Entry *entry, *next;
+  gint step = 1;
   Holder *holders;
-  Entry *entry;
   Table table;
+  guint i;
 
   g_return_val_if_fail (KV_IS_FLEET_INDEX (self), 0);
   g_return_val_if_fail (keys != NULL || n_keys == 0, 0);
@@ -1138,85 +1303,79 @@ kv_fleet_index_lookup_into (KvFleetIndex     *self,
   g_rw_lock_reader_lock (&self->lock);
   table.slots = self->slots;
   table.mask = self->n_slots - 1;
-  table.pages = self->page_table;
-  for (guint i = 0; i < MIN (n_keys, SLOT_AHEAD); i++)
-    prefetch_slot (&table, keys[i]);
-  for (guint i = 1; i <= MIN (n_keys - 1, ENTRY_AHEAD); i++)
-    prefetch_entry (&table, keys[i]);
+  table.entries = self->entries;
+  table.n_entries = self->n_entries;
 
   entry = probe_entry (&table, keys[0]);
-  if (entry != NULL)
+  if (entry == NULL)
+    goto out;
+  holders = entry_holders (entry);
+  for (guint h = 0; h < entry->n_holders && walk.n_running < max_matches; h++)
     {
-      holders = entry_holders (entry);
+      KvFleetNodeMatch *m;
 
-      /* Answers are kept at the front of @matches as nodes drop out, the
-       * nodes still in the running after them. */
-      for (guint h = 0; h < entry->n_holders && n_running < max_matches; h++)
-        {
-          KvFleetNodeMatch *m;
-
-          if (!node_at (self, holders[h].node)->alive)
-            continue;
-          m = &running[n_running++];
-          memset (m, 0, sizeof *m);
-          m->node = holders[h].node;
-          m->prefix = 1;
-          tally (m, holders[h].locations);
-        }
+      if (!node_at (self, holders[h].node)->alive)
+        continue;
+      m = &matches[walk.n_running++];
+      memset (m, 0, sizeof *m);
+      m->node = holders[h].node;
+      m->prefix = 1;
+      tally (m, holders[h].locations);
     }
+  if (walk.n_running == 0)
+    goto out;
 
-  for (guint i = 1; i < n_keys && n_running > n_done; i++)
+  /* following; where a run breaks after FOLLOW_RUN keys or more, the
+   * layout is in prompt order and the prompt only branched: the next key
+   * is probed alone and following resumes from it */
+  for (i = 1; i < n_keys;)
+    {
+      guint run = 0;
+
+      for (; i < n_keys; i++, run++)
+        {
+          __builtin_prefetch (entry + step * FOLLOW_AHEAD);
+          next = follow_entry (&table, entry, keys[i], &step);
+          if (next == NULL)
+            break;
+          entry = next;
+          if (!walk_entry (&walk, entry))
+            goto out;
+        }
+      if (i == n_keys)
+        goto out;
+      if (run < FOLLOW_RUN)
+        break;
+      entry = probe_entry (&table, keys[i]);
+      if (entry == NULL || !walk_entry (&walk, entry))
+        goto out;
+      i++;
+      step = 1;
+    }
+  if (i == n_keys)
+    goto out;
+
+  /* probing, from key i on */
+  for (guint k = i; k < MIN (n_keys, i + SLOT_AHEAD); k++)
+    prefetch_slot (&table, keys[k]);
+  for (guint k = i; k < MIN (n_keys, i + ENTRY_AHEAD); k++)
+    prefetch_entry (&table, keys[k]);
+  for (; i < n_keys; i++)
     {
       if (i + SLOT_AHEAD < n_keys)
         prefetch_slot (&table, keys[i + SLOT_AHEAD]);
       if (i + ENTRY_AHEAD < n_keys)
         prefetch_entry (&table, keys[i + ENTRY_AHEAD]);
       entry = probe_entry (&table, keys[i]);
-      if (entry == NULL)
+      if (entry == NULL || !walk_entry (&walk, entry))
         break;
-      holders = entry_holders (entry);
-      n_holders = entry->n_holders;
-      /* the usual walk: one node still in the running */
-      if (n_running - n_done == 1)
-        {
-          KvFleetNodeMatch *m = &running[n_done];
-          guint16 node = (guint16) m->node;
-          guint h = 0;
-
-          while (h < n_holders && holders[h].node != node)
-            h++;
-          if (h == n_holders)
-            break;
-          m->prefix++;
-          tally (m, holders[h].locations);
-          continue;
-        }
-      for (guint r = n_done; r < n_running; r++)
-        {
-          guint16 node = (guint16) running[r].node;
-          guint h = 0;
-
-          while (h < n_holders && holders[h].node != node)
-            h++;
-          if (h == n_holders)
-            {
-              /* out of the running: its prefix is final */
-              KvFleetNodeMatch tmp = running[n_done];
-
-              running[n_done] = running[r];
-              running[r] = tmp;
-              n_done++;
-              continue;
-            }
-          running[r].prefix++;
-          tally (&running[r], holders[h].locations);
-        }
     }
-  g_rw_lock_reader_unlock (&self->lock);
 
-  if (n_running > 1)
-    qsort (matches, n_running, sizeof (KvFleetNodeMatch), compare_by_node);
-  return n_running;
+out:
+  g_rw_lock_reader_unlock (&self->lock);
+  if (walk.n_running > 1)
+    qsort (matches, walk.n_running, sizeof (KvFleetNodeMatch), compare_by_node);
+  return walk.n_running;
 }
 
 /**
@@ -1298,7 +1457,7 @@ kv_fleet_index_get_n_forgotten (KvFleetIndex *self)
  * kv_fleet_index_get_memory_size:
  * @self: an index
  *
- * Gets the bytes the index allocated for its keys: entry pages, slots,
+ * Gets the bytes the index allocated for its keys: the entry array, slots,
  * holders beyond the inline ones and the keys too long to sit inline
  * (node names not counted).
  *
@@ -1312,10 +1471,9 @@ kv_fleet_index_get_memory_size (KvFleetIndex *self)
   g_return_val_if_fail (KV_IS_FLEET_INDEX (self), 0);
 
   g_rw_lock_reader_lock (&self->lock);
-  size = (guint64) self->pages->len * PAGE_ENTRIES * sizeof (Entry) +
+  size = (guint64) self->entries_cap * sizeof (Entry) +
          (guint64) self->n_slots * sizeof (Slot) +
-         self->heap_holders * sizeof (Holder) +
-         (guint64) self->pages->len * sizeof (gpointer);
+         self->heap_holders * sizeof (Holder);
   for (guint32 i = 0; i < self->n_entries; i++)
     {
       Entry *entry = entry_at (self, i);
@@ -1388,7 +1546,7 @@ kv_fleet_index_finalize (GObject *object)
 
   for (guint32 i = 0; i < self->n_entries; i++)
     entry_clear (self, entry_at (self, i));
-  g_ptr_array_unref (self->pages);
+  munmap (self->entries, (gsize) self->entries_cap * sizeof (Entry));
   slots_free (self->slots, self->n_slots);
   for (guint id = 0; id < self->nodes->len; id++)
     g_free (node_at (self, id)->name);
@@ -1533,6 +1691,6 @@ kv_fleet_index_init (KvFleetIndex *self)
   self->node_timeout_ms = 10000;
   self->n_slots = MIN_SLOTS;
   self->slots = slots_alloc (self->n_slots);
-  self->pages = g_ptr_array_new_with_free_func (g_aligned_free);
+  entries_set_cap (self, entries_cap_for (0));
   self->nodes = g_array_new (FALSE, FALSE, sizeof (Node));
 }

@@ -20,6 +20,20 @@
  * index can do. Both walk the chains in the same random order, so both
  * pay the same cache misses.
  *
+ * Three measures, each with its ceiling:
+ * - keys just made (the target's measure): a router makes a request's
+ *   keys from its token blocks right before it looks them up (kvtier
+ *   route, the fleet simulator), so the bench makes each batch of 16
+ *   requests' keys, untimed, then times their lookups: the keys' own
+ *   lines are in cache, the index's and the table's are not;
+ * - cold keys: the lookups of the keys the index was filled with, whose
+ *   own lines (80 bytes apart, 80 MiB for a million) are cache misses too;
+ * - after churn, keys just made: the nodes then evict the tails of random
+ *   prompts (1 to 16 chunks, as LRU eviction does) and store them again,
+ *   once per chunk of the index on average, so that entries no longer sit
+ *   in prompt order (a removed entry's place is taken by the last one,
+ *   stored ones go to the end): the walk probes more and follows less.
+ *
  * Prints the time of one 64-chunk lookup, the ceiling's, their ratio, and
  * the index's bytes per key.
  *
@@ -27,13 +41,17 @@
  *     --toggle-collect=bench_ceiling bench/fleet-index 65536 2000
  *
  * counts the lookup's instructions (and the probe's) on a loaded machine,
- * per key: divide by 2000 × 64; add --cache-sim=yes and 1048576 keys for
- * the first-level misses.
+ * per key: divide by 2 × 2000 × 64 (each measure runs every lookup); add
+ * --cache-sim=yes and 1048576 keys for the first-level misses.
  *
  * Usage: fleet-index [N_KEYS] [LOOKUPS] */
 
 #define CHAIN 64
 #define N_NODES 8
+/* requests whose keys are made together, then looked up */
+#define BATCH 16
+/* the longest tail a churn step evicts and stores again */
+#define CHURN_TAIL 16
 
 static KvKey *
 make_key (guint64 i)
@@ -69,6 +87,66 @@ bench_ceiling (GHashTable    *table,
   return found;
 }
 
+/* Keys just made: a batch of requests' keys made, then looked up by the
+ * index and the ceiling in turn (which goes first alternates). Adds the
+ * times and counts. */
+static void
+measure_fresh_keys (KvFleetIndex     *index,
+                    GHashTable       *table,
+                    const guint      *order,
+                    guint64           n_lookups,
+                    KvFleetNodeMatch *matches,
+                    gint64           *t_index,
+                    gint64           *t_ceiling,
+                    guint64          *answers,
+                    guint64          *found)
+{
+  for (guint64 b = 0; b < n_lookups; b += BATCH)
+    {
+      guint n = (guint) MIN (BATCH, n_lookups - b);
+      KvKey *fresh[BATCH * CHAIN];
+      gboolean index_first = (b / BATCH) % 2 == 0;
+
+      for (guint r = 0; r < n; r++)
+        for (guint j = 0; j < CHAIN; j++)
+          fresh[r * CHAIN + j] = make_key ((guint64) order[b + r] * CHAIN + j);
+      for (guint pass = 0; pass < 2; pass++)
+        {
+          gboolean index_pass = (pass == 0) == index_first;
+          gint64 t0 = g_get_monotonic_time ();
+
+          for (guint r = 0; r < n; r++)
+            {
+              if (index_pass)
+                *answers += bench_index (index, fresh + r * CHAIN, matches);
+              else
+                *found += bench_ceiling (table, fresh + r * CHAIN);
+            }
+          if (index_pass)
+            *t_index += g_get_monotonic_time () - t0;
+          else
+            *t_ceiling += g_get_monotonic_time () - t0;
+        }
+      for (guint i = 0; i < n * CHAIN; i++)
+        kv_key_unref (fresh[i]);
+    }
+}
+
+static void
+print_measure (const char *what,
+               gint64      t_index,
+               gint64      t_ceiling,
+               guint64     n_lookups)
+{
+  printf ("  %s:\n", what);
+  printf ("  index lookup (64-chunk prefix)   %8.0f ns   %.3f µs\n",
+          t_index * 1000.0 / n_lookups, t_index / (gdouble) n_lookups);
+  printf ("  bare hash probe of the 64 keys   %8.0f ns   (ceiling)\n",
+          t_ceiling * 1000.0 / n_lookups);
+  printf ("  ratio                            %8.2f × the ceiling\n",
+          t_ceiling > 0 ? (gdouble) t_index / t_ceiling : 0.0);
+}
+
 int
 main (int   argc,
       char *argv[])
@@ -82,7 +160,8 @@ main (int   argc,
   g_autofree guint *order = NULL;
   KvFleetNodeMatch matches[N_NODES];
   guint64 answers = 0, found = 0;
-  gint64 t0, t_index = 0, t_ceiling = 0;
+  gint64 t0, t_index = 0, t_ceiling = 0, t_index_cold = 0, t_ceiling_cold = 0;
+  gint64 t_index_churn = 0, t_ceiling_churn = 0;
   guint64 bytes;
 
   if (argc > 1 && (g_str_equal (argv[1], "-h") || g_str_equal (argv[1], "--help")))
@@ -135,19 +214,41 @@ main (int   argc,
   for (guint64 i = 0; i < n_lookups; i++)
     order[i] = g_rand_int_range (rand, 0, n_chains);
 
-  /* interleaved rounds, so both see the same machine */
+  measure_fresh_keys (index, table, order, n_lookups, matches, &t_index, &t_ceiling,
+                      &answers, &found);
+
+  /* cold keys: interleaved rounds, so both see the same machine */
   for (guint round = 0; round < 4; round++)
     {
       t0 = g_get_monotonic_time ();
       for (guint64 i = round; i < n_lookups; i += 4)
         answers += bench_index (index, keys + (gsize) order[i] * CHAIN, matches);
-      t_index += g_get_monotonic_time () - t0;
+      t_index_cold += g_get_monotonic_time () - t0;
       t0 = g_get_monotonic_time ();
       for (guint64 i = round; i < n_lookups; i += 4)
         found += bench_ceiling (table, keys + (gsize) order[i] * CHAIN);
-      t_ceiling += g_get_monotonic_time () - t0;
+      t_ceiling_cold += g_get_monotonic_time () - t0;
     }
-  if (found != n_lookups * CHAIN || answers < n_lookups)
+
+  /* churn, then keys just made again */
+  for (guint64 step = 0; step < n_keys / ((CHURN_TAIL + 1) / 2); step++)
+    {
+      guint c = g_rand_int_range (rand, 0, n_chains);
+      guint tail = g_rand_int_range (rand, 1, CHURN_TAIL + 1);
+      KvKey **evicted = keys + (gsize) c * CHAIN + CHAIN - tail;
+      guint8 none[CHURN_TAIL] = { 0 };
+      guint8 places[CHURN_TAIL];
+
+      for (guint j = 0; j < tail; j++)
+        places[j] = CHAIN - tail + j < 32 ? KV_FLEET_LOCATION_PRIMARY : KV_FLEET_LOCATION_DISK;
+      for (guint holder = 0; holder < (c % 4 == 0 ? 2u : 1u); holder++)
+        kv_fleet_index_update_many (index, (c % N_NODES + 3 * holder) % N_NODES, evicted, none, tail);
+      for (guint holder = 0; holder < (c % 4 == 0 ? 2u : 1u); holder++)
+        kv_fleet_index_update_many (index, (c % N_NODES + 3 * holder) % N_NODES, evicted, places, tail);
+    }
+  measure_fresh_keys (index, table, order, n_lookups, matches, &t_index_churn, &t_ceiling_churn,
+                      &answers, &found);
+  if (found != 3 * n_lookups * CHAIN || answers < 3 * n_lookups)
     {
       fprintf (stderr, "wrong answers: %" G_GUINT64_FORMAT " keys found, %" G_GUINT64_FORMAT
                " node answers\n", found, answers);
@@ -156,12 +257,9 @@ main (int   argc,
 
   printf ("fleet index: %" G_GUINT64_FORMAT " keys in chains of %u over %u nodes, %"
           G_GUINT64_FORMAT " random lookups\n", n_keys, CHAIN, N_NODES, n_lookups);
-  printf ("  index lookup (64-chunk prefix)   %8.0f ns   %.3f µs\n",
-          t_index * 1000.0 / n_lookups, t_index / (gdouble) n_lookups);
-  printf ("  bare hash probe of the 64 keys   %8.0f ns   (ceiling)\n",
-          t_ceiling * 1000.0 / n_lookups);
-  printf ("  ratio                            %8.2f × the ceiling\n",
-          t_ceiling > 0 ? (gdouble) t_index / t_ceiling : 0.0);
+  print_measure ("keys just made, as a router looks them up", t_index, t_ceiling, n_lookups);
+  print_measure ("cold keys (their own lines missed too)", t_index_cold, t_ceiling_cold, n_lookups);
+  print_measure ("after churn, keys just made", t_index_churn, t_ceiling_churn, n_lookups);
   printf ("  memory                           %8.1f bytes per key (%.1f MiB)\n",
           (gdouble) bytes / n_keys, bytes / (1024.0 * 1024.0));
 

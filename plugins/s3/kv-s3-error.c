@@ -139,9 +139,11 @@ kv_s3_error_body_clear (KvS3ErrorBody *body)
   g_clear_pointer (&body->request_id, g_free);
 }
 
-/* Only printable ASCII of a server's text reaches a message or a log. */
-static void
-sanitize (char *s)
+/* Only printable ASCII of a server's text reaches a message or a log:
+ * any other byte of @s becomes '?', in place (the error body's fields,
+ * a listing's, GMarkup's messages quoting refused bytes). */
+void
+kv_s3_sanitize_text (char *s)
 {
   for (; s != NULL && *s != '\0'; s++)
     if (!g_ascii_isprint (*s))
@@ -181,17 +183,17 @@ kv_s3_error_body_parse (const char     *body,
   if (!ok)
     {
       /* GMarkup quotes the bytes it refused, which need not be UTF-8 */
-      sanitize (local_error->message);
+      kv_s3_sanitize_text (local_error->message);
       kv_s3_error_body_clear (out);
       g_set_error (error, KV_S3_ERROR, KV_S3_ERROR_BAD_REPLY, "not an S3 error body: %s",
                    local_error->message);
       return FALSE;
     }
-  sanitize (out->code);
-  sanitize (out->message);
-  sanitize (out->bucket);
-  sanitize (out->key);
-  sanitize (out->request_id);
+  kv_s3_sanitize_text (out->code);
+  kv_s3_sanitize_text (out->message);
+  kv_s3_sanitize_text (out->bucket);
+  kv_s3_sanitize_text (out->key);
+  kv_s3_sanitize_text (out->request_id);
   return TRUE;
 }
 

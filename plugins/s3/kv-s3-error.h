@@ -48,6 +48,10 @@ gboolean  kv_s3_error_body_parse   (const char     *body,
                                     GError        **error);
 void      kv_s3_error_body_clear   (KvS3ErrorBody  *body);
 
+/* Replaces, in place, every byte of @s that is not printable ASCII with
+ * '?': what a server sent reaches a message or a log only so. */
+void      kv_s3_sanitize_text      (char           *s);
+
 G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC (KvS3ErrorBody, kv_s3_error_body_clear)
 
 /* The GError of a reply with HTTP @status to @method on @bucket/@key

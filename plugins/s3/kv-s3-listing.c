@@ -170,15 +170,6 @@ kv_s3_list_page_clear (KvS3ListPage *page)
   page->truncated = FALSE;
 }
 
-/* Only printable ASCII of a server's text reaches a message. */
-static void
-sanitize (char *s)
-{
-  for (; s != NULL && *s != '\0'; s++)
-    if (!g_ascii_isprint (*s))
-      *s = '?';
-}
-
 /* Parses a `<ListBucketResult>` page of at most KV_S3_LIST_MAX_BODY bytes
  * and KV_S3_LIST_MAX_KEYS objects; FALSE (with @error, KV_S3_ERROR_BAD_REPLY)
  * for anything else: not XML, another root, too deep, a field too long, a
@@ -227,7 +218,7 @@ kv_s3_list_page_parse (const char    *body,
   if (!ok)
     {
       /* GMarkup quotes the bytes it refused, which need not be UTF-8 */
-      sanitize (local_error->message);
+      kv_s3_sanitize_text (local_error->message);
       kv_s3_list_page_clear (out);
       g_set_error (error, KV_S3_ERROR, KV_S3_ERROR_BAD_REPLY, "not an S3 listing: %s",
                    local_error->message);

@@ -79,42 +79,59 @@ compare_pairs (gconstpointer a,
   return c != 0 ? c : strcmp (x->value, y->value);
 }
 
-/* "b=2&a=1&flag" (names and values not encoded) → "a=1&b=2&flag=". */
+/* Pairs' names and values (not encoded) → "a=1&b=2&flag=": each encoded,
+ * then sorted by name and value. */
 char *
-kv_s3_canonical_query (const char *query)
+kv_s3_canonical_query_pairs (const char * const *pairs)
 {
-  g_auto(GStrv) parts = NULL;
-  g_autoptr(GArray) pairs = NULL;
+  g_autoptr(GArray) sorted = g_array_new (FALSE, FALSE, sizeof (Pair));
   GString *s;
 
-  if (query == NULL || *query == '\0')
-    return g_strdup ("");
-  parts = g_strsplit (query, "&", -1);
-  pairs = g_array_new (FALSE, FALSE, sizeof (Pair));
-  for (guint i = 0; parts[i] != NULL; i++)
+  for (guint i = 0; pairs != NULL && pairs[i] != NULL; i += 2)
     {
-      char *eq = strchr (parts[i], '=');
       Pair pair;
 
-      if (parts[i][0] == '\0')
+      if (pairs[i][0] == '\0')
         continue;
-      if (eq != NULL)
-        *eq = '\0';
-      pair.name = kv_s3_uri_encode (parts[i], TRUE);
-      pair.value = kv_s3_uri_encode (eq != NULL ? eq + 1 : "", TRUE);
-      g_array_append_val (pairs, pair);
+      pair.name = kv_s3_uri_encode (pairs[i], TRUE);
+      pair.value = kv_s3_uri_encode (pairs[i + 1] != NULL ? pairs[i + 1] : "", TRUE);
+      g_array_append_val (sorted, pair);
     }
-  g_array_sort (pairs, compare_pairs);
+  g_array_sort (sorted, compare_pairs);
   s = g_string_new (NULL);
-  for (guint i = 0; i < pairs->len; i++)
+  for (guint i = 0; i < sorted->len; i++)
     {
-      Pair *pair = &g_array_index (pairs, Pair, i);
+      Pair *pair = &g_array_index (sorted, Pair, i);
 
       g_string_append_printf (s, "%s%s=%s", i > 0 ? "&" : "", pair->name, pair->value);
       g_free (pair->name);
       g_free (pair->value);
     }
   return g_string_free (s, FALSE);
+}
+
+/* "b=2&a=1&flag" (names and values not encoded) → "a=1&b=2&flag=": the
+ * raw form of AWS's examples, split at each '&' and a part's first '='. */
+char *
+kv_s3_canonical_query (const char *query)
+{
+  g_auto(GStrv) parts = NULL;
+  g_autoptr(GPtrArray) pairs = g_ptr_array_new ();
+
+  if (query == NULL || *query == '\0')
+    return g_strdup ("");
+  parts = g_strsplit (query, "&", -1);
+  for (guint i = 0; parts[i] != NULL; i++)
+    {
+      char *eq = strchr (parts[i], '=');
+
+      if (eq != NULL)
+        *eq = '\0';
+      g_ptr_array_add (pairs, parts[i]);
+      g_ptr_array_add (pairs, eq != NULL ? eq + 1 : (char *) "");
+    }
+  g_ptr_array_add (pairs, NULL);
+  return kv_s3_canonical_query_pairs ((const char * const *) pairs->pdata);
 }
 
 typedef struct

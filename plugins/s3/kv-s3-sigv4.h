@@ -63,6 +63,9 @@ void   kv_s3_amz_date              (gint64             unix_seconds,
 char  *kv_s3_uri_encode            (const char        *text,
                                     gboolean           encode_slash);
 char  *kv_s3_canonical_query       (const char        *query);
+/* Of @pairs: name, value, name, value..., NULL (not encoded; a value may
+ * hold '&' and '='). */
+char  *kv_s3_canonical_query_pairs (const char * const *pairs);
 char  *kv_s3_canonical_request     (const char        *method,
                                     const char        *canonical_uri,
                                     const char        *canonical_query,

@@ -221,6 +221,29 @@ test_s3_bucket_queries (void)
                    "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7");
 }
 
+/* Names and values given apart: a value may hold '&' and '=' (a prefix, a
+ * continuation token), which the raw form would split; empty names are
+ * dropped, a NULL value signs as "". */
+static void
+test_canonical_query_pairs (void)
+{
+  const char *pairs[] = {
+    "prefix", "a&b=c/d", "list-type", "2", "", "ignored", "continuation-token", "t=1+/&", NULL,
+  };
+  const char *flag[] = { "lifecycle", NULL, NULL };
+  g_autofree char *query = kv_s3_canonical_query_pairs (pairs);
+  g_autofree char *flag_query = kv_s3_canonical_query_pairs (flag);
+  g_autofree char *none = kv_s3_canonical_query_pairs (NULL);
+  g_autofree char *raw = kv_s3_canonical_query ("max-keys=2&prefix=J");
+  const char *same[] = { "prefix", "J", "max-keys", "2", NULL };
+  g_autofree char *from_pairs = kv_s3_canonical_query_pairs (same);
+
+  g_assert_cmpstr (query, ==, "continuation-token=t%3D1%2B%2F%26&list-type=2&prefix=a%26b%3Dc%2Fd");
+  g_assert_cmpstr (flag_query, ==, "lifecycle=");
+  g_assert_cmpstr (none, ==, "");
+  g_assert_cmpstr (raw, ==, from_pairs);
+}
+
 static void
 test_canonical_forms (void)
 {
@@ -282,6 +305,7 @@ main (int   argc,
   g_test_add_func ("/s3-sigv4/s3/put-object", test_s3_put_object);
   g_test_add_func ("/s3-sigv4/s3/bucket-queries", test_s3_bucket_queries);
   g_test_add_func ("/s3-sigv4/canonical-forms", test_canonical_forms);
+  g_test_add_func ("/s3-sigv4/canonical-query-pairs", test_canonical_query_pairs);
   g_test_add_func ("/s3-sigv4/key-cache-follows-the-date", test_key_cache_follows_the_date);
   return g_test_run ();
 }

@@ -670,7 +670,7 @@ setup_easy (KvS3Client *self,
 {
   g_autofree char *encoded_key = op->key != NULL ? kv_s3_uri_encode (op->key, FALSE) : NULL;
   g_autofree char *uri = NULL;
-  g_autofree char *query = op->query != NULL ? kv_s3_canonical_query (op->query) : NULL;
+  g_autofree char *query = op->query != NULL ? kv_s3_canonical_query_pairs (op->query) : NULL;
   g_autofree char *authorization = NULL;
   const char *method = kv_s3_method_to_string (op->method);
   gboolean has_body = op->method == KV_S3_METHOD_PUT && body_total (op) > 0;

@@ -56,9 +56,10 @@ struct _KvS3Op
    * each attempt), so that the caller checks a payload's checksum without
    * a second pass over it; complete when the outcome is KV_S3_OP_OK */
   KvChunkHasher *dest_hasher;
-  /* nullable: the query ("list-type=2&prefix=a/b": names and values not
-   * encoded; the client encodes, sorts and signs it) */
-  const char    *query;
+  /* nullable: the query's names and values, in turn, NULL-terminated
+   * ({ "list-type", "2", "prefix", "a/b&c", NULL }: not encoded; the
+   * client encodes, sorts and signs them) */
+  const char * const *query;
   /* GET, nullable: a 2xx reply's body is kept here (emptied at each
    * attempt), not in dest; one longer than reply_max bytes fails the op */
   GString       *reply;

@@ -138,6 +138,10 @@ struct _KvS3Tier
   guint            n_live_jobs;
   guint            n_io_ops;        /* lookups, deletes, probes in flight */
   gboolean         shut_down;
+  /* index-list-at-start: the thread that lists, until it is joined; and
+   * whether the listing ended */
+  GThread         *listing;
+  gboolean         listed;
 
   /* the tier's and its client's counts (reported by the base class) */
   KvCounterSet    *counters;
@@ -973,6 +977,9 @@ stop_io (KvS3Tier *self)
    * check waiting for its HEADs was woken above, and one that starts
    * later fails at once on the closed client. */
   kv_s3_client_shutdown (self->client);
+  /* its request failed on the closed client, and it sends no other */
+  if (self->listing != NULL)
+    g_thread_join (g_steal_pointer (&self->listing));
   g_mutex_lock (&self->lock);
   while (self->n_live_jobs > 0 || self->n_io_ops > 0)
     g_cond_wait (&self->cond, &self->lock);
@@ -1088,14 +1095,6 @@ check_configuration (KvS3Tier         *self,
                    "index-list-at-start=true needs an index: index-max-keys is 0");
       return FALSE;
     }
-  if (self->index_list_at_start && (strchr (self->prefix, '&') != NULL ||
-                                    strchr (self->prefix, '=') != NULL))
-    {
-      g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_INVALID_ARGUMENT,
-                   "index-list-at-start=true cannot list prefix=%s: no '&' or '=' in it",
-                   self->prefix);
-      return FALSE;
-    }
   config.endpoint = endpoint;
   config.bucket = self->bucket;
   config.region = self->region;
@@ -1198,40 +1197,47 @@ index_page (KvS3Tier           *self,
   return TRUE;
 }
 
+/* Whether the tier is shutting down (the listing stops). */
+static gboolean
+is_shut_down (KvS3Tier *self)
+{
+  gboolean shut_down;
+
+  g_mutex_lock (&self->lock);
+  shut_down = self->shut_down;
+  g_mutex_unlock (&self->lock);
+  return shut_down;
+}
+
 /* index-list-at-start: ListObjectsV2 of the namespace's prefix, a page at
  * a time (each at most KV_S3_LIST_MAX_BODY bytes, within the connect and
- * reply timeouts), until the last page or a full index. Owner thread, at
- * construction. A failure is logged; the tier starts with what was
- * indexed. */
-static void
-list_into_index (KvS3Tier *self)
+ * reply timeouts), until the last page, a full index or the tier's
+ * shutdown. Its own thread, from construction on: lookups of chunks not
+ * listed yet send their HEAD meanwhile. A failure is logged; the index
+ * keeps what was listed. */
+static gpointer
+list_into_index (gpointer data)
 {
+  KvS3Tier *self = data;
   g_autofree char *token = NULL;
+  g_autofree char *max_keys = g_strdup_printf ("%u", KV_S3_LIST_MAX_KEYS);
   g_autoptr(GString) reply = g_string_sized_new (64 * 1024);
   /* a page per KV_S3_LIST_MAX_KEYS keys the index holds, and the last */
   guint max_pages = self->index_max_keys / KV_S3_LIST_MAX_KEYS + 2;
   guint n_pages = 0, n_added = 0;
   gint64 start = g_get_monotonic_time ();
 
-  while (n_pages < max_pages)
+  while (n_pages < max_pages && !is_shut_down (self))
     {
-      g_autofree char *query = NULL;
+      const char *query[] = {
+        "list-type", "2", "max-keys", max_keys, "prefix", self->key_prefix,
+        token != NULL ? "continuation-token" : NULL, token, NULL,
+      };
       g_auto(KvS3ListPage) page = { 0 };
       g_autoptr(GError) error = NULL;
       KvS3Op op;
       gboolean more;
 
-      /* the query's raw form splits at '&' and the first '=': a token
-       * holding '&' cannot be sent (S3's are base64) */
-      if (token != NULL && strchr (token, '&') != NULL)
-        {
-          g_message ("s3 tier: the listing that fills the index stopped: a continuation "
-                     "token with '&'");
-          break;
-        }
-      query = g_strdup_printf ("list-type=2&max-keys=%u&prefix=%s%s%s", KV_S3_LIST_MAX_KEYS,
-                               self->key_prefix, token != NULL ? "&continuation-token=" : "",
-                               token != NULL ? token : "");
       kv_s3_op_init (&op, KV_S3_METHOD_GET, NULL);
       op.query = query;
       op.reply = reply;
@@ -1242,8 +1248,9 @@ list_into_index (KvS3Tier *self)
       n_pages++;
       if (op.outcome != KV_S3_OP_OK)
         {
-          g_message ("s3 tier: the listing that fills the index stopped: %s",
-                     op.error != NULL ? op.error->message : "no reply");
+          if (!is_shut_down (self))
+            g_message ("s3 tier: the listing that fills the index stopped: %s",
+                       op.error != NULL ? op.error->message : "no reply");
           kv_s3_op_clear (&op);
           break;
         }
@@ -1262,6 +1269,30 @@ list_into_index (KvS3Tier *self)
     }
   g_debug ("s3 tier: %u chunks indexed from %u listing pages in %.3f s", n_added, n_pages,
            (g_get_monotonic_time () - start) / 1e6);
+  g_mutex_lock (&self->lock);
+  self->listed = TRUE;
+  g_cond_broadcast (&self->cond);
+  g_mutex_unlock (&self->lock);
+  return NULL;
+}
+
+/**
+ * kv_s3_tier_wait_for_listing:
+ * @self: a #KvS3Tier
+ *
+ * Waits until the listing that index-list-at-start began at construction
+ * has ended (at once when there is none), so that the index holds what
+ * it listed. For tests and benchmarks: lookups need not wait.
+ */
+void
+kv_s3_tier_wait_for_listing (KvS3Tier *self)
+{
+  g_return_if_fail (KV_IS_S3_TIER (self));
+
+  g_mutex_lock (&self->lock);
+  while (self->listing != NULL && !self->listed)
+    g_cond_wait (&self->cond, &self->lock);
+  g_mutex_unlock (&self->lock);
 }
 
 static gboolean
@@ -1333,7 +1364,7 @@ kv_s3_tier_initable_init (GInitable     *initable,
   if (self->index_max_keys > 0)
     self->index = kv_s3_index_new (self->index_max_keys);
   if (self->index != NULL && self->index_list_at_start)
-    list_into_index (self);
+    self->listing = g_thread_new ("kv-s3-list", list_into_index, self);
   async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
                                       batch_heads, self, NULL, 2, 8, 16384);
   /* the base class runs it (see kv_secondary_tier_set_async_lookup) */
@@ -1669,15 +1700,18 @@ kv_s3_tier_class_init (KvS3TierClass *klass)
   /**
    * KvS3Tier:index-list-at-start:
    *
-   * Whether construction fills the index with a listing of the
-   * namespace's objects (`ListObjectsV2`, 1000 a page, until the index is
-   * full), so that a restarted process looks up the chunks already in the
-   * bucket without a `HEAD` each. It needs `s3:ListBucket`; a listing that
-   * fails leaves the index as far as it got, and the tier starts.
+   * Whether the tier fills its index with a listing of the namespace's
+   * objects (`ListObjectsV2`, 1000 a page, until the index is full), so
+   * that a restarted process looks up the chunks already in the bucket
+   * without a `HEAD` each. The listing runs on a thread of its own from
+   * construction on; construction does not wait for it, and lookups of
+   * chunks not listed yet send their `HEAD` meanwhile. It needs
+   * `s3:ListBucket`; a listing that fails is logged and leaves the index
+   * as far as it got.
    */
   properties[PROP_INDEX_LIST_AT_START] =
     g_param_spec_boolean ("index-list-at-start", NULL,
-                          "fill the index with a listing of the bucket at construction",
+                          "fill the index with a listing of the bucket, from construction on",
                           FALSE, CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);

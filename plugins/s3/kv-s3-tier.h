@@ -39,6 +39,7 @@ guint64      kv_s3_tier_get_counter       (KvS3Tier      *self,
                                            KvS3Counter    counter);
 const char  *kv_s3_counter_get_name       (KvS3Counter    counter);
 guint        kv_s3_tier_get_index_size    (KvS3Tier      *self);
+void         kv_s3_tier_wait_for_listing  (KvS3Tier      *self);
 /* The object key of @key: <prefix>/<namespace digest>/<hash hex>_g<group>. */
 char        *kv_s3_tier_get_object_key    (KvS3Tier      *self,
                                            KvKey         *key);

@@ -1032,6 +1032,7 @@ test_index_listed (Fixture       *f,
 
   listed = s3_test_tier_new (f->buffer, BUCKET, "namespace", f->namespace_,
                              "index-list-at-start", TRUE, NULL);
+  kv_s3_tier_wait_for_listing (listed);
   g_assert_cmpuint (kv_s3_tier_get_index_size (listed), ==, 3);
   /* the probe, one page */
   g_assert_cmpuint (n_requests (listed), ==, 2);
@@ -1282,6 +1283,10 @@ typedef struct
   Recorder  recorder;
   char     *pages[2];
   gboolean  refuse;      /* answer the listing 403 AccessDenied */
+  gboolean  stall;       /* answer nothing to the listing until released */
+  gboolean  released;    /* (recorder lock) */
+  gboolean  gave_up;     /* (recorder lock) the stall ended unreleased */
+  GCond     release;
 } Lister;
 
 static gboolean
@@ -1303,6 +1308,17 @@ listing_handler (S3FakeServer        *server,
   if (lister->refuse)
     return s3_fake_write_str (out, "HTTP/1.1 403 Forbidden\r\nContent-Length: 40\r\n\r\n"
                                    "<Error><Code>AccessDenied</Code></Error>");
+  if (lister->stall)
+    {
+      gint64 give_up = g_get_monotonic_time () + 30 * G_USEC_PER_SEC;
+
+      g_mutex_lock (&lister->recorder.lock);
+      while (!lister->released && g_cond_wait_until (&lister->release, &lister->recorder.lock, give_up))
+        ;
+      lister->gave_up = !lister->released;
+      g_mutex_unlock (&lister->recorder.lock);
+      return FALSE;
+    }
   page = lister->pages[strstr (request->path, "continuation-token=") != NULL];
   reply = g_strdup_printf ("HTTP/1.1 200 OK\r\nContent-Length: %" G_GSIZE_FORMAT "\r\n\r\n%s",
                            strlen (page), page);
@@ -1326,13 +1342,19 @@ static void
 test_index_listed_pages (Fixture       *f,
                          gconstpointer  data)
 {
-  /* the namespace "key-names" at 64 KiB (test_key_names) */
-  const char *prefix = "kvtier/7f7c36f9d1fce9e4560616c4eefe4324e41bc3b37d167a372991e498b873c332/";
+  /* the namespace "key-names" at 64 KiB (test_key_names), under a prefix
+   * that a raw query string could not carry */
+  const char *prefix = "kv&t=1/7f7c36f9d1fce9e4560616c4eefe4324e41bc3b37d167a372991e498b873c332/";
   gsize object_size = KV_CHUNK_HEADER_SIZE + f->slot_size;
   char *names[3] = { NULL };
 
+  /* as a listing holds them: XML-escaped */
   for (guint i = 0; i < 3; i++)
-    names[i] = kv_chunk_name_for_key (prefix, strlen (prefix), f->keys[i]);
+    {
+      g_autofree char *name = kv_chunk_name_for_key (prefix, strlen (prefix), f->keys[i]);
+
+      names[i] = g_markup_escape_text (name, -1);
+    }
   for (guint mode = 0; mode < 3; mode++)
     {
       Lister lister = { 0 };
@@ -1347,7 +1369,7 @@ test_index_listed_pages (Fixture       *f,
         "<Contents><Key>%s.tmp</Key><Size>%" G_GSIZE_FORMAT "</Size></Contents>"
         "<Contents><Key>%s</Key><Size>%" G_GSIZE_FORMAT "</Size></Contents>"
         "<Contents><Key>%s</Key><Size>17</Size></Contents>"
-        "<NextContinuationToken>tok=1/+</NextContinuationToken></ListBucketResult>",
+        "<NextContinuationToken>tok=1/+&amp;x</NextContinuationToken></ListBucketResult>",
         names[0], object_size, names[2], object_size, names[1], object_size, names[2]);
       lister.pages[1] = g_strdup_printf (
         "<ListBucketResult><IsTruncated>false</IsTruncated>"
@@ -1361,8 +1383,9 @@ test_index_listed_pages (Fixture       *f,
                                "s3 tier: the listing that fills the index stopped: *AccessDenied*");
       tier = s3_test_tier_new (f->buffer, "fake-bucket", "endpoint", endpoint,
                                "access-key", "AK", "secret-key", "SK", "namespace", "key-names",
-                               "index-list-at-start", TRUE,
+                               "prefix", "kv&t=1", "index-list-at-start", TRUE,
                                "index-max-keys", mode == 1 ? 2 : 1000, NULL);
+      kv_s3_tier_wait_for_listing (tier);
       g_test_assert_expected_messages ();
       switch (mode)
         {
@@ -1370,8 +1393,8 @@ test_index_listed_pages (Fixture       *f,
           /* both pages; the second asked for with the token, encoded */
           g_assert_cmpuint (kv_s3_tier_get_index_size (tier), ==, 3);
           g_assert_true (recorder_saw_part (&lister.recorder,
-                                            "GET /fake-bucket?continuation-token=tok%3D1%2F%2B&list-type=2&"
-                                            "max-keys=1000&prefix=kvtier%2F7f7c36f9"));
+                                            "GET /fake-bucket?continuation-token=tok%3D1%2F%2B%26x&"
+                                            "list-type=2&max-keys=1000&prefix=kv%26t%3D1%2F7f7c36f9"));
           g_assert_cmpuint (s3_fake_server_get_n_requests (server), ==, 3);
           break;
         case 1:
@@ -1400,6 +1423,50 @@ test_index_listed_pages (Fixture       *f,
     }
   for (guint i = 0; i < 3; i++)
     g_free (names[i]);
+}
+
+/* The listing runs beside the tier, not before it: construction returns
+ * while a page is still unanswered, a lookup meanwhile sends its HEAD, and
+ * shutting the tier down ends the listing (its request fails on the closed
+ * client) instead of waiting for the page. */
+static void
+test_index_listing_in_background (Fixture       *f,
+                                  gconstpointer  data)
+{
+  Lister lister = { 0 };
+  g_autoptr(S3FakeServer) server = NULL;
+  g_autofree char *endpoint = NULL;
+  KvS3Tier *tier;
+
+  recorder_init (&lister.recorder);
+  g_cond_init (&lister.release);
+  lister.stall = TRUE;
+  server = s3_fake_server_new (listing_handler, &lister);
+  endpoint = s3_fake_server_get_endpoint (server);
+  tier = s3_test_tier_new (f->buffer, "fake-bucket", "endpoint", endpoint,
+                           "access-key", "AK", "secret-key", "SK", "namespace", "key-names",
+                           "index-list-at-start", TRUE, "reply-timeout-ms", 60000, NULL);
+  g_assert_nonnull (tier);
+  g_mutex_lock (&lister.recorder.lock);
+  g_assert_false (lister.gave_up);
+  g_mutex_unlock (&lister.recorder.lock);
+  /* the probe, then a HEAD while the listing's page is outstanding */
+  g_assert_cmpint (s3_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_true (recorder_saw_part (&lister.recorder, "GET /fake-bucket?list-type=2"));
+  g_assert_true (recorder_saw_part (&lister.recorder, "HEAD /fake-bucket/"));
+  g_assert_cmpuint (kv_s3_tier_get_index_size (tier), ==, 0);
+  /* if shutdown waited for the listing, the page would end unreleased
+   * (30 s) before it returned */
+  s3_test_tier_free (tier);
+
+  g_mutex_lock (&lister.recorder.lock);
+  g_assert_false (lister.gave_up);
+  lister.released = TRUE;
+  g_cond_broadcast (&lister.release);
+  g_mutex_unlock (&lister.recorder.lock);
+  g_clear_pointer (&server, s3_fake_server_free);
+  recorder_clear (&lister.recorder);
+  g_cond_clear (&lister.release);
 }
 
 /* The kvtier_s3_* families from the first get_stats on (zeros too), then
@@ -1604,6 +1671,7 @@ main (int   argc,
   ADD ("index/bounded", 64 * 1024, test_index_bounded);
   ADD ("index/listed", 64 * 1024, test_index_listed);
   ADD_BARE ("index/listed-pages", test_index_listed_pages);
+  ADD_BARE ("index/listing-in-background", test_index_listing_in_background);
   /* last (GTest runs a path's cases, then its groups in the order they
    * were made): the gateway's restart slows bucket changes for a while */
   ADD ("restart/gateway-killed", 64 * 1024, test_gateway_killed);

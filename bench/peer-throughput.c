@@ -22,8 +22,11 @@
  * where the ceiling is the better of the two raw runs made right before
  * (each round pairs them; the line is the median round, every round is a
  * `#` line), cpu counts both processes (user + system) per GB fetched and
- * <t> is the slots-to-slots transfer's; with TLS the line adds the ratio
- * to the TLS transfer and compares the CPU with it.
+ * <t> is the slots-to-slots transfer's. Without TLS the line adds the
+ * ratio to that slots-to-slots transfer: the raw runs send one buffer
+ * that stays in the caches, while the tier (and that transfer) reads
+ * and writes primary-sized memory. With TLS the line adds the ratio to the
+ * TLS transfer and compares the CPU with it.
  *
  * Usage: peer-throughput [--seconds S] [--rounds R] [--connections N]
  *                        [--chunk-sizes 256KiB,2MiB] [--tls no|yes|both]
@@ -622,6 +625,7 @@ main (int   argc,
         g_autofree gdouble *peer_rates = g_new (gdouble, opt_rounds);
         g_autofree gdouble *ceilings = g_new (gdouble, opt_rounds);
         g_autofree gdouble *ceiling_cpus = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *slot_ceilings = g_new (gdouble, opt_rounds);
         g_autofree gdouble *tls_ceilings = g_new (gdouble, opt_rounds);
         g_autofree gdouble *tls_cpus = g_new (gdouble, opt_rounds);
         g_autofree gdouble *cpus = g_new (gdouble, opt_rounds);
@@ -648,6 +652,7 @@ main (int   argc,
             /* the CPU a transfer into slot-sized memory takes without
              * kvtier: what the peer run must at least spend */
             ceiling_cpus[r] = cpu_slots;
+            slot_ceilings[r] = into_slots;
             tls_ceilings[r] = over_tls;
             tls_cpus[r] = cpu_tls;
             peer_rates[r] = result.gb_per_s;
@@ -667,6 +672,9 @@ main (int   argc,
                 peer_rates[m], 100 * ratios[m], ceilings[m]);
         if (tls)
           printf (" (%.0f%% of TLS over it, %.2f GB/s)", 100 * peer_rates[m] / tls_ceilings[m], tls_ceilings[m]);
+        else
+          printf (" (%.0f%% of TCP slots to slots, %.2f GB/s)", 100 * peer_rates[m] / slot_ceilings[m],
+                  slot_ceilings[m]);
         printf (", cpu %.2f s/GB = %.2fx %s's %.2f s/GB\n", cpus[m],
                 cpus[m] / (tls ? tls_cpus[m] : ceiling_cpus[m]), tls ? "TLS" : "TCP",
                 tls ? tls_cpus[m] : ceiling_cpus[m]);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bench-util.h"
+#include "kv-chunk-format.h"
 
 /* A primary of @n_slots slots of @chunk bytes, each byte @fill (touched
  * now, outside what is measured), and a manager over it. */
@@ -41,6 +42,19 @@ bench_stack_add_tier (BenchStack  *s,
     return FALSE;
   s->wakeup_fd = kv_tiering_manager_get_wakeup_fd (s->manager);
   return TRUE;
+}
+
+/* From now on stored slots carry their checksum, as KvHostDevice's copy
+ * into the primary leaves it (kv_host_buffer_set_slot_checksum()): the
+ * tier writes it into the chunk record without reading the payload.
+ * Every slot holds the same bytes (bench_stack_init_primary()), so one
+ * checksum serves them all. */
+void
+bench_stack_carry_checksums (BenchStack *s)
+{
+  s->carry_checksum = TRUE;
+  s->slot_checksum = kv_chunk_checksum (kv_host_buffer_peek_slot (s->buffer, 0),
+                                        kv_host_buffer_get_slot_size (s->buffer));
 }
 
 void

@@ -34,6 +34,7 @@ gboolean bench_stack_init_primary (BenchStack       *s,
 gboolean bench_stack_add_tier     (BenchStack       *s,
                                    gpointer          tier,
                                    GError          **error);
+void     bench_stack_carry_checksums (BenchStack    *s);
 void     bench_stack_clear        (BenchStack       *s);
 void     bench_stack_step         (BenchStack       *s);
 void     bench_stack_wait_wakeup  (BenchStack       *s);

@@ -842,11 +842,10 @@ stack_init (Stack        *s,
     }
   s->bench.key_tag = 0xb7;
   s->bench.wakeup_ms = 100;
-  s->bench.carry_checksum = opt_carry_checksum;
   if (!bench_stack_init_primary (&s->bench, n_slots, chunk, 0x3c, error))
     return FALSE;
-  /* every slot holds the same bytes */
-  s->bench.slot_checksum = kv_chunk_checksum (kv_host_buffer_peek_slot (s->bench.buffer, 0), chunk);
+  if (opt_carry_checksum)
+    bench_stack_carry_checksums (&s->bench);
   if (!bench_stack_add_tier (&s->bench, g_initable_new (KV_TYPE_FS_TIER, NULL, error,
                                                         "tier-type", "fs",
                                                         "primary", s->bench.buffer,

@@ -44,6 +44,11 @@
  *
  *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s (<h>% of hiredis's <g> GB/s), cpu <c> s/GB = <r>x hiredis's <k> s/GB
  *
+ * Stored slots carry their checksum, as KvHostDevice's copy into the
+ * primary leaves it: the tier writes it into the value's record without
+ * reading the payload (as bench/fs-throughput); --no-carried-checksum
+ * measures the tier computing it instead.
+ *
  * Each round measures the ceiling, then the store, then the load; with
  * --rounds R (3) the median round by ratio is printed, each round as a `#`
  * line. GB/s counts payload bytes; the ceiling counts the value bytes the
@@ -52,7 +57,7 @@
  *
  *   redis-throughput [--server HOST:PORT] [--cluster] [--total SIZE]
  *                    [--chunk-sizes 256KiB,2MiB] [--depth N] [--clients N]
- *                    [--rounds R]
+ *                    [--rounds R] [--no-carried-checksum]
  */
 
 static char *opt_server;
@@ -62,6 +67,7 @@ static char *opt_chunks;
 static gint opt_depth = 16;
 static gint opt_clients = 4;
 static gint opt_rounds = 3;
+static gboolean opt_carry_checksum = TRUE;
 
 static GOptionEntry entries[] = {
   { "server", 0, 0, G_OPTION_ARG_STRING, &opt_server, "An existing server (host:port)", "ADDR" },
@@ -71,6 +77,8 @@ static GOptionEntry entries[] = {
   { "depth", 0, 0, G_OPTION_ARG_INT, &opt_depth, "redis-benchmark pipeline depth (-P)", "N" },
   { "clients", 0, 0, G_OPTION_ARG_INT, &opt_clients, "redis-benchmark connections (-c)", "N" },
   { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds, "Rounds; the median by ratio is reported (default 3)", "R" },
+  { "no-carried-checksum", 0, G_OPTION_FLAG_REVERSE, G_OPTION_ARG_NONE, &opt_carry_checksum,
+    "Stored slots carry no checksum: the tier computes each one", NULL },
   { NULL }
 };
 
@@ -691,6 +699,8 @@ stack_init (BenchStack  *s,
   s->load_failures = load_failures;
   if (!bench_stack_init_primary (s, n_slots, chunk, 0x5a, error))
     return FALSE;
+  if (opt_carry_checksum)
+    bench_stack_carry_checksums (s);
   return bench_stack_add_tier (s, g_initable_new (KV_TYPE_REDIS_TIER, NULL, error,
                                                   "tier-type", "redis",
                                                   "primary", s->buffer,

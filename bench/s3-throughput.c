@@ -46,6 +46,11 @@
  *
  *   store 256KiB s3: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
  *
+ * Stored slots carry their checksum, as KvHostDevice's copy into the
+ * primary leaves it: the tier writes it into the record without reading
+ * the payload (as bench/fs-throughput); --no-carried-checksum measures the
+ * tier computing it instead.
+ *
  * After an untimed warm-up of the ceiling's requests, each round measures
  * the ceiling, then the store, then the load; with
  * --rounds R (3) the median round by ratio is printed, each round as a `#`
@@ -78,6 +83,7 @@ static char *opt_total_str;
 static char *opt_chunks;
 static gint opt_connections = 16;
 static gint opt_rounds = 3;
+static gboolean opt_carry_checksum = TRUE;
 
 static GOptionEntry entries[] = {
   { "endpoint", 0, 0, G_OPTION_ARG_STRING, &opt_endpoint, "An existing S3 endpoint (default: start a gateway)", "URL" },
@@ -89,6 +95,8 @@ static GOptionEntry entries[] = {
   { "chunk-sizes", 0, 0, G_OPTION_ARG_STRING, &opt_chunks, "Chunk sizes (default 256KiB,2MiB)", "LIST" },
   { "connections", 0, 0, G_OPTION_ARG_INT, &opt_connections, "Connections of the tier and of the ceiling (default 16)", "N" },
   { "rounds", 0, 0, G_OPTION_ARG_INT, &opt_rounds, "Rounds; the median by ratio is reported (default 3)", "R" },
+  { "no-carried-checksum", 0, G_OPTION_FLAG_REVERSE, G_OPTION_ARG_NONE, &opt_carry_checksum,
+    "Stored slots carry no checksum: the tier computes each one", NULL },
   { NULL }
 };
 
@@ -362,6 +370,8 @@ stack_init (BenchStack   *s,
   s->load_failures = load_failures;
   if (!bench_stack_init_primary (s, n_slots, chunk, 0x5a, error))
     return FALSE;
+  if (opt_carry_checksum)
+    bench_stack_carry_checksums (s);
   return bench_stack_add_tier (s, g_initable_new (KV_TYPE_S3_TIER, NULL, error,
                                                   "tier-type", "s3",
                                                   "primary", s->buffer,

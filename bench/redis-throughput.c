@@ -42,7 +42,12 @@
  *    until the EXISTS answers come) and promotes it (GET straight into the
  *    slot), until every one landed.
  *
- *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s (<h>% of hiredis's <g> GB/s), cpu <c> s/GB = <r>x hiredis's <k> s/GB
+ *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s (<h>% of hiredis's <g> GB/s;
+ *     <s>% of raw slots to slots, <u> GB/s), cpu <c> s/GB = <r>x hiredis's <k> s/GB
+ *
+ * where "raw slots to slots" is the raw client again, SET from and GET
+ * into as much memory as the tier's primary, a slot at a time: the other
+ * clients move one value that stays in the caches.
  *
  * Stored slots carry their checksum, as KvHostDevice's copy into the
  * primary leaves it: the tier writes it into the value's record without
@@ -299,7 +304,9 @@ ceiling (const char *servers,
 /* One connection per node, as the tier has, moving the same values with
  * nothing but the socket calls: SET from one preallocated value, GET into
  * one scratch buffer, at most @depth commands in flight, a writer and a
- * reader thread per connection. */
+ * reader thread per connection. With @slots, SET from and GET into
+ * slot-sized memory in turn instead, as the tier moves its primary's
+ * slots: the one value and the scratch buffer stay in the caches. */
 typedef struct
 {
   GSocketConnection *connection;   /* owns @socket; closes it when freed */
@@ -310,6 +317,8 @@ typedef struct
   guint64   n_commands;
   gsize     value_bytes;
   const guint8 *value;
+  guint8   *slots;       /* NULL, or n_slots values in turn */
+  guint     n_slots;
   guint     depth;
   GMutex    lock;
   GCond     cond;
@@ -394,9 +403,12 @@ raw_writer (gpointer data)
         }
       else
         {
+          const guint8 *value = c->slots != NULL ? c->slots + (i % c->n_slots) * c->value_bytes
+                                                 : c->value;
+
           head = g_strdup_printf ("*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n%s", strlen (key), key, value_header);
           v[n++] = (GOutputVector) { head, strlen (head) };
-          v[n++] = (GOutputVector) { c->value, c->value_bytes };
+          v[n++] = (GOutputVector) { value, c->value_bytes };
           v[n++] = (GOutputVector) { "\r\n", 2 };
         }
       if (!raw_send_all (c->socket, v, n))
@@ -404,6 +416,59 @@ raw_writer (gpointer data)
           c->failed = TRUE;
           return NULL;
         }
+    }
+  return NULL;
+}
+
+static void
+raw_answered (RawConnection *c,
+              guint64        answered,
+              gboolean       failed)
+{
+  g_mutex_lock (&c->lock);
+  c->answered = answered;
+  c->failed = c->failed || failed;
+  g_cond_broadcast (&c->cond);
+  g_mutex_unlock (&c->lock);
+}
+
+static gboolean
+raw_receive_all (GSocket *socket,
+                 void    *buffer,
+                 gsize    len)
+{
+  for (gsize done = 0; done < len; )
+    {
+      gssize n = g_socket_receive (socket, (char *) buffer + done, len - done, NULL, NULL);
+
+      if (n <= 0)
+        return FALSE;
+      done += n;
+    }
+  return TRUE;
+}
+
+/* GET replies one at a time, each value straight into the next slot. */
+static gpointer
+raw_reader_into_slots (RawConnection *c)
+{
+  g_autofree char *get_head = g_strdup_printf ("$%" G_GSIZE_FORMAT "\r\n", c->value_bytes);
+  gsize head_len = strlen (get_head);
+  char head[64];
+
+  for (guint64 i = 0; i < c->n_commands; i++)
+    {
+      guint8 *slot = c->slots + (i % c->n_slots) * c->value_bytes;
+
+      if (!raw_receive_all (c->socket, head, head_len) || memcmp (head, get_head, head_len) != 0 ||
+          !raw_receive_all (c->socket, slot, c->value_bytes) || !raw_receive_all (c->socket, head, 2))
+        {
+          g_printerr ("raw client: a GET reply was not a value of %" G_GSIZE_FORMAT " bytes\n",
+                      c->value_bytes);
+          raw_answered (c, i, TRUE);
+          return NULL;
+        }
+      raw_answered (c, i + 1, FALSE);
     }
   return NULL;
 }
@@ -421,6 +486,8 @@ raw_reader (gpointer data)
   guint64 received = 0;
   guint64 expected = c->n_commands * reply_bytes;
 
+  if (c->get && c->slots != NULL)
+    return raw_reader_into_slots (c);
   while (received < expected)
     {
       gssize n = g_socket_receive (c->socket, (char *) buf, MIN (buf_size, expected - received),
@@ -429,10 +496,7 @@ raw_reader (gpointer data)
 
       if (n <= 0)
         {
-          g_mutex_lock (&c->lock);
-          c->failed = TRUE;
-          g_cond_broadcast (&c->cond);
-          g_mutex_unlock (&c->lock);
+          raw_answered (c, c->answered, TRUE);
           return NULL;
         }
       if (received == 0 && buf[0] != (c->get ? '$' : '+'))
@@ -442,20 +506,21 @@ raw_reader (gpointer data)
         }
       received += n;
       answered = received / reply_bytes;
-      g_mutex_lock (&c->lock);
-      c->answered = answered;
-      g_cond_broadcast (&c->cond);
-      g_mutex_unlock (&c->lock);
+      raw_answered (c, answered, FALSE);
     }
   return NULL;
 }
 
-/* The raw client's SET then GET rate over @n_nodes nodes, in value GB/s. */
+/* The raw client's SET then GET rate over @n_nodes nodes, in value GB/s;
+ * @into_slots: from and into @slot_bytes of memory in all, as many slots as
+ * the tier's primary has. */
 static gboolean
 raw_ceiling (guint    n_nodes,
              const guint *ports,
              gsize    value_bytes,
              guint64  total,
+             gsize    slot_bytes,
+             gboolean into_slots,
              double  *set_gbs,
              double  *get_gbs)
 {
@@ -483,6 +548,13 @@ raw_ceiling (guint    n_nodes,
       c->node = i;
       c->value = value;
       c->value_bytes = value_bytes;
+      if (into_slots)
+        {
+          c->n_slots = MAX (slot_bytes / n_nodes / value_bytes, 1);
+          c->slots = g_malloc (c->n_slots * value_bytes);
+          /* touched now, as the tier's primary is before it is measured */
+          memset (c->slots, 0xa5, c->n_slots * value_bytes);
+        }
       c->n_commands = per_node;
       /* the tier's per-node budget (node-inflight-bytes, 256 MiB) */
       c->depth = MAX ((256u << 20) / value_bytes, 1);
@@ -528,6 +600,7 @@ raw_ceiling (guint    n_nodes,
     {
       conns[i].socket = NULL;
       g_clear_object (&conns[i].connection);
+      g_free (conns[i].slots);
       if (conns[i].depth > 0)
         {
           g_mutex_clear (&conns[i].lock);
@@ -717,6 +790,7 @@ typedef struct
   double cpu;
   double hiredis_gbs;  /* the plain hiredis client's rate and CPU, same round */
   double hiredis_cpu;
+  double slots_gbs;    /* the raw client's between slot-sized memory, same round */
 } Sample;
 
 static gint
@@ -742,8 +816,14 @@ report (const char *what,
   g_print ("%s %s redis%s: %.2f GB/s = %.0f%% of ceiling %.2f GB/s", what, size,
            opt_cluster ? "-cluster" : "", m->gbs, 100 * m->gbs / m->ceiling, m->ceiling);
   if (m->hiredis_gbs > 0)
-    g_print (" (%.0f%% of hiredis's %.2f GB/s), cpu %.3f s/GB = %.2fx hiredis's %.3f s/GB\n",
-             100 * m->gbs / m->hiredis_gbs, m->hiredis_gbs, m->cpu, m->cpu / m->hiredis_cpu,
+    g_print (" (%.0f%% of hiredis's %.2f GB/s", 100 * m->gbs / m->hiredis_gbs, m->hiredis_gbs);
+  if (m->slots_gbs > 0)
+    g_print ("%s%.0f%% of raw slots to slots, %.2f GB/s", m->hiredis_gbs > 0 ? "; " : " (",
+             100 * m->gbs / m->slots_gbs, m->slots_gbs);
+  if (m->hiredis_gbs > 0 || m->slots_gbs > 0)
+    g_print (")");
+  if (m->hiredis_gbs > 0)
+    g_print (", cpu %.3f s/GB = %.2fx hiredis's %.3f s/GB\n", m->cpu, m->cpu / m->hiredis_cpu,
              m->hiredis_cpu);
   else
     g_print (", cpu %.3f s/GB\n", m->cpu);
@@ -752,15 +832,19 @@ report (const char *what,
 /* The ceilings of one round: the best of redis-benchmark, the raw client
  * and the hiredis client, each direction; the hiredis client's own rates
  * and CPU per GB ([0] SET, [1] GET) go to @hiredis_gbs and @hiredis_cpu
- * (0 when it was not run). */
+ * (0 when it was not run), and the raw client's between @slot_bytes of
+ * memory, as the tier's primary, to @slots_gbs: the others move values
+ * that stay in the caches. */
 static gboolean
 measure_ceiling (const char *servers,
                  gsize       value_bytes,
                  guint64     total,
+                 gsize       slot_bytes,
                  double     *set_gbs,
                  double     *get_gbs,
                  double     *hiredis_gbs,
-                 double     *hiredis_cpu)
+                 double     *hiredis_cpu,
+                 double     *slots_gbs)
 {
   double bench_set = 0, bench_get = 0, raw_set = 0, raw_get = 0;
   gboolean have_hiredis = FALSE;
@@ -776,8 +860,15 @@ measure_ceiling (const char *servers,
     memcpy (ports, server_ports, sizeof ports);
   else if (!opt_cluster)
     ports[0] = (guint) g_ascii_strtoull (strrchr (servers, ':') + 1, NULL, 10);
+  slots_gbs[0] = slots_gbs[1] = 0;
   if (ports[0] != 0)
-    have_raw = raw_ceiling (n_nodes, ports, value_bytes, total, &raw_set, &raw_get);
+    {
+      have_raw = raw_ceiling (n_nodes, ports, value_bytes, total, slot_bytes, FALSE, &raw_set, &raw_get);
+      flush_all (servers);
+      if (have_raw && !raw_ceiling (n_nodes, ports, value_bytes, total, slot_bytes, TRUE,
+                                    &slots_gbs[0], &slots_gbs[1]))
+        slots_gbs[0] = slots_gbs[1] = 0;
+    }
   flush_all (servers);
   hiredis_gbs[0] = hiredis_gbs[1] = hiredis_cpu[0] = hiredis_cpu[1] = 0;
   if (ports[0] != 0)
@@ -787,9 +878,11 @@ measure_ceiling (const char *servers,
         hiredis_gbs[0] = hiredis_gbs[1] = 0;
       flush_all (servers);
     }
-  g_print ("#   ceiling: redis-benchmark set %.2f get %.2f GB/s; raw client set %.2f get %.2f GB/s%s; "
+  g_print ("#   ceiling: redis-benchmark set %.2f get %.2f GB/s; raw client set %.2f get %.2f GB/s%s"
+           " (slots to slots set %.2f get %.2f GB/s); "
            "hiredis set %.2f get %.2f GB/s, cpu %.3f / %.3f s/GB%s\n",
            bench_set, bench_get, raw_set, raw_get, have_raw ? "" : " (not measured)",
+           slots_gbs[0], slots_gbs[1],
            hiredis_gbs[0], hiredis_gbs[1], hiredis_cpu[0], hiredis_cpu[1],
            have_hiredis ? "" : " (not measured)");
   *set_gbs = MAX (MAX (bench_set, raw_set), hiredis_gbs[0]);
@@ -813,13 +906,14 @@ run_chunk_size (const char  *servers,
 
   for (gint round = 0; round < opt_rounds; round++)
     {
-      double set_ceiling, get_ceiling, t, c, hiredis_gbs[2], hiredis_cpu[2];
+      double set_ceiling, get_ceiling, t, c, hiredis_gbs[2], hiredis_cpu[2], slots_gbs[2];
       BenchStack store = { 0 }, load = { 0 };
       Sample sample;
       guint64 n_done;
 
-      if (!measure_ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total, &set_ceiling, &get_ceiling,
-                            hiredis_gbs, hiredis_cpu))
+      if (!measure_ceiling (servers, chunk + KV_CHUNK_HEADER_SIZE, total,
+                            (gsize) primary_slots * (chunk + KV_CHUNK_HEADER_SIZE), &set_ceiling,
+                            &get_ceiling, hiredis_gbs, hiredis_cpu, slots_gbs))
         {
           g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_FAILED, "no ceiling measured");
           return FALSE;
@@ -836,7 +930,7 @@ run_chunk_size (const char  *servers,
       if (n_done != n_chunks)
         g_print ("# store: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored\n",
                  n_done, n_chunks);
-      sample = (Sample) { gb / t, set_ceiling, c / gb, hiredis_gbs[0], hiredis_cpu[0] };
+      sample = (Sample) { gb / t, set_ceiling, c / gb, hiredis_gbs[0], hiredis_cpu[0], slots_gbs[0] };
       g_print ("#   round %d: store %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
                100 * sample.gbs / sample.ceiling, sample.cpu);
       g_array_append_val (stores, sample);
@@ -854,7 +948,7 @@ run_chunk_size (const char  *servers,
       if (n_done != n_chunks)
         g_print ("# load: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
                  n_done, n_chunks);
-      sample = (Sample) { gb / t, get_ceiling, c / gb, hiredis_gbs[1], hiredis_cpu[1] };
+      sample = (Sample) { gb / t, get_ceiling, c / gb, hiredis_gbs[1], hiredis_cpu[1], slots_gbs[1] };
       g_print ("#   round %d: load %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
                100 * sample.gbs / sample.ceiling, sample.cpu);
       g_array_append_val (loads, sample);

@@ -22,6 +22,14 @@
  * GIO's shared pool until it ends, so each one waiting for a client ties
  * up a thread (and GnuTLS's session buffers) until the handshake timeout. */
 #define MAX_TLS_HANDSHAKES 8
+/* DATA frames of one FETCH written at once, one asynchronous write and
+ * one slow-reader timer (io-timeout-ms) for them all instead of one each:
+ * at most this many, and no more payload bytes than DATA_BATCH_MAX_BYTES
+ * (but for one frame), so that a reader must go no faster than one frame
+ * of 2 MiB in io-timeout-ms asked of it */
+#define DATA_BATCH_MAX_FRAMES 16
+#define DATA_BATCH_MAX_BYTES (2u << 20)
+#define DATA_HEAD_SIZE (KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE + KV_CHUNK_HEADER_SIZE)
 /* The largest TLS record a ClientHello may come in (2^14 bytes of
  * plaintext and a margin; a ClientHello is sent in plaintext). */
 #define MAX_TLS_RECORD (16384 + 256)
@@ -128,8 +136,10 @@ struct _Conn
   gpointer             fetch_done_data;
   guint                fetch_index;
   guint                fetch_sent;
-  guint8              *data_head;  /* DATA header, prefix and chunk header */
-  GOutputVector        vectors[2];
+  guint                batch_frames; /* DATA frames of the write in flight */
+  /* per frame of a batch: its DATA header, prefix and chunk header */
+  guint8              *data_heads;
+  GOutputVector        vectors[2 * DATA_BATCH_MAX_FRAMES];
 
   KvPeerEventsSubscriber *subscriber;
 };
@@ -255,7 +265,7 @@ conn_unref (Conn *conn)
   g_clear_object (&conn->cancellable);
   g_clear_pointer (&conn->body, g_free);
   g_clear_pointer (&conn->out, g_byte_array_unref);
-  g_clear_pointer (&conn->data_head, g_free);
+  g_clear_pointer (&conn->data_heads, g_free);
   g_free (conn->address);
   g_free (conn);
 }
@@ -910,7 +920,7 @@ data_written (GObject      *stream,
   if (conn->state != CONN_CLOSED)
     {
       stop_timer (conn);
-      conn->fetch_index++;
+      conn->fetch_index += conn->batch_frames;
       send_next_data (conn);
     }
   conn_unref (conn);
@@ -929,18 +939,57 @@ fetch_done_written (Conn *conn)
   read_request (conn);
 }
 
-/* One DATA frame per key, in order: the chunk record's header is built
- * here, its payload is written from the primary slot itself (no copy). */
+/* Encodes the DATA frame of key @i of the FETCH into @head (a hit: the
+ * chunk record's header built here, its payload to be written from the
+ * primary slot itself, no copy; a miss: the prefix alone) and says how
+ * long the head is and where the payload is. */
+static gsize
+encode_data_frame (Conn          *conn,
+                   guint          i,
+                   guint8        *head,
+                   GOutputVector *payload)
+{
+  KvPeerServer *self = conn->server;
+  KvPeerServeRequest *request = conn->fetch;
+  const KvPeerServedChunk *chunk = &conn->chunks[i];
+  gsize block_size = self->settings.block_size;
+  guint8 *record_header = head + KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE;
+
+  if (chunk->payload == NULL)
+    {
+      kv_peer_frame_encode_data_prefix (head, request->request_id, i, KV_PEER_DATA_MISS, 0);
+      *payload = (GOutputVector) { NULL, 0 };
+      count (self, KV_PEER_COUNTER_SERVED_MISSES);
+      return KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE;
+    }
+  kv_peer_frame_encode_data_prefix (head, request->request_id, i, KV_PEER_DATA_OK,
+                                    KV_CHUNK_HEADER_SIZE + block_size);
+  /* the checksum computed once, as the chunk came into the primary */
+  if (chunk->has_payload_checksum)
+    kv_chunk_header_encode_with_checksum (record_header, self->settings.namespace_digest,
+                                          request->keys->pdata[i], block_size,
+                                          chunk->payload_checksum, g_get_real_time ());
+  else
+    kv_chunk_header_encode (record_header, self->settings.namespace_digest,
+                            request->keys->pdata[i], chunk->payload, block_size,
+                            g_get_real_time ());
+  *payload = (GOutputVector) { chunk->payload, block_size };
+  conn->fetch_sent++;
+  return DATA_HEAD_SIZE;
+}
+
+/* The DATA frames of the FETCH in order, a batch of them per write (see
+ * DATA_BATCH_MAX_FRAMES), then its DONE. */
 static void
 send_next_data (Conn *conn)
 {
   KvPeerServer *self = conn->server;
   KvPeerServeRequest *request = conn->fetch;
-  guint i = conn->fetch_index;
   gsize block_size = self->settings.block_size;
-  gsize head_len;
+  guint n_frames = 0, n_vectors = 0;
+  gsize payload_bytes = 0;
 
-  if (i == request->keys->len)
+  if (conn->fetch_index == request->keys->len)
     {
       g_byte_array_set_size (conn->out, 0);
       kv_peer_frame_append_done (conn->out, request->request_id, conn->fetch_sent);
@@ -955,46 +1004,26 @@ send_next_data (Conn *conn)
       return;
     }
 
-  if (conn->data_head == NULL)
-    conn->data_head = g_malloc (KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE +
-                                KV_CHUNK_HEADER_SIZE);
-  if (conn->chunks[i].payload != NULL)
+  if (conn->data_heads == NULL)
+    conn->data_heads = g_malloc ((gsize) DATA_BATCH_MAX_FRAMES * DATA_HEAD_SIZE);
+  while (conn->fetch_index + n_frames < request->keys->len && n_frames < DATA_BATCH_MAX_FRAMES &&
+         (n_frames == 0 || payload_bytes + block_size <= DATA_BATCH_MAX_BYTES))
     {
-      const KvPeerServedChunk *chunk = &conn->chunks[i];
-      guint8 *record_header = conn->data_head + KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE;
+      guint8 *head = conn->data_heads + (gsize) n_frames * DATA_HEAD_SIZE;
+      GOutputVector payload;
+      gsize head_len = encode_data_frame (conn, conn->fetch_index + n_frames, head, &payload);
 
-      kv_peer_frame_encode_data_prefix (conn->data_head, request->request_id, i, KV_PEER_DATA_OK,
-                                        KV_CHUNK_HEADER_SIZE + block_size);
-      /* the checksum computed once, as the chunk came into the primary */
-      if (chunk->has_payload_checksum)
-        kv_chunk_header_encode_with_checksum (record_header, self->settings.namespace_digest,
-                                              request->keys->pdata[i], block_size,
-                                              chunk->payload_checksum, g_get_real_time ());
-      else
-        kv_chunk_header_encode (record_header, self->settings.namespace_digest,
-                                request->keys->pdata[i], chunk->payload, block_size,
-                                g_get_real_time ());
-      head_len = KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE + KV_CHUNK_HEADER_SIZE;
-      conn->vectors[1].buffer = conn->chunks[i].payload;
-      conn->vectors[1].size = block_size;
-      conn->fetch_sent++;
+      conn->vectors[n_vectors++] = (GOutputVector) { head, head_len };
+      if (payload.size > 0)
+        conn->vectors[n_vectors++] = payload;
+      payload_bytes += payload.size;
+      n_frames++;
     }
-  else
-    {
-      kv_peer_frame_encode_data_prefix (conn->data_head, request->request_id, i,
-                                        KV_PEER_DATA_MISS, 0);
-      head_len = KV_PEER_FRAME_HEADER_SIZE + KV_PEER_DATA_PREFIX_SIZE;
-      conn->vectors[1].buffer = NULL;
-      conn->vectors[1].size = 0;
-      count (self, KV_PEER_COUNTER_SERVED_MISSES);
-    }
-  conn->vectors[0].buffer = conn->data_head;
-  conn->vectors[0].size = head_len;
+  conn->batch_frames = n_frames;
   start_timer (conn, self->settings.io_timeout_ms, KV_PEER_COUNTER_SLOW_READERS);
   g_output_stream_writev_all_async (g_io_stream_get_output_stream (conn->stream),
-                                    conn->vectors, conn->vectors[1].size > 0 ? 2 : 1,
-                                    G_PRIORITY_DEFAULT, conn->cancellable, data_written,
-                                    conn_ref (conn));
+                                    conn->vectors, n_vectors, G_PRIORITY_DEFAULT, conn->cancellable,
+                                    data_written, conn_ref (conn));
 }
 
 typedef struct

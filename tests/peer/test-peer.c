@@ -319,6 +319,37 @@ test_partial (void)
   lone_tier_clear (&lone);
 }
 
+/* One FETCH of 48 keys, answered in several writes of DATA frames (the
+ * server batches at most 16 frames and 2 MiB of payload a write): misses
+ * (frames without a payload) and hits in one batch, then batches of hits;
+ * every chunk that landed is the right one, byte-exact, in its slot. */
+static void
+test_batched_answer (void)
+{
+  g_autoptr(PeerNode) b = peer_node_start ("", SLOT_KIB, 10, 40);
+  LoneTier lone = { 0 };
+  KvJobResult *result;
+  KvKey * const *landed;
+  guint n_landed = 0;
+
+  lone_tier_init (&lone, b->peer_address, NULL);
+  /* 0..9 are not on B, 10..47 are */
+  result = lone_load (&lone, 1, 0, 48, NULL, NULL);
+  g_assert_false (kv_job_result_get_success (result));
+  landed = kv_job_result_get_successful_keys (result, &n_landed);
+  g_assert_cmpuint (n_landed, ==, 38);
+  for (guint i = 0; i < n_landed; i++)
+    {
+      g_autoptr(KvKey) key = synthetic_key (10 + i);
+
+      g_assert_true (kv_key_equal (landed[i], key));
+      g_assert_true (slot_is (&lone, 10 + i, 10 + i));
+    }
+  g_assert_cmpint (kv_job_result_get_transfer_bytes (result), ==, 38 * SLOT_KIB * 1024);
+  kv_job_result_unref (result);
+  lone_tier_clear (&lone);
+}
+
 static gboolean
 kill_node (gpointer data)
 {
@@ -696,6 +727,7 @@ main (int   argc,
   g_test_add_func ("/peer/three-nodes", test_three_nodes);
   g_test_add_func ("/peer/from-secondary", test_from_secondary);
   g_test_add_func ("/peer/partial", test_partial);
+  g_test_add_func ("/peer/batched-answer", test_batched_answer);
   g_test_add_func ("/peer/killed-peer", test_killed_peer);
   g_test_add_func ("/peer/slow-peer", test_slow_peer);
   g_test_add_func ("/peer/sigterm", test_sigterm);

@@ -9,6 +9,7 @@
 
 #include "kv-chunk-format.h"
 #include "kv-log-limiter.h"
+#include "kv-peer-deadline.h"
 #include "kv-peer-handshake.h"
 
 /*
@@ -78,90 +79,26 @@ peer_link_free (PeerLink *link)
 
 /* ---- per-request deadline -------------------------------------------------- */
 
-typedef struct
-{
-  GCancellable *cancellable;   /* what the I/O calls get */
-  GCancellable *outer;         /* the job's, cancelled at its deadline */
-  gulong        outer_handler;
-  GSource      *timer;
-  GMainContext *context;
-  guint         timeout_ms;
-} Deadline;
-
 static void
-cancel_other (GCancellable *cancellable,
-              gpointer      data)
+deadline_begin (KvPeerClient   *self,
+                KvPeerDeadline *deadline,
+                GCancellable   *outer)
 {
-  g_cancellable_cancel (data);
-}
-
-static gboolean
-deadline_fired (gpointer data)
-{
-  g_cancellable_cancel (data);
-  return G_SOURCE_REMOVE;
-}
-
-static void
-deadline_restart (Deadline *deadline)
-{
-  if (deadline->timer != NULL)
-    {
-      g_source_destroy (deadline->timer);
-      g_source_unref (deadline->timer);
-    }
-  deadline->timer = g_timeout_source_new (deadline->timeout_ms);
-  g_source_set_callback (deadline->timer, deadline_fired,
-                         g_object_ref (deadline->cancellable), g_object_unref);
-  g_source_attach (deadline->timer, deadline->context);
-}
-
-static void
-deadline_begin (KvPeerClient *self,
-                Deadline     *deadline,
-                GCancellable *outer)
-{
-  memset (deadline, 0, sizeof *deadline);
-  deadline->cancellable = g_cancellable_new ();
-  deadline->context = self->settings.timer_context;
-  deadline->timeout_ms = self->settings.io_timeout_ms;
-  if (outer != NULL)
-    {
-      deadline->outer = g_object_ref (outer);
-      deadline->outer_handler = g_cancellable_connect (outer, G_CALLBACK (cancel_other),
-                                                       g_object_ref (deadline->cancellable),
-                                                       g_object_unref);
-    }
-  deadline_restart (deadline);
-}
-
-static void
-deadline_end (Deadline *deadline)
-{
-  if (deadline->timer != NULL)
-    {
-      g_source_destroy (deadline->timer);
-      g_clear_pointer (&deadline->timer, g_source_unref);
-    }
-  if (deadline->outer != NULL)
-    {
-      g_cancellable_disconnect (deadline->outer, deadline->outer_handler);
-      g_clear_object (&deadline->outer);
-    }
-  g_clear_object (&deadline->cancellable);
+  kv_peer_deadline_begin (deadline, self->settings.timer_context, self->settings.io_timeout_ms,
+                          outer);
 }
 
 /* Rewrites a cancellation by the timer as a timeout naming the peer. */
 static void
-name_failure (KvPeerClient  *self,
-              Deadline      *deadline,
-              const char    *what,
-              GError       **error)
+name_failure (KvPeerClient    *self,
+              KvPeerDeadline  *deadline,
+              const char      *what,
+              GError         **error)
 {
   if (error == NULL || *error == NULL)
     return;
   if (g_error_matches (*error, G_IO_ERROR, G_IO_ERROR_CANCELLED) &&
-      (deadline->outer == NULL || !g_cancellable_is_cancelled (deadline->outer)))
+      kv_peer_deadline_timed_out (deadline))
     {
       g_clear_error (error);
       g_set_error (error, KV_TIER_ERROR, KV_TIER_ERROR_TIMED_OUT,
@@ -406,9 +343,9 @@ failed:
 /* An authenticated connection for one request: an idle one, a new one, or
  * (at max-connections) the next one given back. */
 static PeerLink *
-take_link (KvPeerClient  *self,
-           Deadline      *deadline,
-           GError       **error)
+take_link (KvPeerClient    *self,
+           KvPeerDeadline  *deadline,
+           GError         **error)
 {
   PeerLink *link = NULL;
   gint64 until = g_get_monotonic_time () + self->settings.io_timeout_ms * G_TIME_SPAN_MILLISECOND;
@@ -572,7 +509,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
                        guint8         *answers,
                        GError        **error)
 {
-  Deadline deadline;
+  KvPeerDeadline deadline;
   PeerLink *link;
   gboolean ok = TRUE;
 
@@ -582,7 +519,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
     {
       name_failure (self, &deadline, "a connection", error);
       record_link_failure (self, error);
-      deadline_end (&deadline);
+      kv_peer_deadline_end (&deadline);
       return FALSE;
     }
 
@@ -592,7 +529,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
       guint32 id = ++link->next_request_id;
       g_auto(KvPeerMessage) response = { 0 };
 
-      deadline_restart (&deadline);
+      kv_peer_deadline_restart (&deadline);
       g_byte_array_set_size (link->buf, 0);
       ok = kv_peer_frame_append_keys (link->buf, KV_PEER_FRAME_LOOKUP, id, keys + done, n, error) &&
            write_buf (link, deadline.cancellable, error) &&
@@ -613,7 +550,7 @@ kv_peer_client_lookup (KvPeerClient   *self,
     name_failure (self, &deadline, "a LOOKUP", error);
   record_outcome (self, ok, error);
   give_link (self, link, ok);
-  deadline_end (&deadline);
+  kv_peer_deadline_end (&deadline);
   return ok;
 }
 
@@ -721,7 +658,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
                       GCancellable   *cancellable,
                       GError        **error)
 {
-  Deadline deadline;
+  KvPeerDeadline deadline;
   PeerLink *link;
   gboolean ok = TRUE;
 
@@ -733,7 +670,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
       kv_peer_counters_add (self->counters, KV_PEER_COUNTER_FETCH_FAILURES, 1);
       name_failure (self, &deadline, "a connection", error);
       record_link_failure (self, error);
-      deadline_end (&deadline);
+      kv_peer_deadline_end (&deadline);
       return FALSE;
     }
 
@@ -745,7 +682,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
       guint32 id = ++link->next_request_id;
       g_auto(KvPeerMessage) trailer = { 0 };
 
-      deadline_restart (&deadline);
+      kv_peer_deadline_restart (&deadline);
       g_byte_array_set_size (link->buf, 0);
       ok = kv_peer_frame_append_keys (link->buf, KV_PEER_FRAME_FETCH, id, keys + done, n, error) &&
            write_buf (link, deadline.cancellable, error);
@@ -753,7 +690,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
         {
           /* each frame within the I/O timeout: a peer that stops sending
            * is found out, a long batch is not */
-          deadline_restart (&deadline);
+          kv_peer_deadline_restart (&deadline);
           ok = read_data (self, link, id, i, keys[done + i], slots[done + i], &landed[done + i],
                           &payload_checksums[done + i], deadline.cancellable, error);
         }
@@ -775,7 +712,7 @@ kv_peer_client_fetch (KvPeerClient   *self,
     }
   record_outcome (self, ok, error);
   give_link (self, link, ok);
-  deadline_end (&deadline);
+  kv_peer_deadline_end (&deadline);
   return ok;
 }
 

@@ -225,11 +225,16 @@ static void
 test_hit_and_miss_after_flush (Fixture       *f,
                                gconstpointer  data)
 {
+  /* the worker holds the batch until the count is read: unanswered, it
+   * is pending (ungated, a quick worker answered it first at times) */
+  f->rec->gated = TRUE;
   g_assert_cmpint (lookup (f, HIT_A, f->r1), ==, KV_LOOKUP_RESULT_RETRY);
   g_assert_cmpint (lookup (f, MISS_A, f->r1), ==, KV_LOOKUP_RESULT_RETRY);
   kv_async_lookup_flush (f->lookup);
+  recorder_wait_entered (f->rec, 1);
   g_assert_cmpuint (kv_async_lookup_get_n_pending (f->lookup), ==, 1);
 
+  recorder_open_gate (f->rec);
   kv_async_lookup_wait_idle (f->lookup);
   g_assert_cmpuint (kv_async_lookup_get_n_pending (f->lookup), ==, 0);
   g_assert_cmpint (lookup (f, HIT_A, f->r1), ==, KV_LOOKUP_RESULT_HIT);

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-layout.h"
+#include "kv-fs-io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -767,7 +768,7 @@ write_once_at (int          dir_fd,
   g_autofree char *tmp = NULL;
   struct stat st;
   gsize len = strlen (contents);
-  gsize done = 0;
+  int errsv;
   int fd;
 
   if (fstatat (dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
@@ -777,36 +778,25 @@ write_once_at (int          dir_fd,
   fd = openat (dir_fd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0)
     {
-      int errsv = errno;
-
+      errsv = errno;
       g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
                    "Cannot write in the fs tier directory ‘%s’: %s", dir_path,
                    g_strerror (errsv));
       return FALSE;
     }
-  while (done < len)
+  errsv = kv_fs_io_pwrite_full (fd, contents, len, 0);
+  if (errsv != 0)
     {
-      ssize_t n = write (fd, contents + done, len - done);
-
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        {
-          int errsv = n < 0 ? errno : EIO;
-
-          close (fd);
-          unlinkat (dir_fd, tmp, 0);
-          g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
-                       "Cannot write ‘%s/%s’: %s", dir_path, tmp, g_strerror (errsv));
-          return FALSE;
-        }
-      done += n;
+      close (fd);
+      unlinkat (dir_fd, tmp, 0);
+      g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
+                   "Cannot write ‘%s/%s’: %s", dir_path, tmp, g_strerror (errsv));
+      return FALSE;
     }
   close (fd);
   if (renameat (dir_fd, tmp, dir_fd, name) != 0)
     {
-      int errsv = errno;
-
+      errsv = errno;
       unlinkat (dir_fd, tmp, 0);
       g_set_error (error, G_IO_ERROR, g_io_error_from_errno (errsv),
                    "Cannot rename ‘%s/%s’ to ‘%s’: %s", dir_path, tmp, name, g_strerror (errsv));

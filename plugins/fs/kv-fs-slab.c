@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-slab.h"
+#include "kv-fs-io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -109,29 +110,15 @@ set_errno_error (GError     **error,
   return FALSE;
 }
 
+/* Writes a slab file's header at its start; FALSE with errno set. */
 static gboolean
-write_all_at (int           fd,
-              const guint8 *buf,
-              gsize         len,
-              guint64       offset)
+write_slab_header (int           fd,
+                   const guint8 *header)
 {
-  gsize done = 0;
+  int err = kv_fs_io_pwrite_full (fd, header, KV_SLAB_HEADER_SIZE, 0);
 
-  while (done < len)
-    {
-      ssize_t n = pwrite (fd, buf + done, len - done, offset + done);
-
-      if (n < 0 && errno == EINTR)
-        continue;
-      if (n <= 0)
-        {
-          if (n == 0)
-            errno = EIO;
-          return FALSE;
-        }
-      done += n;
-    }
-  return TRUE;
+  errno = err;
+  return err == 0;
 }
 
 /* Opens slab file @index of @root (creating and preallocating it if
@@ -199,7 +186,7 @@ open_slab_file (KvFsSlab          *self,
     g_error ("Cannot allocate an aligned slab header");
   if (!created && st.st_size >= KV_SLAB_HEADER_SIZE)
     {
-      got = pread (file->fd, header, KV_SLAB_HEADER_SIZE, 0);
+      got = kv_fs_io_pread_full (file->fd, header, KV_SLAB_HEADER_SIZE, 0);
       if (got == KV_SLAB_HEADER_SIZE &&
           kv_chunk_slab_header_parse (header, ns, &payload_len, &n_slots) &&
           memcmp (ns, self->ns_digest, sizeof ns) == 0 && payload_len == self->payload_len)
@@ -244,7 +231,7 @@ open_slab_file (KvFsSlab          *self,
     {
       kv_chunk_slab_header_encode (header, self->ns_digest, self->payload_len, file->n_slots,
                                    g_get_real_time ());
-      if (!write_all_at (file->fd, header, KV_SLAB_HEADER_SIZE, 0) || fdatasync (file->fd) != 0)
+      if (!write_slab_header (file->fd, header) || fdatasync (file->fd) != 0)
         {
           free (header);
           return set_errno_error (error, errno, "write the header of", file->path);
@@ -294,6 +281,7 @@ open_slab_device (KvFsSlab          *self,
   gboolean rewrite = TRUE;
   struct stat st;
   struct stat st_direct;
+  gssize got;
 
   /* the root's own name may be a link (/dev/disk/by-id/...) of the
    * tier's user or of root, as a root directory's may */
@@ -334,10 +322,12 @@ open_slab_device (KvFsSlab          *self,
 
   if (posix_memalign ((void **) &header, 4096, KV_SLAB_HEADER_SIZE) != 0)
     g_error ("Cannot allocate an aligned slab header");
-  if (pread (file->fd, header, KV_SLAB_HEADER_SIZE, 0) != KV_SLAB_HEADER_SIZE)
+  got = kv_fs_io_pread_full (file->fd, header, KV_SLAB_HEADER_SIZE, 0);
+  if (got != KV_SLAB_HEADER_SIZE)
     {
       free (header);
-      return set_errno_error (error, errno, "read", file->path);
+      /* a device shorter than its header was refused above */
+      return set_errno_error (error, got < 0 ? (int) -got : EIO, "read", file->path);
     }
   for (guint i = 0; i < KV_SLAB_HEADER_SIZE && zero; i++)
     zero = header[i] == 0;
@@ -361,7 +351,7 @@ open_slab_device (KvFsSlab          *self,
     {
       kv_chunk_slab_header_encode (header, self->ns_digest, self->payload_len, file->n_slots,
                                    g_get_real_time ());
-      if (!write_all_at (file->fd, header, KV_SLAB_HEADER_SIZE, 0) || fdatasync (file->fd) != 0)
+      if (!write_slab_header (file->fd, header) || fdatasync (file->fd) != 0)
         {
           free (header);
           return set_errno_error (error, errno, "write the header of", file->path);
@@ -948,40 +938,18 @@ read_headers (KvFsSlab *self,
   if (span != NULL)
     {
       gsize len = (gsize) n * self->slot_size;
-      gsize done = 0;
 
-      while (done < len)
-        {
-          ssize_t got = pread (fd, span + done, len - done, start + done);
-
-          if (got < 0 && errno == EINTR)
-            continue;
-          if (got <= 0)
-            return FALSE;
-          done += got;
-        }
+      if (kv_fs_io_pread_full (fd, span, len, start) != (gssize) len)
+        return FALSE;
       for (guint32 i = 0; i < n; i++)
         memcpy (buf + (gsize) i * KV_CHUNK_HEADER_SIZE, span + (gsize) i * self->slot_size,
                 KV_CHUNK_HEADER_SIZE);
       return TRUE;
     }
   for (guint32 i = 0; i < n; i++)
-    {
-      gsize done = 0;
-
-      while (done < KV_CHUNK_HEADER_SIZE)
-        {
-          ssize_t got = pread (fd, buf + (gsize) i * KV_CHUNK_HEADER_SIZE + done,
-                               KV_CHUNK_HEADER_SIZE - done,
-                               start + (guint64) i * self->slot_size + done);
-
-          if (got < 0 && errno == EINTR)
-            continue;
-          if (got <= 0)
-            return FALSE;
-          done += got;
-        }
-    }
+    if (kv_fs_io_pread_full (fd, buf + (gsize) i * KV_CHUNK_HEADER_SIZE, KV_CHUNK_HEADER_SIZE,
+                             start + (guint64) i * self->slot_size) != KV_CHUNK_HEADER_SIZE)
+      return FALSE;
   return TRUE;
 }
 
@@ -1316,7 +1284,7 @@ kv_fs_slab_encode_header (KvFsOp *op)
 }
 
 /* Moves all of @iov (@write) at @offset; returns 0 or an errno (EIO at
- * end of file). */
+ * end of file: a slot lies inside its preallocated file). */
 static int
 move_all (int           fd,
           gboolean      write,
@@ -1324,32 +1292,14 @@ move_all (int           fd,
           int           n_iov,
           guint64       offset)
 {
-  while (n_iov > 0)
-    {
-      ssize_t n = write ? pwritev (fd, iov, n_iov, offset) : preadv (fd, iov, n_iov, offset);
+  gssize got;
 
-      if (n < 0)
-        {
-          if (errno == EINTR)
-            continue;
-          return errno;
-        }
-      if (n == 0)
-        return write ? ENOSPC : EIO;
-      offset += n;
-      while (n_iov > 0 && (size_t) n >= iov->iov_len)
-        {
-          n -= iov->iov_len;
-          iov++;
-          n_iov--;
-        }
-      if (n_iov > 0)
-        {
-          iov->iov_base = (char *) iov->iov_base + n;
-          iov->iov_len -= n;
-        }
-    }
-  return 0;
+  if (write)
+    return kv_fs_io_pwritev_full (fd, iov, n_iov, offset);
+  got = kv_fs_io_preadv_full (fd, iov, n_iov, offset);
+  if (got < 0)
+    return (int) -got;
+  return (gsize) got == kv_fs_io_vec_length (iov, n_iov) ? 0 : EIO;
 }
 
 /* Runs a slab store or load on the calling thread (the thread-pool and

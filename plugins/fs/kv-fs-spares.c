@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-spares.h"
+#include "kv-fs-io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -145,7 +146,6 @@ create_spare (KvFsSpares   *self,
   g_autofree char *name = g_strdup_printf ("%" G_GUINT64_FORMAT, n);
   int flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC |
               (self->o_direct[root] ? O_DIRECT : 0);
-  gsize done = 0;
   int dir_fd;
   int errsv;
   int fd;
@@ -161,21 +161,7 @@ create_spare (KvFsSpares   *self,
       errno = errsv;
       return NULL;
     }
-  while (done < self->file_size)
-    {
-      ssize_t w = pwrite (fd, zeros + done, self->file_size - done, done);
-
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        {
-          if (w == 0)
-            errno = EIO;
-          break;
-        }
-      done += w;
-    }
-  errsv = done == self->file_size ? 0 : errno;
+  errsv = kv_fs_io_pwrite_full (fd, zeros, self->file_size, 0);
   /* the descriptor is gone even when close() fails */
   if (close (fd) != 0 && errsv == 0)
     errsv = errno;

@@ -2,6 +2,7 @@
 #include "config.h"
 
 #include "kv-fs-threads-engine.h"
+#include "kv-fs-io.h"
 #include "kv-fs-slab.h"
 
 #include <errno.h>
@@ -81,79 +82,6 @@ retry_open (KvFsOp           *op,
     }
 }
 
-/* Writes all of @iov at offset 0; returns 0 or an errno. */
-static int
-write_all (int           fd,
-           struct iovec *iov,
-           int           n_iov)
-{
-  off_t offset = 0;
-
-  while (n_iov > 0)
-    {
-      ssize_t n = pwritev (fd, iov, n_iov, offset);
-
-      if (n < 0)
-        {
-          if (errno == EINTR)
-            continue;
-          return errno;
-        }
-      if (n == 0)
-        return EIO;
-      offset += n;
-      while (n_iov > 0 && (size_t) n >= iov->iov_len)
-        {
-          n -= iov->iov_len;
-          iov++;
-          n_iov--;
-        }
-      if (n_iov > 0)
-        {
-          iov->iov_base = (char *) iov->iov_base + n;
-          iov->iov_len -= n;
-        }
-    }
-  return 0;
-}
-
-/* Reads up to the size of @iov at offset 0, stopping at end of file;
- * returns the byte count or -errno. */
-static gssize
-read_all (int           fd,
-          struct iovec *iov,
-          int           n_iov)
-{
-  gssize total = 0;
-
-  while (n_iov > 0)
-    {
-      ssize_t n = preadv (fd, iov, n_iov, total);
-
-      if (n < 0)
-        {
-          if (errno == EINTR)
-            continue;
-          return -errno;
-        }
-      if (n == 0)
-        break;
-      total += n;
-      while (n_iov > 0 && (size_t) n >= iov->iov_len)
-        {
-          n -= iov->iov_len;
-          iov++;
-          n_iov--;
-        }
-      if (n_iov > 0)
-        {
-          iov->iov_base = (char *) iov->iov_base + n;
-          iov->iov_len -= n;
-        }
-    }
-  return total;
-}
-
 static void
 run_store (KvFsOp           *op,
            const KvFsLayout *layout)
@@ -188,7 +116,7 @@ run_store (KvFsOp           *op,
   if (op->payload_len > 0)
     iov[n_iov++] = (struct iovec) { op->payload, op->payload_len };
 
-  err = write_all (fd, iov, n_iov);
+  err = kv_fs_io_pwritev_full (fd, iov, n_iov, 0);
   if (err == 0)
     err = kv_fs_op_write_file_checksum (op, fd);
   if (err == 0 && (op->flags & (KV_FS_OP_FLAG_DATASYNC | KV_FS_OP_FLAG_DIRSYNC)) &&
@@ -240,7 +168,7 @@ run_load (KvFsOp           *op,
   if (has_header)
     iov[n_iov++] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
   iov[n_iov++] = (struct iovec) { op->payload, op->payload_len };
-  got = read_all (fd, iov, n_iov);
+  got = kv_fs_io_preadv_full (fd, iov, n_iov, 0);
   if (got >= 0)
     {
       int err = kv_fs_op_read_file_checksum (op, fd);

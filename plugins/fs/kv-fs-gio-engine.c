@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include "kv-fs-gio-engine.h"
-#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,7 +98,8 @@ gio_op_finish (GioOp *gop)
   g_clear_object (&gop->in);
   g_clear_object (&gop->out);
   self->free_headers[self->n_free_headers++] = gop->header_index;
-  op->header = NULL;
+  if (!(op->flags & KV_FS_OP_FLAG_AT_OFFSET))
+    op->header = NULL;
   op->engine_data = NULL;
   g_free (gop);
   self->n_active--;
@@ -324,24 +324,25 @@ run_in_thread (GioOp               *gop,
   g_object_unref (task);
 }
 
-/* layout=slab: a slot of a file held open is one positioned write or
- * read, which GIO streams cannot do; it runs whole in a GTask worker. */
+/* Bytes at an offset of a file the layout holds open (layout=slab): a
+ * positioned transfer, which GIO streams cannot make; it runs whole in a
+ * GTask worker, with the layout's hooks. */
 static void
-slab_thread (GTask        *task,
-             gpointer      source,
-             gpointer      task_data,
-             GCancellable *cancellable)
+at_offset_thread (GTask        *task,
+                  gpointer      source,
+                  gpointer      task_data,
+                  GCancellable *cancellable)
 {
   GioOp *gop = task_data;
 
-  kv_fs_slab_op_run_sync (gop->op);
+  kv_fs_op_run_at_offset (gop->op);
   g_task_return_boolean (task, TRUE);
 }
 
 static void
-slab_done (GObject      *source,
-           GAsyncResult *result,
-           gpointer      user_data)
+at_offset_done (GObject      *source,
+                GAsyncResult *result,
+                gpointer      user_data)
 {
   g_task_propagate_boolean (G_TASK (result), NULL);
   gio_op_finish (user_data);
@@ -748,16 +749,17 @@ start_op (KvFsGioEngine *self,
   gop = g_new0 (GioOp, 1);
   gop->engine = self;
   gop->op = op;
+  /* a header buffer per op running: the pool bounds how many run */
   gop->header_index = self->free_headers[--self->n_free_headers];
-  op->header = self->headers + (gsize) gop->header_index * KV_CHUNK_HEADER_SIZE;
   op->engine_data = gop;
   self->n_active++;
 
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
     {
-      run_in_thread (gop, slab_thread, slab_done);
+      run_in_thread (gop, at_offset_thread, at_offset_done);
       return;
     }
+  op->header = self->headers + (gsize) gop->header_index * KV_CHUNK_HEADER_SIZE;
 
   switch (op->kind)
     {

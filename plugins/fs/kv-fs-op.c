@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include "kv-fs-op.h"
-#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "kv-fs-crc32c.h"
+#include "kv-fs-io.h"
 
 #include <glib/gstdio.h>
 
@@ -32,7 +32,7 @@ kv_fs_op_init (KvFsOp      *op,
   op->key = key;
   op->slot = G_MAXUINT32;
   op->fd = -1;
-  op->slab_fd = -1;
+  op->io_fd = -1;
   op->dir_fd = -1;
   op->tmp_dir_fd = -1;
   op->reuse_dir_fd = -1;
@@ -53,6 +53,8 @@ kv_fs_op_clear (KvFsOp *op)
 gsize
 kv_fs_op_file_size (const KvFsOp *op)
 {
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
+    return kv_fs_io_vec_length (op->io_vec, op->io_n_vec);
   return op->payload_len + ((op->flags & KV_FS_OP_FLAG_HEADER) ? KV_CHUNK_HEADER_SIZE : 0);
 }
 
@@ -82,11 +84,6 @@ kv_fs_op_prepare_header (KvFsOp *op)
     {
       memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
       memcpy (op->header, "KVTIERFS-PROBE", 14);
-      return;
-    }
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
-    {
-      kv_fs_slab_encode_header (op);
       return;
     }
   if (op->kind == KV_FS_OP_STORE && (op->flags & KV_FS_OP_FLAG_FILE_CRC32C))
@@ -137,6 +134,51 @@ kv_fs_op_check_load (KvFsOp *op)
       memcpy (&le, op->header + KV_CHUNK_OFF_PAYLOAD_XXH3, sizeof le);
       op->payload_checksum = GUINT64_FROM_LE (le);
       op->has_payload_checksum = TRUE;
+    }
+}
+
+/* Runs an AT_OFFSET op to completion on the calling thread (the
+ * thread-pool and GIO engines): the layout's prepare hook, the vector
+ * moved whole (a read that meets end of file is EIO: the layout's
+ * records lie inside its files), fdatasync() with DATASYNC, then the
+ * layout's complete hook, as long as it asks for another transfer. */
+void
+kv_fs_op_run_at_offset (KvFsOp *op)
+{
+  g_return_if_fail (op->flags & KV_FS_OP_FLAG_AT_OFFSET);
+
+  if (op->io_prepare != NULL)
+    op->io_prepare (op);
+  for (;;)
+    {
+      int err;
+
+      if (op->io_write)
+        err = kv_fs_io_pwritev_full (op->io_fd, op->io_vec, op->io_n_vec, op->io_offset);
+      else
+        {
+          gssize got = kv_fs_io_preadv_full (op->io_fd, op->io_vec, op->io_n_vec,
+                                             op->io_offset);
+
+          err = got < 0 ? (int) -got :
+                (gsize) got < kv_fs_io_vec_length (op->io_vec, op->io_n_vec) ? EIO : 0;
+        }
+      if (err == 0 && op->io_write && (op->flags & KV_FS_OP_FLAG_DATASYNC) &&
+          fdatasync (op->io_fd) != 0)
+        err = errno;
+      if (err != 0)
+        {
+          op->status = KV_FS_OP_STATUS_IO_ERROR;
+          op->error = err;
+          return;
+        }
+      if (op->io_complete == NULL)
+        {
+          op->status = KV_FS_OP_STATUS_OK;
+          return;
+        }
+      if (op->io_complete (op) == KV_FS_OP_IO_DONE)
+        return;
     }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <kvtier.h>
+#include <sys/uio.h>
 
 #include "kv-chunk-format.h"
 #include "kv-fs-layout.h"
@@ -14,6 +15,11 @@ G_BEGIN_DECLS
  * request part, an engine runs it on its own threads and fills the result
  * part, then calls @done exactly once, from an engine thread (or from the
  * thread that cancelled it).
+ *
+ * An op with KV_FS_OP_FLAG_AT_OFFSET only moves bytes: the layout that
+ * made it (layout=slab) keeps its files open, encodes its records and
+ * checks them, and hands the engine a vector of buffers to read or write
+ * at an offset of one of its descriptors, with two hooks of its own.
  */
 
 typedef enum {
@@ -35,9 +41,10 @@ typedef enum {
    * it to a temporary name; a crash leaves it a spare, whose bytes
    * nobody reads */
   KV_FS_OP_FLAG_REUSE_IN_PLACE = 1 << 6,
-  /* a slot of a slab file (layout=slab): @slab_fd at @slab_offset, no
-   * file opened, created or renamed (see KvFsSlab) */
-  KV_FS_OP_FLAG_SLAB          = 1 << 7,
+  /* read or write @io_vec at @io_offset of @io_fd, a descriptor the
+   * layout holds open: no file opened, created or renamed; the layout's
+   * hooks prepare and check the bytes (see KvFsSlab) */
+  KV_FS_OP_FLAG_AT_OFFSET     = 1 << 7,
   /* vLLM's file checksum (KV_FS_VLLM_CRC32C_XATTR, headerless files):
    * store: set it on the temporary file before the rename; load: check
    * it where the file has one (with VERIFY) */
@@ -61,6 +68,24 @@ typedef struct _KvFsOp KvFsOp;
 
 typedef void (*KvFsOpDoneFunc) (KvFsOp   *op,
                                 gpointer  user_data);
+
+/* What an engine does once an AT_OFFSET op's bytes moved. */
+typedef enum {
+  KV_FS_OP_IO_DONE,    /* the op is over: op->status is set */
+  KV_FS_OP_IO_AGAIN,   /* move @io_vec again (the hook changed it) */
+} KvFsOpIoNext;
+
+/* AT_OFFSET hooks, called on an engine thread (never the tier's), with
+ * no engine lock held. @prepare runs once before the first write and may
+ * read the whole payload (a checksum); @complete runs after each whole
+ * transfer (and its fdatasync with DATASYNC), sets op->status and says
+ * whether the vector moves again. An I/O error ends the op as IO_ERROR
+ * without calling @complete. */
+typedef void         (*KvFsOpPrepareFunc)  (KvFsOp *op);
+typedef KvFsOpIoNext (*KvFsOpCompleteFunc) (KvFsOp *op);
+
+/* The most buffers of one AT_OFFSET op: a record's header and payload. */
+#define KV_FS_OP_MAX_VEC 2
 
 struct _KvFsOp
 {
@@ -92,9 +117,16 @@ struct _KvFsOp
 
   gint            aborted;       /* (atomic) store: do not publish (deadline passed) */
 
-  /* layout=slab (KV_FS_OP_FLAG_SLAB): the slot, set by KvFsSlab */
-  int             slab_fd;       /* borrowed: the slab file, open for the tier's life */
-  guint64         slab_offset;   /* of the slot's header in it */
+  /* KV_FS_OP_FLAG_AT_OFFSET: the bytes to move, set by the layout */
+  int                 io_fd;       /* borrowed: open for the op's life */
+  guint64             io_offset;
+  gboolean            io_write;
+  struct iovec        io_vec[KV_FS_OP_MAX_VEC];
+  guint               io_n_vec;
+  KvFsOpPrepareFunc   io_prepare;  /* (nullable) */
+  KvFsOpCompleteFunc  io_complete; /* (nullable): without, a whole transfer is OK */
+
+  /* layout=slab's own, which no engine reads (see KvFsSlab) */
   guint32         slab_slot;     /* the slot's number across the tier's slabs */
   guint64         sequence;      /* store: the slot header's sequence number */
 
@@ -146,6 +178,7 @@ const char *kv_fs_op_status_to_string (KvFsOpStatus status);
  * move. */
 void        kv_fs_op_prepare_header (KvFsOp       *op);
 void        kv_fs_op_check_load     (KvFsOp       *op);
+void        kv_fs_op_run_at_offset  (KvFsOp       *op);
 int         kv_fs_op_write_file_checksum (KvFsOp *op,
                                           int     fd);
 int         kv_fs_op_read_file_checksum  (KvFsOp *op,

@@ -66,6 +66,7 @@ struct _KvFsSlab
   guint32       n_free;
   GHashTable   *map;         /* KvKey (slot->key) → slot number + 1 */
   guint64       last_sequence;
+  GPtrArray    *headers;     /* header buffers of no op now, for ops' records */
 
   /* While a restart scan reads the slots: the stretches read so far
    * (FileScan *, their valid slots oldest first), which a store that
@@ -460,6 +461,7 @@ kv_fs_slab_new (const KvFsLayout *layout,
   self->slot_size = slot_size;
   self->ns_digest = kv_fs_layout_get_namespace_digest (layout);
   self->map = g_hash_table_new (kv_key_hash, kv_key_equal);
+  self->headers = g_ptr_array_new_with_free_func (free);
   self->last_sequence = g_get_real_time ();
 
   for (guint r = 0; r < n_roots; r++)
@@ -578,6 +580,7 @@ kv_fs_slab_free (KvFsSlab *self)
   g_free (self->free_stack);
   if (self->map != NULL)
     g_hash_table_unref (self->map);
+  g_ptr_array_unref (self->headers);
   g_mutex_clear (&self->lock);
   g_free (self);
 }
@@ -635,6 +638,145 @@ file_of_slot (KvFsSlab *self,
   return &self->files[lo];
 }
 
+/* ---- records: what the engines move --------------------------------------- */
+
+/* The payload's checksum for a store's slot header: the one carried with
+ * the primary slot (see kv_host_buffer_get_slot_checksum()), or else
+ * computed here, the one place that reads the whole slot for it. */
+static guint64
+payload_checksum (const KvFsOp *op)
+{
+  if (op->has_payload_checksum)
+    return op->payload_checksum;
+  return kv_chunk_checksum (op->payload, op->payload_len);
+}
+
+static guint8 *
+record_header (const KvFsOp *op)
+{
+  return op->io_vec[0].iov_base;
+}
+
+/* Store, io_prepare (an engine thread): the header, whose payload
+ * checksum reads the whole payload unless the slot carried it. */
+static void
+encode_store_header (KvFsOp *op)
+{
+  kv_chunk_slot_header_encode (record_header (op), op->namespace_digest, op->key,
+                               op->payload_len, payload_checksum (op), g_get_real_time (),
+                               op->sequence);
+}
+
+/* Store, io_complete: written. Past its deadline, its primary slot may
+ * hold another chunk's bytes by now, so the slot must not stay valid:
+ * its header is written again as zeros, and the store is cancelled. */
+static KvFsOpIoNext
+store_written (KvFsOp *op)
+{
+  if (op->status == KV_FS_OP_STATUS_CANCELLED)
+    return KV_FS_OP_IO_DONE;   /* the zeros are written */
+  if (g_atomic_int_get (&op->aborted))
+    {
+      memset (record_header (op), 0, KV_CHUNK_HEADER_SIZE);
+      op->io_n_vec = 1;
+      op->status = KV_FS_OP_STATUS_CANCELLED;
+      op->error = ECANCELED;
+      return KV_FS_OP_IO_AGAIN;
+    }
+  op->status = KV_FS_OP_STATUS_OK;
+  return KV_FS_OP_IO_DONE;
+}
+
+/* Load, io_complete (an engine thread): header and payload are read;
+ * both are checked, the payload always (a torn slot has a valid header
+ * of either chunk). */
+static KvFsOpIoNext
+load_read (KvFsOp *op)
+{
+  op->header = record_header (op);
+  op->got_header = KV_CHUNK_HEADER_SIZE;
+  op->got_payload = op->payload_len;
+  kv_fs_op_check_load (op);
+  return KV_FS_OP_IO_DONE;
+}
+
+/* Probe of a block device, io_complete: its slab header was read; it
+ * must be intact. */
+static KvFsOpIoNext
+probe_read (KvFsOp *op)
+{
+  if (kv_chunk_slab_header_parse (record_header (op), NULL, NULL, NULL))
+    op->status = KV_FS_OP_STATUS_OK;
+  else
+    {
+      op->status = KV_FS_OP_STATUS_IO_ERROR;
+      op->error = EIO;
+    }
+  return KV_FS_OP_IO_DONE;
+}
+
+/*
+ * Makes @op (a store or load whose key, payload and namespace are set,
+ * and for a store its sequence number) the transfer of one slot record,
+ * header then payload, at @offset of @fd, with @header (a
+ * KV_CHUNK_HEADER_SIZE buffer aligned for O_DIRECT, alive as long as the
+ * op) for the header. A store whose slot carried its payload's checksum
+ * has its header encoded now; otherwise on an engine thread.
+ */
+void
+kv_fs_slab_init_record (KvFsOp  *op,
+                        guint8  *header,
+                        int      fd,
+                        guint64  offset)
+{
+  g_return_if_fail (op->kind == KV_FS_OP_STORE || op->kind == KV_FS_OP_LOAD);
+
+  op->flags |= KV_FS_OP_FLAG_AT_OFFSET | KV_FS_OP_FLAG_HEADER;
+  op->io_fd = fd;
+  op->io_offset = offset;
+  op->io_write = op->kind == KV_FS_OP_STORE;
+  op->io_vec[0] = (struct iovec) { header, KV_CHUNK_HEADER_SIZE };
+  op->io_vec[1] = (struct iovec) { op->payload, op->payload_len };
+  op->io_n_vec = 2;
+  op->io_prepare = NULL;
+  if (op->kind == KV_FS_OP_LOAD)
+    {
+      op->io_complete = load_read;
+      return;
+    }
+  op->io_complete = store_written;
+  if (op->has_payload_checksum)
+    encode_store_header (op);
+  else
+    op->io_prepare = encode_store_header;
+}
+
+/* A header buffer for an op's record: one given back before, or a new
+ * one. Lock held. */
+static guint8 *
+take_header_locked (KvFsSlab *self)
+{
+  guint8 *header = NULL;
+
+  if (self->headers->len > 0)
+    return g_ptr_array_steal_index_fast (self->headers, self->headers->len - 1);
+  if (posix_memalign ((void **) &header, 4096, KV_CHUNK_HEADER_SIZE) != 0)
+    g_error ("Cannot allocate an aligned slot header");
+  return header;
+}
+
+/* Lock held: @op's record is over, its header buffer free again. */
+static void
+give_back_header_locked (KvFsSlab *self,
+                         KvFsOp   *op)
+{
+  if (!(op->flags & KV_FS_OP_FLAG_AT_OFFSET) || record_header (op) == NULL)
+    return;
+  g_ptr_array_add (self->headers, record_header (op));
+  op->io_vec[0].iov_base = NULL;
+  op->header = NULL;
+}
+
 /* ---- slots -------------------------------------------------------------- */
 
 /* Lock held. */
@@ -662,7 +804,8 @@ unmap_locked (KvFsSlab    *self,
 }
 
 /* Points @op, a breaker probe of @root (a block device), at the device's
- * slab header: the probe reads and checks it. */
+ * slab header: the probe reads and checks it. Give it back with
+ * kv_fs_slab_probe_done(). */
 void
 kv_fs_slab_init_probe (KvFsSlab *self,
                        KvFsOp   *op,
@@ -671,12 +814,31 @@ kv_fs_slab_init_probe (KvFsSlab *self,
   for (guint f = 0; f < self->n_files; f++)
     if (self->files[f].root == root)
       {
-        op->flags |= KV_FS_OP_FLAG_SLAB;
-        op->slab_fd = self->files[f].fd_direct >= 0 ? self->files[f].fd_direct
-                                                    : self->files[f].fd;
-        op->slab_offset = 0;
+        guint8 *header;
+
+        g_mutex_lock (&self->lock);
+        header = take_header_locked (self);
+        g_mutex_unlock (&self->lock);
+        op->flags |= KV_FS_OP_FLAG_AT_OFFSET;
+        op->io_fd = self->files[f].fd_direct >= 0 ? self->files[f].fd_direct
+                                                  : self->files[f].fd;
+        op->io_offset = 0;
+        op->io_write = FALSE;
+        op->io_vec[0] = (struct iovec) { header, KV_SLAB_HEADER_SIZE };
+        op->io_n_vec = 1;
+        op->io_complete = probe_read;
         return;
       }
+}
+
+/* A probe made by kv_fs_slab_init_probe() is over. */
+void
+kv_fs_slab_probe_done (KvFsSlab *self,
+                       KvFsOp   *op)
+{
+  g_mutex_lock (&self->lock);
+  give_back_header_locked (self, op);
+  g_mutex_unlock (&self->lock);
 }
 
 /* A slot for a store: with @victim (a chunk the index just evicted), the
@@ -722,33 +884,39 @@ kv_fs_slab_alloc (KvFsSlab    *self,
   return found;
 }
 
-/* Points @op (a store or load whose payload is set) at @slot: its file,
- * descriptor (O_DIRECT where the file has one and the slot's memory is
- * aligned), offset, a path naming both for messages, and for a store a
- * sequence number above every one given before. */
+/* Points @op (a store or load whose key, payload and namespace are set)
+ * at @slot: its file's descriptor (O_DIRECT where the file has one and
+ * the slot's memory is aligned), offset, a path naming both for
+ * messages, and for a store a sequence number above every one given
+ * before; then makes it the transfer of the slot's record (see
+ * kv_fs_slab_init_record()). */
 void
 kv_fs_slab_init_op (KvFsSlab *self,
                     KvFsOp   *op,
                     guint32   slot)
 {
   SlabFile *file = file_of_slot (self, slot);
+  guint64 offset = kv_chunk_slab_slot_offset (self->payload_len, slot - file->first);
+  guint8 *header;
+  int fd;
 
-  op->flags |= KV_FS_OP_FLAG_SLAB | KV_FS_OP_FLAG_HEADER;
   op->root = file->root;
   op->slab_slot = slot;
-  op->slab_offset = kv_chunk_slab_slot_offset (self->payload_len, slot - file->first);
   if (file->fd_direct >= 0 && kv_fs_op_is_aligned (op))
     {
-      op->slab_fd = file->fd_direct;
+      fd = file->fd_direct;
       op->flags |= KV_FS_OP_FLAG_O_DIRECT;
     }
   else
     {
-      op->slab_fd = file->fd;
+      fd = file->fd;
       op->flags &= ~KV_FS_OP_FLAG_O_DIRECT;
     }
   g_free (op->path);
-  op->path = g_strdup_printf ("%s@%" G_GUINT64_FORMAT, file->path, op->slab_offset);
+  op->path = g_strdup_printf ("%s@%" G_GUINT64_FORMAT, file->path, offset);
+
+  g_mutex_lock (&self->lock);
+  header = take_header_locked (self);
   if (op->kind == KV_FS_OP_STORE)
     {
       /* Clock-based, so that stores made while a restart scan still
@@ -756,11 +924,11 @@ kv_fs_slab_init_op (KvFsSlab *self,
        * are newer than theirs. */
       guint64 now = g_get_real_time ();
 
-      g_mutex_lock (&self->lock);
       self->last_sequence = MAX (self->last_sequence + 1, now);
       op->sequence = self->last_sequence;
-      g_mutex_unlock (&self->lock);
     }
+  g_mutex_unlock (&self->lock);
+  kv_fs_slab_init_record (op, header, fd, offset);
 }
 
 /* A store into op->slab_slot is over: the slot holds op->key, or (a
@@ -775,6 +943,7 @@ kv_fs_slab_store_done (KvFsSlab *self,
   Slot *s = &self->slots[slot];
 
   g_mutex_lock (&self->lock);
+  give_back_header_locked (self, op);
   g_assert (s->state == SLOT_BUSY);
   if (success)
     {
@@ -825,18 +994,21 @@ kv_fs_slab_pin (KvFsSlab    *self,
   return found;
 }
 
-/* A load of @slot is over: with @loaded, it passed its check; with
- * @drop, it failed it: its key is forgotten and the slot freed once no
- * load reads it. */
+/* A load of op->slab_slot (pinned by kv_fs_slab_pin(), made by
+ * kv_fs_slab_init_op()) is over: with @loaded, it passed its check;
+ * with @drop, it failed it: its key is forgotten and the slot freed once
+ * no load reads it. */
 void
 kv_fs_slab_unpin (KvFsSlab *self,
-                  guint32   slot,
+                  KvFsOp   *op,
                   gboolean  loaded,
                   gboolean  drop)
 {
+  guint32 slot = op->slab_slot;
   Slot *s = &self->slots[slot];
 
   g_mutex_lock (&self->lock);
+  give_back_header_locked (self, op);
   g_assert (s->readers > 0);
   s->readers--;
   if (loaded && s->state == SLOT_VALID)
@@ -1259,100 +1431,4 @@ kv_fs_slab_scan (KvFsSlab         *self,
   if (out_n_bad != NULL)
     *out_n_bad = n_bad;
   return n_added;
-}
-
-/* ---- engine side -------------------------------------------------------- */
-
-/* The payload's checksum for a store's slot header: the one carried with
- * the primary slot (see kv_host_buffer_get_slot_checksum()), or else
- * computed here, the one place that reads the whole slot for it. */
-guint64
-kv_fs_slab_payload_checksum (const KvFsOp *op)
-{
-  if (op->has_payload_checksum)
-    return op->payload_checksum;
-  return kv_chunk_checksum (op->payload, op->payload_len);
-}
-
-/* Fills op->header for a store into a slab slot. */
-void
-kv_fs_slab_encode_header (KvFsOp *op)
-{
-  kv_chunk_slot_header_encode (op->header, op->namespace_digest, op->key, op->payload_len,
-                               kv_fs_slab_payload_checksum (op), g_get_real_time (),
-                               op->sequence);
-}
-
-/* Moves all of @iov (@write) at @offset; returns 0 or an errno (EIO at
- * end of file: a slot lies inside its preallocated file). */
-static int
-move_all (int           fd,
-          gboolean      write,
-          struct iovec *iov,
-          int           n_iov,
-          guint64       offset)
-{
-  gssize got;
-
-  if (write)
-    return kv_fs_io_pwritev_full (fd, iov, n_iov, offset);
-  got = kv_fs_io_preadv_full (fd, iov, n_iov, offset);
-  if (got < 0)
-    return (int) -got;
-  return (gsize) got == kv_fs_io_vec_length (iov, n_iov) ? 0 : EIO;
-}
-
-/* Runs a slab store or load on the calling thread (the thread-pool and
- * GIO engines): one pwritev or preadv of header and payload. */
-void
-kv_fs_slab_op_run_sync (KvFsOp *op)
-{
-  struct iovec iov[2];
-  int err;
-
-  iov[0] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
-  iov[1] = (struct iovec) { op->payload, op->payload_len };
-
-  if (op->kind == KV_FS_OP_LOAD)
-    {
-      err = move_all (op->slab_fd, FALSE, iov, 2, op->slab_offset);
-      if (err != 0)
-        {
-          op->status = KV_FS_OP_STATUS_IO_ERROR;
-          op->error = err;
-          return;
-        }
-      op->got_header = KV_CHUNK_HEADER_SIZE;
-      op->got_payload = op->payload_len;
-      kv_fs_op_check_load (op);
-      return;
-    }
-
-  if (op->kind == KV_FS_OP_PROBE)
-    {
-      /* a block device root: its slab header can be read and is intact */
-      err = move_all (op->slab_fd, FALSE, iov, 1, 0);
-      if (err == 0 && !kv_chunk_slab_header_parse (op->header, NULL, NULL, NULL))
-        err = EIO;
-      op->status = err == 0 ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_IO_ERROR;
-      op->error = err;
-      return;
-    }
-  g_return_if_fail (op->kind == KV_FS_OP_STORE);
-  kv_fs_op_prepare_header (op);
-  err = move_all (op->slab_fd, TRUE, iov, 2, op->slab_offset);
-  if (err == 0 && (op->flags & KV_FS_OP_FLAG_DATASYNC) && fdatasync (op->slab_fd) != 0)
-    err = errno;
-  /* Past its deadline: its primary slot may hold another chunk's bytes
-   * by now, so the slot must not stay valid. */
-  if (err == 0 && g_atomic_int_get (&op->aborted))
-    {
-      memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
-      iov[0] = (struct iovec) { op->header, KV_CHUNK_HEADER_SIZE };
-      (void) move_all (op->slab_fd, TRUE, iov, 1, op->slab_offset);
-      err = ECANCELED;
-    }
-  op->status = err == 0 ? KV_FS_OP_STATUS_OK :
-               err == ECANCELED ? KV_FS_OP_STATUS_CANCELLED : KV_FS_OP_STATUS_IO_ERROR;
-  op->error = err;
 }

@@ -28,8 +28,12 @@ G_BEGIN_DECLS
  * always check the payload checksum (a torn slot has a valid header of
  * either the old or the new chunk). See doc/on-disk-format.md.
  *
- * Every function but the engine-side ones takes the slab's lock; any
- * thread.
+ * The slab encodes and checks its own records: an op it makes
+ * (kv_fs_slab_init_op()) is a transfer of header and payload at the
+ * slot's offset of a slab file held open (KV_FS_OP_FLAG_AT_OFFSET), with
+ * the slab's hooks to encode the header and to check what was read, so
+ * that the engines only move bytes. Every function but
+ * kv_fs_slab_init_record() takes the slab's lock; any thread.
  */
 typedef struct _KvFsSlab KvFsSlab;
 
@@ -61,6 +65,8 @@ void        kv_fs_slab_init_probe       (KvFsSlab         *self,
 void        kv_fs_slab_init_op          (KvFsSlab         *self,
                                          KvFsOp           *op,
                                          guint32           slot);
+void        kv_fs_slab_probe_done       (KvFsSlab         *self,
+                                         KvFsOp           *op);
 void        kv_fs_slab_store_done       (KvFsSlab         *self,
                                          KvFsOp           *op,
                                          gboolean          success);
@@ -70,7 +76,7 @@ gboolean    kv_fs_slab_pin              (KvFsSlab         *self,
                                          const KvKey      *key,
                                          guint32          *out_slot);
 void        kv_fs_slab_unpin            (KvFsSlab         *self,
-                                         guint32           slot,
+                                         KvFsOp           *op,
                                          gboolean          loaded,
                                          gboolean          drop);
 gboolean    kv_fs_slab_take_unchecked   (KvFsSlab         *self,
@@ -89,9 +95,10 @@ guint64     kv_fs_slab_scan             (KvFsSlab         *self,
 gboolean    kv_fs_slab_take_scanned     (KvFsSlab         *self,
                                          guint32          *out_slot);
 
-/* Engine side: any thread, no lock. */
-guint64     kv_fs_slab_payload_checksum (const KvFsOp     *op);
-void        kv_fs_slab_encode_header    (KvFsOp           *op);
-void        kv_fs_slab_op_run_sync      (KvFsOp           *op);
+/* No slab needed: a slot record at an offset of a descriptor (tests). */
+void        kv_fs_slab_init_record      (KvFsOp           *op,
+                                         guint8           *header,
+                                         int               fd,
+                                         guint64           offset);
 
 G_END_DECLS

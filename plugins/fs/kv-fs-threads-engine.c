@@ -3,7 +3,6 @@
 
 #include "kv-fs-threads-engine.h"
 #include "kv-fs-io.h"
-#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -209,15 +208,15 @@ kv_fs_op_run_sync (KvFsEngine *engine,
   const KvFsLayout *layout = _kv_fs_engine_get_config (engine)->layout;
   int err;
 
-  op->header = header_buffer;
   if (_kv_fs_engine_take_injected (engine, op))
     return;
-  /* layout=slab: a slot in a file held open, nothing to open */
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
+  /* bytes at an offset of a file its layout holds open */
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
     {
-      kv_fs_slab_op_run_sync (op);
+      kv_fs_op_run_at_offset (op);
       return;
     }
+  op->header = header_buffer;
   err = kv_fs_op_open_dirs (op, layout);
   if (err != 0)
     {
@@ -265,7 +264,8 @@ worker_main (gpointer data)
   while ((op = _kv_fs_engine_pop (worker->engine, worker->prefer_loads, TRUE)) != NULL)
     {
       kv_fs_op_run_sync (worker->engine, op, header);
-      op->header = NULL;
+      if (op->header == header)
+        op->header = NULL;
       _kv_fs_engine_finish (worker->engine, op);
     }
 

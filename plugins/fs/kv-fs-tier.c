@@ -589,7 +589,7 @@ op_done (KvFsOp   *op,
               count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
               failure = KV_KEY_FAILURE_FLAGS_CHECKSUM;
             }
-          if (op->flags & KV_FS_OP_FLAG_SLAB)
+          if (self->slab != NULL)
             g_message ("fs tier: freed the slot of a corrupt chunk at %s (%s)", op->path,
                        kv_chunk_check_to_string (op->check));
           else
@@ -619,8 +619,8 @@ op_done (KvFsOp   *op,
       if (!landed)
         count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
       /* before the index lets the entry go: its slot may be reused then */
-      if (op->flags & KV_FS_OP_FLAG_SLAB)
-        kv_fs_slab_unpin (self->slab, op->slab_slot, landed, removed);
+      if (self->slab != NULL)
+        kv_fs_slab_unpin (self->slab, op, landed, removed);
       if (fj->entries[i] != NULL)
         {
           kv_fs_index_unpin (self->index, fj->entries[i], removed);
@@ -637,6 +637,8 @@ op_done (KvFsOp   *op,
 
     case KV_FS_OP_PROBE:
       landed = op->status == KV_FS_OP_STATUS_OK;
+      if (self->slab != NULL)
+        kv_fs_slab_probe_done (self->slab, op);
       break;
 
     case KV_FS_OP_DELETE:

@@ -2,7 +2,6 @@
 #include "config.h"
 
 #include "kv-fs-uring-engine.h"
-#include "kv-fs-slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -31,11 +30,12 @@
  *          payload (in flight together) → close → check (on this thread)
  *          → [unlinkat if corrupt]
  *   delete: unlinkat
- *   slab store (layout=slab): header (checksum pool) → write_fixed header
- *          + write_fixed payload at the slot's offset (in flight together)
- *          → [fsync(DATASYNC)]; nothing opened, closed or renamed
- *   slab load: read_fixed header + read_fixed payload → check (on this
- *          thread)
+ *   bytes at an offset (KV_FS_OP_FLAG_AT_OFFSET, layout=slab): [the
+ *          layout's prepare hook (checksum pool)] → one read or write
+ *          per buffer of the vector, fixed where it lies in the primary,
+ *          in flight together → [fsync(DATASYNC)] → the layout's complete
+ *          hook (on this thread), which may ask for the vector again;
+ *          nothing opened, closed or renamed
  *
  * Every path is a name in a directory held open (see
  * kv_fs_op_open_dirs(): the kvtier layout's shard directories stay open
@@ -70,7 +70,8 @@
 #define TAG_HEADER 1
 #define TAG_BODY   2
 #define TAG_BOTH   3
-#define TAG_MASK   ((guintptr) 3)
+#define TAG_PART   4   /* the request of one buffer of an AT_OFFSET op */
+#define TAG_MASK   ((guintptr) 7)
 #define MAX_FIXED_PIECE ((gsize) 1 << 30)
 
 typedef enum {
@@ -84,10 +85,19 @@ typedef enum {
   ST_UNLINK,
   ST_TAKE_OVER,
   ST_GIVE_UP_REUSE,
-  ST_SLAB_INVALIDATE,
   ST_XATTR,
   ST_DONE,
 } OpState;
+
+/* One buffer of an AT_OFFSET op's vector: a request's user data. */
+typedef struct
+{
+  KvFsOp *op;
+  gsize   done;            /* bytes moved in this round */
+} VecPart;
+
+/* the tags live in the low bits of the pointers */
+G_STATIC_ASSERT (G_ALIGNOF (KvFsOp) > TAG_MASK && G_ALIGNOF (VecPart) > TAG_MASK);
 
 /* Per-op engine state, in op->engine_data. */
 typedef struct
@@ -102,6 +112,7 @@ typedef struct
   struct iovec iov[2];     /* store: header + payload in one writev */
   gboolean xattr_done;     /* store: vLLM's file checksum set (or not needed) */
   guint32  crc_be;         /* its value, while the request is in flight */
+  VecPart  parts[KV_FS_OP_MAX_VEC];  /* AT_OFFSET */
 } OpData;
 
 struct _KvFsUringEngine
@@ -228,7 +239,8 @@ op_release (KvFsUringEngine *self,
 
   self->free_headers[self->n_free_headers++] = data->header_index;
   op->engine_data = NULL;
-  op->header = NULL;
+  if (!(op->flags & KV_FS_OP_FLAG_AT_OFFSET))
+    op->header = NULL;
   self->n_active--;
   _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
 }
@@ -319,8 +331,7 @@ submit_io (KvFsUringEngine *self,
    * go out as one writev, a single request. A taken-over file has its
    * blocks already: its two fixed-buffer writes overwrite them together,
    * without leaving the ring. */
-  if (write && has_header && !op->reused && !(op->flags & KV_FS_OP_FLAG_SLAB) &&
-      op->payload_len > 0 &&
+  if (write && has_header && !op->reused && op->payload_len > 0 &&
       data->header_done == 0 && data->body_done == 0)
     {
       struct io_uring_sqe *sqe = get_sqe (self);
@@ -336,7 +347,7 @@ submit_io (KvFsUringEngine *self,
   if (has_header && data->header_done < KV_CHUNK_HEADER_SIZE)
     {
       prep_rw (self, op, write, op->header + data->header_done,
-               KV_CHUNK_HEADER_SIZE - data->header_done, op->slab_offset + data->header_done,
+               KV_CHUNK_HEADER_SIZE - data->header_done, data->header_done,
                data->header_done == 0 ? header_fixed_index (self) : -1, TAG_HEADER);
       op->n_pending++;
     }
@@ -346,7 +357,7 @@ submit_io (KvFsUringEngine *self,
 
       prep_rw (self, op, write, op->payload + data->body_done,
                op->payload_len - data->body_done,
-               op->slab_offset + header_len + data->body_done,
+               header_len + data->body_done,
                index, TAG_BODY);
       op->n_pending++;
     }
@@ -354,35 +365,78 @@ submit_io (KvFsUringEngine *self,
     submit_close (self, op, op->fd, ST_CLOSE);
 }
 
-/* A slab op's I/O (and sync) is over: a load is checked on this thread,
- * as a chunk file's is (two hand-overs to the pool and back would cost
- * more than the check of a small chunk); a store is done, unless its
- * deadline passed, when its slot is made invalid first (its primary slot
- * may hold another chunk by now, so the bytes written may not match the
- * key). */
+/* AT_OFFSET: every buffer of the vector not moved yet in this round, at
+ * its place after the ones before it, all in flight together; a fixed
+ * request where the buffer lies in the registered primary. */
 static void
-slab_after_io (KvFsUringEngine *self,
-               KvFsOp          *op)
+submit_vec (KvFsUringEngine *self,
+            KvFsOp          *op)
 {
-  if (op->kind == KV_FS_OP_LOAD)
-    {
-      kv_fs_op_check_load (op);
-      op_release (self, op);
-      return;
-    }
-  if (g_atomic_int_get (&op->aborted))
-    {
-      OpData *data = op->engine_data;
-      struct io_uring_sqe *sqe = get_sqe (self);
+  OpData *data = op->engine_data;
+  guint64 offset = op->io_offset;
 
-      data->err = ECANCELED;
-      memset (op->header, 0, KV_CHUNK_HEADER_SIZE);
-      op->state = ST_SLAB_INVALIDATE;
-      io_uring_prep_write (sqe, op->fd, op->header, KV_CHUNK_HEADER_SIZE, op->slab_offset);
-      set_op (sqe, op, TAG_STEP);
+  op->state = ST_IO;
+  op->n_pending = 0;
+  for (guint i = 0; i < op->io_n_vec; i++)
+    {
+      VecPart *part = &data->parts[i];
+      guint8 *buf = (guint8 *) op->io_vec[i].iov_base + part->done;
+      gsize len = op->io_vec[i].iov_len - part->done;
+      struct io_uring_sqe *sqe;
+      int index;
+
+      if (len == 0)
+        {
+          offset += op->io_vec[i].iov_len;
+          continue;
+        }
+      sqe = get_sqe (self);
+      index = fixed_index (self, buf, len);
+      if (index >= 0 && op->io_write)
+        io_uring_prep_write_fixed (sqe, op->io_fd, buf, len, offset + part->done, index);
+      else if (index >= 0)
+        io_uring_prep_read_fixed (sqe, op->io_fd, buf, len, offset + part->done, index);
+      else if (op->io_write)
+        io_uring_prep_write (sqe, op->io_fd, buf, len, offset + part->done);
+      else
+        io_uring_prep_read (sqe, op->io_fd, buf, len, offset + part->done);
+      io_uring_sqe_set_data64 (sqe, (guint64) ((guintptr) part | TAG_PART));
+      op->n_pending++;
+      offset += op->io_vec[i].iov_len;
+    }
+}
+
+static void at_offset_transferred (KvFsUringEngine *self,
+                                   KvFsOp          *op);
+
+/* AT_OFFSET: the vector is to move (again) from its start. */
+static void
+start_vec (KvFsUringEngine *self,
+           KvFsOp          *op)
+{
+  OpData *data = op->engine_data;
+
+  for (guint i = 0; i < KV_FS_OP_MAX_VEC; i++)
+    data->parts[i] = (VecPart) { op, 0 };
+  submit_vec (self, op);
+  if (op->n_pending == 0)
+    at_offset_transferred (self, op);   /* an empty vector */
+}
+
+/* AT_OFFSET: the whole vector moved (and was synced): the layout's hook
+ * (on this thread: a load's check costs less here than two hand-overs to
+ * the pool and back) says whether it is over. */
+static void
+at_offset_transferred (KvFsUringEngine *self,
+                       KvFsOp          *op)
+{
+  if (op->io_complete == NULL)
+    op->status = KV_FS_OP_STATUS_OK;
+  else if (op->io_complete (op) == KV_FS_OP_IO_AGAIN)
+    {
+      start_vec (self, op);
       return;
     }
-  op->status = KV_FS_OP_STATUS_OK;
   op_release (self, op);
 }
 
@@ -395,14 +449,10 @@ static void
 continue_op (KvFsUringEngine *self,
              KvFsOp          *op)
 {
-  /* back from the checksum pool: a slab store's header is ready, a slab
-   * device's probe is done */
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
+  /* back from the checksum pool: the layout prepared its bytes */
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
     {
-      if (op->kind == KV_FS_OP_PROBE)
-        op_release (self, op);
-      else
-        submit_io (self, op);
+      start_vec (self, op);
       return;
     }
   if (op->reuse_path != NULL && !kv_fs_op_reuse_in_place (op))
@@ -411,8 +461,8 @@ continue_op (KvFsUringEngine *self,
     submit_open (self, op);
 }
 
-/* On a pool thread: fills the header of store @data (reads a slab
- * device's header for a probe), then hands it back to the ring, waking
+/* On a pool thread: fills the header of store @data (or runs its
+ * layout's prepare hook), then hands it back to the ring, waking
  * it when the queue was empty (otherwise a wake-up is already on its
  * way). */
 static void
@@ -423,8 +473,8 @@ checksum_func (gpointer data,
   KvFsUringEngine *self = user_data;
   gint queued;
 
-  if ((op->flags & KV_FS_OP_FLAG_SLAB) && op->kind == KV_FS_OP_PROBE)
-    kv_fs_slab_op_run_sync (op);   /* a 4 KiB read of a device's slab header */
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
+    op->io_prepare (op);
   else
     kv_fs_op_prepare_header (op);
   g_async_queue_lock (self->checksummed);
@@ -435,32 +485,24 @@ checksum_func (gpointer data,
     kv_fs_uring_engine_kick (KV_FS_ENGINE (self));
 }
 
-/* layout=slab: the slab file is open already; a store's header is made
- * on the checksum pool (here when the slot carried its checksum), a
- * load's reads go out at once. */
+/* AT_OFFSET: the file is open already; the layout's prepare hook (which
+ * may read the whole payload) runs on the checksum pool, then the
+ * vector goes out. Its header slot only counts it among the ops running. */
 static void
-start_slab_op (KvFsUringEngine *self,
-               KvFsOp          *op)
+start_at_offset_op (KvFsUringEngine *self,
+                    KvFsOp          *op)
 {
   int header_index = self->free_headers[--self->n_free_headers];
   OpData *data = &self->op_data[header_index];
 
   memset (data, 0, sizeof *data);
   data->header_index = header_index;
-  data->o_direct = (op->flags & KV_FS_OP_FLAG_O_DIRECT) != 0;
   op->engine_data = data;
-  op->header = self->headers + (gsize) header_index * KV_CHUNK_HEADER_SIZE;
-  op->fd = op->slab_fd;
   self->n_active++;
-  if (op->kind == KV_FS_OP_STORE && op->has_payload_checksum)
-    {
-      kv_fs_op_prepare_header (op);
-      submit_io (self, op);
-    }
-  else if (op->kind != KV_FS_OP_LOAD)
+  if (op->io_prepare != NULL)
     g_thread_pool_push (self->checksum_pool, op, NULL);
   else
-    submit_io (self, op);
+    start_vec (self, op);
 }
 
 static void
@@ -477,9 +519,9 @@ start_op (KvFsUringEngine *self,
       _kv_fs_engine_finish (KV_FS_ENGINE (self), op);
       return;
     }
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
     {
-      start_slab_op (self, op);
+      start_at_offset_op (self, op);
       return;
     }
   /* a lookup in a held-open shard directory, or (vLLM's layout) a few
@@ -611,11 +653,6 @@ store_after_io (KvFsUringEngine *self,
       set_op (sqe, op, TAG_STEP);
       return;
     }
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
-    {
-      slab_after_io (self, op);
-      return;
-    }
   submit_close (self, op, op->fd, ST_CLOSE);
 }
 
@@ -628,9 +665,7 @@ fail_with_cleanup (KvFsUringEngine *self,
 
   if (data->err == 0)
     data->err = err;
-  /* a slab file stays open for the tier's life */
-  if (op->flags & KV_FS_OP_FLAG_SLAB)
-    op->fd = -1;
+  /* (an AT_OFFSET op's file is its layout's: op->fd is -1) */
   if (op->fd >= 0)
     {
       int fd = op->fd;
@@ -756,11 +791,6 @@ handle_io (KvFsUringEngine *self,
       fail_with_cleanup (self, op, data->err);
       return;
     }
-  if (!write && (op->flags & KV_FS_OP_FLAG_SLAB))
-    {
-      slab_after_io (self, op);
-      return;
-    }
   if (!write)
     {
       int fd = op->fd;
@@ -794,6 +824,45 @@ handle_io (KvFsUringEngine *self,
   store_after_io (self, op);
 }
 
+/* AT_OFFSET: one buffer's request is back. Once all are, a short
+ * transfer continues where it stopped (a request that moved nothing, at
+ * end of file or of space, is EIO: a layout's records lie inside its
+ * files), then the sync, then the layout's hook. */
+static void
+handle_part (KvFsUringEngine *self,
+             VecPart         *part,
+             int              res)
+{
+  KvFsOp *op = part->op;
+  OpData *data = op->engine_data;
+
+  if (res <= 0 && data->err == 0)
+    data->err = res < 0 ? -res : EIO;
+  else if (res > 0)
+    part->done += res;
+  if (--op->n_pending > 0)
+    return;
+
+  if (data->err != 0)
+    {
+      op_finish_error (self, op, data->err);
+      return;
+    }
+  submit_vec (self, op);
+  if (op->n_pending > 0)
+    return;
+  if (op->io_write && (op->flags & KV_FS_OP_FLAG_DATASYNC))
+    {
+      struct io_uring_sqe *sqe = get_sqe (self);
+
+      op->state = ST_SYNC;
+      io_uring_prep_fsync (sqe, op->io_fd, IORING_FSYNC_DATASYNC);
+      set_op (sqe, op, TAG_STEP);
+      return;
+    }
+  at_offset_transferred (self, op);
+}
+
 static void
 handle_step (KvFsUringEngine *self,
              KvFsOp          *op,
@@ -818,8 +887,8 @@ handle_step (KvFsUringEngine *self,
     case ST_SYNC:
       if (res < 0)
         fail_with_cleanup (self, op, -res);
-      else if (op->flags & KV_FS_OP_FLAG_SLAB)
-        slab_after_io (self, op);
+      else if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
+        at_offset_transferred (self, op);
       else
         {
           int fd = op->fd;
@@ -913,10 +982,6 @@ handle_step (KvFsUringEngine *self,
       submit_open (self, op);
       break;
 
-    case ST_SLAB_INVALIDATE:
-      op_finish_error (self, op, ECANCELED);
-      break;
-
     case ST_FAIL_CLOSE:
       if (op->kind != KV_FS_OP_LOAD && op->tmp_path != NULL)
         submit_unlink (self, op, op->tmp_dir_fd, op->tmp_name);
@@ -992,6 +1057,8 @@ ring_main (gpointer user_data)
           op = (KvFsOp *) (guintptr) (ud & ~(guint64) TAG_MASK);
           if ((ud & TAG_MASK) == TAG_STEP)
             handle_step (self, op, res);
+          else if ((ud & TAG_MASK) == TAG_PART)
+            handle_part (self, (VecPart *) op, res);
           else
             handle_io (self, op, ud & TAG_MASK, res);
         }

@@ -2,10 +2,12 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <glib/gstdio.h>
+#include <unistd.h>
 
 #include "test-chunk-data.h"
 #include "test-dir.h"
@@ -492,6 +494,162 @@ test_uring_fixed_buffers (Fixture       *f,
 #endif
 }
 
+/* ---- bytes at an offset (KV_FS_OP_FLAG_AT_OFFSET) ----------------------- */
+
+/* What the hooks of the ops below saw. */
+static struct
+{
+  gint     n_prepared;
+  gint     n_completed;
+  gboolean off_thread;   /* every hook ran on a thread not the test's */
+  GThread *test_thread;
+  guint8  *again_header; /* the buffer a store's first completion swaps in */
+} at_offset;
+
+static void
+at_offset_prepare (KvFsOp *op)
+{
+  g_atomic_int_inc (&at_offset.n_prepared);
+  if (g_thread_self () == at_offset.test_thread)
+    at_offset.off_thread = FALSE;
+  memset (op->io_vec[0].iov_base, 0xa5, op->io_vec[0].iov_len);
+}
+
+/* Store: the first completion writes another header in place of the
+ * first (as a layout retracts a record), the second ends the op. */
+static KvFsOpIoNext
+at_offset_store_complete (KvFsOp *op)
+{
+  if (g_thread_self () == at_offset.test_thread)
+    at_offset.off_thread = FALSE;
+  if (g_atomic_int_add (&at_offset.n_completed, 1) == 0)
+    {
+      op->io_vec[0].iov_base = at_offset.again_header;
+      op->io_n_vec = 1;
+      return KV_FS_OP_IO_AGAIN;
+    }
+  op->status = KV_FS_OP_STATUS_OK;
+  return KV_FS_OP_IO_DONE;
+}
+
+static KvFsOpIoNext
+at_offset_load_complete (KvFsOp *op)
+{
+  g_atomic_int_inc (&at_offset.n_completed);
+  if (g_thread_self () == at_offset.test_thread)
+    at_offset.off_thread = FALSE;
+  op->status = KV_FS_OP_STATUS_OK;
+  return KV_FS_OP_IO_DONE;
+}
+
+static KvFsOp *
+new_at_offset_op (Fixture            *f,
+                  KvFsOpKind          kind,
+                  int                 fd,
+                  guint64             offset,
+                  guint8             *head,
+                  guint               slot_index,
+                  KvFsOpCompleteFunc  complete)
+{
+  KvFsOp *op = g_new0 (KvFsOp, 1);
+
+  kv_fs_op_init (op, kind, KV_FS_OP_FLAG_AT_OFFSET | KV_FS_OP_FLAG_DATASYNC, 0,
+                 g_strdup ("bytes"), NULL);
+  op->payload = slot (f, slot_index);
+  op->payload_len = FS_TEST_SLOT;
+  op->io_fd = fd;
+  op->io_offset = offset;
+  op->io_write = kind == KV_FS_OP_STORE;
+  op->io_vec[0] = (struct iovec) { head, KV_CHUNK_HEADER_SIZE };
+  op->io_vec[1] = (struct iovec) { slot (f, slot_index), FS_TEST_SLOT };
+  op->io_n_vec = 2;
+  op->io_complete = complete;
+  op->done = op_done;
+  op->done_data = f;
+  return op;
+}
+
+/* Every engine moves a vector (one buffer in the primary, one not) at an
+ * offset of a descriptor it did not open, runs the prepare hook once and
+ * the complete hook after each transfer, on its own threads, moves the
+ * vector again when asked, and fails a read past the end of the file
+ * with EIO without calling the hook. */
+static void
+test_at_offset (Fixture       *f,
+                gconstpointer  data)
+{
+  const Variant *v = data;
+  g_autofree char *path = g_build_filename (f->root, "bytes", NULL);
+  guint8 *head = NULL;
+  guint8 *again = NULL;
+  guint8 *back = NULL;
+  guint8 *expect;
+  const guint64 offset = 3 * 4096;
+  KvFsOp *op;
+  int fd;
+
+  g_assert_cmpint (posix_memalign ((void **) &head, 4096, KV_CHUNK_HEADER_SIZE), ==, 0);
+  g_assert_cmpint (posix_memalign ((void **) &again, 4096, KV_CHUNK_HEADER_SIZE), ==, 0);
+  g_assert_cmpint (posix_memalign ((void **) &back, 4096, KV_CHUNK_HEADER_SIZE), ==, 0);
+  memset (again, 0x3c, KV_CHUNK_HEADER_SIZE);
+  fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC | (v->o_direct ? O_DIRECT : 0), 0600);
+  if (fd < 0 && v->o_direct && errno == EINVAL)
+    fd = open (path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  g_assert_cmpint (fd, >=, 0);
+  memset (&at_offset, 0, sizeof at_offset);
+  at_offset.off_thread = TRUE;
+  at_offset.test_thread = g_thread_self ();
+  at_offset.again_header = again;
+
+  /* a store, prepared, written, then its header written again */
+  test_chunk_fill (slot (f, 0), FS_TEST_SLOT, 3);
+  op = new_at_offset_op (f, KV_FS_OP_STORE, fd, offset, head, 0, at_offset_store_complete);
+  op->io_prepare = at_offset_prepare;
+  g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
+  g_assert_cmpint (at_offset.n_prepared, ==, 1);
+  g_assert_cmpint (at_offset.n_completed, ==, 2);
+  free_op (op);
+
+  /* read back into another slot: the second header, then the payload */
+  at_offset.n_completed = 0;
+  op = new_at_offset_op (f, KV_FS_OP_LOAD, fd, offset, back, 1, at_offset_load_complete);
+  g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_OK);
+  g_assert_cmpint (at_offset.n_completed, ==, 1);
+  g_assert_cmpmem (back, KV_CHUNK_HEADER_SIZE, again, KV_CHUNK_HEADER_SIZE);
+  g_assert_true (test_chunk_check (slot (f, 1), FS_TEST_SLOT, 3));
+  free_op (op);
+  g_assert_true (at_offset.off_thread);
+
+  /* the bytes are where they were asked to go, and nothing else */
+  {
+    g_autofree char *contents = NULL;
+    gsize len = 0;
+
+    g_assert_true (g_file_get_contents (path, &contents, &len, NULL));
+    g_assert_cmpuint (len, ==, offset + KV_CHUNK_HEADER_SIZE + FS_TEST_SLOT);
+    expect = g_malloc0 (offset);
+    g_assert_cmpmem (contents, offset, expect, offset);
+    g_free (expect);
+    g_assert_cmpmem (contents + offset, KV_CHUNK_HEADER_SIZE, again, KV_CHUNK_HEADER_SIZE);
+    g_assert_cmpmem (contents + offset + KV_CHUNK_HEADER_SIZE, FS_TEST_SLOT,
+                     slot (f, 0), FS_TEST_SLOT);
+  }
+
+  /* past the end of the file: EIO, and no hook */
+  at_offset.n_completed = 0;
+  op = new_at_offset_op (f, KV_FS_OP_LOAD, fd, offset + 4096, back, 2, at_offset_load_complete);
+  g_assert_cmpint (run (f, op), ==, KV_FS_OP_STATUS_IO_ERROR);
+  g_assert_cmpint (op->error, ==, EIO);
+  g_assert_cmpint (at_offset.n_completed, ==, 0);
+  free_op (op);
+
+  close (fd);
+  g_unlink (path);
+  free (head);
+  free (again);
+  free (back);
+}
+
 static void
 add (const char *name,
      void      (*func) (Fixture *, gconstpointer),
@@ -534,6 +692,7 @@ main (int argc, char **argv)
   add ("injected-error", test_injected_error, FALSE);
   add ("unaligned-fallback", test_unaligned_fallback, FALSE);
   add ("loads-ahead-of-stores", test_loads_first, TRUE);
+  add ("at-offset", test_at_offset, FALSE);
 #if KV_FS_HAVE_URING
   if (!fs_test_skip_engine (KV_FS_IO_ENGINE_URING))
   {

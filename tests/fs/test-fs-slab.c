@@ -899,18 +899,15 @@ test_aborted_store_invalid (Fixture       *f,
   kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
   fd = open (path, O_RDWR);
   g_assert_cmpint (fd, >=, 0);
-  kv_fs_op_init (&op, KV_FS_OP_STORE, KV_FS_OP_FLAG_SLAB | KV_FS_OP_FLAG_HEADER, 0, NULL,
-                 test_chunk_key (7));
+  kv_fs_op_init (&op, KV_FS_OP_STORE, 0, 0, NULL, test_chunk_key (7));
   test_chunk_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7);
   op.payload = kv_host_buffer_peek_slot (f->buffer, 0);
   op.payload_len = FS_TEST_SLOT;
   op.namespace_digest = ns;
-  op.header = buf;
-  op.slab_fd = fd;
-  op.slab_offset = offset;
   op.sequence = G_MAXUINT64 / 2;
+  kv_fs_slab_init_record (&op, buf, fd, offset);
   op.aborted = TRUE;
-  kv_fs_slab_op_run_sync (&op);
+  kv_fs_op_run_at_offset (&op);
   g_assert_cmpint (op.status, ==, KV_FS_OP_STATUS_CANCELLED);
   close (fd);
   kv_fs_op_clear (&op);

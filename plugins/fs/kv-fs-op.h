@@ -84,8 +84,9 @@ typedef enum {
 typedef void         (*KvFsOpPrepareFunc)  (KvFsOp *op);
 typedef KvFsOpIoNext (*KvFsOpCompleteFunc) (KvFsOp *op);
 
-/* The most buffers of one AT_OFFSET op: a record's header and payload. */
-#define KV_FS_OP_MAX_VEC 2
+/* The most buffers of one AT_OFFSET op: a record's header and payload,
+ * or those of 8 adjacent records read at once (see KvFsSlab). */
+#define KV_FS_OP_MAX_VEC 16
 
 struct _KvFsOp
 {
@@ -126,9 +127,10 @@ struct _KvFsOp
   KvFsOpPrepareFunc   io_prepare;  /* (nullable) */
   KvFsOpCompleteFunc  io_complete; /* (nullable): without, a whole transfer is OK */
 
-  /* layout=slab's own, which no engine reads (see KvFsSlab) */
+  /* the layout's own, which no engine reads (see KvFsSlab) */
   guint32         slab_slot;     /* the slot's number across the tier's slabs */
   guint64         sequence;      /* store: the slot header's sequence number */
+  gpointer        layout_data;
 
   /* result, set by the engine */
   KvFsOpStatus    status;

@@ -931,6 +931,133 @@ kv_fs_slab_init_op (KvFsSlab *self,
   kv_fs_slab_init_record (op, header, fd, offset);
 }
 
+/*
+ * Merged reads. A load batch that asks for adjacent slots of one slab
+ * file reads them with one transfer: the first load of the stretch
+ * carries the others (its riders), its vector holds every record's
+ * header and payload buffers in slot order, and each record is still
+ * checked on its own, so a damaged one fails alone. The riders are never
+ * submitted; the carrier's completion reports them, then itself.
+ */
+
+/* The most records one transfer reads. */
+#define MERGE_MAX_RECORDS (KV_FS_OP_MAX_VEC / 2)
+
+typedef struct
+{
+  KvFsOpDoneFunc  done;         /* the carrier's own */
+  gpointer        done_data;
+  gboolean        checked;      /* every record was read and checked */
+  guint           n_riders;
+  KvFsOp         *riders[MERGE_MAX_RECORDS - 1];
+} MergedRead;
+
+/* io_complete of a carrier: each record checked on its own. */
+static KvFsOpIoNext
+merged_read (KvFsOp *carrier)
+{
+  MergedRead *merged = carrier->layout_data;
+
+  load_read (carrier);
+  for (guint i = 0; i < merged->n_riders; i++)
+    load_read (merged->riders[i]);
+  merged->checked = TRUE;
+  return KV_FS_OP_IO_DONE;
+}
+
+/* The carrier's done function: its riders report first, with their own
+ * check's outcome, or the transfer's failure when there was no check;
+ * the carrier last, since its report may be the job's last and free
+ * every op of it. */
+static void
+merged_read_done (KvFsOp   *carrier,
+                  gpointer  user_data)
+{
+  MergedRead *merged = user_data;
+  KvFsOpDoneFunc done = merged->done;
+  gpointer done_data = merged->done_data;
+
+  for (guint i = 0; i < merged->n_riders; i++)
+    {
+      KvFsOp *rider = merged->riders[i];
+
+      if (!merged->checked)
+        {
+          rider->status = carrier->status;
+          rider->error = carrier->error;
+        }
+      rider->start_us = carrier->start_us;
+      rider->end_us = carrier->end_us;
+      rider->done (rider, rider->done_data);
+    }
+  carrier->layout_data = NULL;
+  carrier->io_n_vec = 2;   /* its own record, for kv_fs_slab_unpin() */
+  carrier->done = done;
+  carrier->done_data = done_data;
+  g_free (merged);
+  done (carrier, done_data);
+}
+
+/* Whether @next (made by kv_fs_slab_init_op()) is the record right after
+ * @prev's in the same slab file, read the same way. */
+static gboolean
+follows (KvFsSlab     *self,
+         const KvFsOp *prev,
+         const KvFsOp *next)
+{
+  return next->kind == KV_FS_OP_LOAD && prev->kind == KV_FS_OP_LOAD &&
+         next->slab_slot == prev->slab_slot + 1 &&
+         file_of_slot (self, next->slab_slot) == file_of_slot (self, prev->slab_slot) &&
+         next->io_fd == prev->io_fd && next->io_offset == prev->io_offset + self->slot_size;
+}
+
+/*
+ * Merges @ops, loads made by kv_fs_slab_init_op() in the batch's order,
+ * where consecutive ones read adjacent slots of one file: the first of
+ * each stretch (of at most MERGE_MAX_RECORDS) carries the others. Leaves
+ * in @ops the ops to submit, in order, and returns how many; every op
+ * of @ops still has its done function called once.
+ */
+guint
+kv_fs_slab_merge_loads (KvFsSlab  *self,
+                        KvFsOp   **ops,
+                        guint      n_ops)
+{
+  guint n_out = 0;
+  guint i = 0;
+
+  while (i < n_ops)
+    {
+      KvFsOp *carrier = ops[i];
+      guint end = i + 1;
+      MergedRead *merged;
+
+      while (end < n_ops && end - i < MERGE_MAX_RECORDS && follows (self, ops[end - 1], ops[end]))
+        end++;
+      ops[n_out++] = carrier;
+      if (end - i > 1)
+        {
+          merged = g_new0 (MergedRead, 1);
+          merged->done = carrier->done;
+          merged->done_data = carrier->done_data;
+          for (guint k = i + 1; k < end; k++)
+            {
+              KvFsOp *rider = ops[k];
+
+              merged->riders[merged->n_riders++] = rider;
+              carrier->io_vec[carrier->io_n_vec++] = rider->io_vec[0];
+              carrier->io_vec[carrier->io_n_vec++] = rider->io_vec[1];
+            }
+          carrier->io_complete = merged_read;
+          carrier->layout_data = merged;
+          carrier->done = merged_read_done;
+          carrier->done_data = merged;
+        }
+      i = end;
+    }
+  return n_out;
+}
+
 /* A store into op->slab_slot is over: the slot holds op->key, or (a
  * failure: it may hold part of the chunk, which no check accepts) is
  * free again. */

@@ -32,7 +32,8 @@ G_BEGIN_DECLS
  * (kv_fs_slab_init_op()) is a transfer of header and payload at the
  * slot's offset of a slab file held open (KV_FS_OP_FLAG_AT_OFFSET), with
  * the slab's hooks to encode the header and to check what was read, so
- * that the engines only move bytes. Every function but
+ * that the engines only move bytes; loads of adjacent slots move in one
+ * transfer (kv_fs_slab_merge_loads()). Every function but
  * kv_fs_slab_init_record() takes the slab's lock; any thread.
  */
 typedef struct _KvFsSlab KvFsSlab;
@@ -79,6 +80,9 @@ void        kv_fs_slab_unpin            (KvFsSlab         *self,
                                          KvFsOp           *op,
                                          gboolean          loaded,
                                          gboolean          drop);
+guint       kv_fs_slab_merge_loads      (KvFsSlab         *self,
+                                         KvFsOp          **ops,
+                                         guint             n_ops);
 gboolean    kv_fs_slab_take_unchecked   (KvFsSlab         *self,
                                          const KvKey      *key);
 gboolean    kv_fs_slab_locate           (KvFsSlab         *self,

@@ -866,18 +866,34 @@ fail_key (FsJob      *fj,
   kv_tier_job_mark_failed (fj->tier_job, i, KV_KEY_FAILURE_FLAGS_NOT_A_FAULT, error);
 }
 
-/* Starts the ops of @fj that were set up (those with a path); a job with
- * none is reported at once. */
-static void
-launch (KvFsTier *self,
-        FsJob    *fj)
+/* The ops of @fj that were set up (those with a path), in key order;
+ * returns how many. */
+static guint
+collect_ops (FsJob   *fj,
+             KvFsOp **ops)
 {
-  g_autofree KvFsOp **ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
   guint n = 0;
 
   for (guint i = 0; i < fj->n_keys; i++)
     if (fj->ops[i].path != NULL)
       ops[n++] = &fj->ops[i];
+  return n;
+}
+
+/* Starts the ops of @fj that were set up by submitting @ops (@n_submit
+ * of them: all, or fewer where one carries others, see
+ * kv_fs_slab_merge_loads()); a job with none is reported at once. */
+static void
+launch_ops (KvFsTier  *self,
+            FsJob     *fj,
+            KvFsOp   **ops,
+            guint      n_submit)
+{
+  guint n = 0;
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    if (fj->ops[i].path != NULL)
+      n++;
 
   g_mutex_lock (&self->lock);
   fj->n_outstanding = n;
@@ -890,7 +906,16 @@ launch (KvFsTier *self,
       fs_job_finish (fj);
       return;
     }
-  start_ops (self, fj, ops, n);
+  start_ops (self, fj, ops, n_submit);
+}
+
+static void
+launch (KvFsTier *self,
+        FsJob    *fj)
+{
+  g_autofree KvFsOp **ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
+
+  launch_ops (self, fj, ops, collect_ops (fj, ops));
 }
 
 /* ---- layout=slab -------------------------------------------------------- */
@@ -1026,6 +1051,7 @@ slab_submit_load (KvFsTier      *self,
                   KvTransferJob *job)
 {
   FsJob *fj = fs_job_new (self, job, TRUE);
+  g_autofree KvFsOp **ops = NULL;
 
   for (guint i = 0; i < fj->n_keys; i++)
     {
@@ -1060,7 +1086,9 @@ slab_submit_load (KvFsTier      *self,
       kv_fs_slab_init_op (self->slab, op, slot);
     }
 
-  launch (self, fj);
+  /* adjacent slots of one file: one read */
+  ops = g_new (KvFsOp *, MAX (fj->n_keys, 1));
+  launch_ops (self, fj, ops, kv_fs_slab_merge_loads (self->slab, ops, collect_ops (fj, ops)));
   return TRUE;
 }
 

@@ -605,6 +605,95 @@ test_corruption (Fixture       *f,
   close_tier (tier);
 }
 
+/* A load batch of adjacent slots is read with one transfer per 8 slots
+ * (two here, for 10), and each record is still checked on its own: a
+ * damaged one fails alone, the others land byte-exact. */
+static void
+test_merged_read (Fixture       *f,
+                  gconstpointer  data)
+{
+  const FsVariant *v = data;
+  /* one slab file: stores take its slots in turn */
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, "slab-size",
+                                     (guint64) KV_SLAB_HEADER_SIZE + 64 * SLOT_BYTES, NULL);
+  KvFsEngine *engine = kv_fs_tier_get_engine (tier);
+  g_autoptr(GError) error = NULL;
+  g_autoptr(KvTransferJob) job = NULL;
+  KvJobResult **results;
+  KvKey * const *ok;
+  KvKey *keys[10];
+  guint32 slots[10];
+  g_autofree char *path = NULL;
+  guint64 first = 0;
+  guint n_ok = 0;
+
+  g_assert_true (store_keys (f, tier, 0, 10));
+  path = locate (tier, 0, &first);
+  for (guint i = 0; i < 10; i++)
+    {
+      g_autofree char *p = NULL;
+      guint64 offset = 0;
+
+      /* (the stores took adjacent slots of one file) */
+      p = locate (tier, i, &offset);
+      g_assert_cmpstr (p, ==, path);
+      g_assert_cmpuint (offset, ==, first + i * SLOT_BYTES);
+      keys[i] = test_chunk_key (i);
+      slots[i] = i;
+      memset (kv_host_buffer_peek_slot (f->buffer, i), 0xa5, FS_TEST_SLOT);
+    }
+  flip_byte (path, first + 3 * SLOT_BYTES + KV_CHUNK_HEADER_SIZE + 100);  /* key 3's payload */
+
+  job = kv_transfer_job_new (f->next_id++, keys, slots, 10, TRUE, f->request);
+  kv_fs_engine_set_stalled (engine, TRUE);
+  g_assert_true (kv_secondary_tier_submit_load (KV_SECONDARY_TIER (tier), job, &error));
+  g_assert_no_error (error);
+  g_assert_cmpuint (kv_fs_engine_get_n_queued (engine), ==, 2);
+  kv_fs_engine_set_stalled (engine, FALSE);
+  g_assert_true (kv_secondary_tier_drain_jobs (KV_SECONDARY_TIER (tier), &error));
+  g_assert_no_error (error);
+  results = kv_secondary_tier_get_finished_jobs (KV_SECONDARY_TIER (tier));
+  g_assert_nonnull (results);
+  g_assert_nonnull (results[0]);
+  g_assert_null (results[1]);
+  g_assert_false (kv_job_result_get_success (results[0]));
+  ok = kv_job_result_get_successful_keys (results[0], &n_ok);
+  g_assert_cmpuint (n_ok, ==, 9);
+  for (guint i = 0, k = 0; i < 10; i++)
+    {
+      if (i == 3)
+        {
+          g_assert_cmpint (lookup (tier, i), ==, KV_LOOKUP_RESULT_MISS);
+          continue;
+        }
+      g_assert_true (kv_key_equal (ok[k++], keys[i]));
+      g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (f->buffer, i), FS_TEST_SLOT, i));
+    }
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_LOADED_CHUNKS), ==, 9);
+  kv_job_result_unref (results[0]);
+  g_free (results);
+
+  /* a transfer that fails fails every record it carried, and lets go of
+   * their slots: they load afterwards */
+  kv_fs_engine_inject_error (engine, KV_FS_OP_LOAD, EIO, 1);
+  {
+    g_autoptr(KvJobResult) result = test_tier_run_job (tier, f->next_id++, TRUE, keys, slots, 3,
+                                                       f->request);
+
+    g_assert_false (kv_job_result_get_success (result));
+    kv_job_result_get_successful_keys (result, &n_ok);
+    g_assert_cmpuint (n_ok, ==, 0);
+  }
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_IO_ERRORS), ==, 3);
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (load_key (f, tier, i, 12 + i));
+
+  for (guint i = 0; i < 10; i++)
+    kv_key_unref (keys[i]);
+  close_tier (tier);
+}
+
 /* ---- restart ------------------------------------------------------------ */
 
 /* A new tier on the slabs rebuilds its index from the slot headers, in
@@ -1160,6 +1249,7 @@ main (int argc, char **argv)
     { "config-errors", (GTestFixtureFunc) test_config_errors, FALSE },
     { "hostile-files", (GTestFixtureFunc) test_hostile_files, FALSE },
     { "carried-checksum", (GTestFixtureFunc) test_carried_checksum, TRUE },
+    { "merged-read", (GTestFixtureFunc) test_merged_read, TRUE },
   };
 
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);

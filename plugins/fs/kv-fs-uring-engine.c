@@ -31,9 +31,9 @@
  *          → [unlinkat if corrupt]
  *   delete: unlinkat
  *   bytes at an offset (KV_FS_OP_FLAG_AT_OFFSET, layout=slab): [the
- *          layout's prepare hook (checksum pool)] → one read or write
- *          per buffer of the vector, fixed where it lies in the primary,
- *          in flight together → [fsync(DATASYNC)] → the layout's complete
+ *          layout's prepare hook (checksum pool)] → one readv or writev
+ *          of the whole vector (a single buffer: one read or write, fixed
+ *          where it lies in the primary) → [fsync(DATASYNC)] → the layout's complete
  *          hook (on this thread), which may ask for the vector again;
  *          nothing opened, closed or renamed
  *
@@ -71,6 +71,7 @@
 #define TAG_BODY   2
 #define TAG_BOTH   3
 #define TAG_PART   4   /* the request of one buffer of an AT_OFFSET op */
+#define TAG_VEC    5   /* the one request of a whole AT_OFFSET vector */
 #define TAG_MASK   ((guintptr) 7)
 #define MAX_FIXED_PIECE ((gsize) 1 << 30)
 
@@ -113,6 +114,8 @@ typedef struct
   gboolean xattr_done;     /* store: vLLM's file checksum set (or not needed) */
   guint32  crc_be;         /* its value, while the request is in flight */
   VecPart  parts[KV_FS_OP_MAX_VEC];  /* AT_OFFSET */
+  guint    vec_first;      /* AT_OFFSET: the first part the readv/writev moves */
+  struct iovec vec_iov[KV_FS_OP_MAX_VEC];  /* ...and its vector */
 } OpData;
 
 struct _KvFsUringEngine
@@ -365,19 +368,70 @@ submit_io (KvFsUringEngine *self,
     submit_close (self, op, op->fd, ST_CLOSE);
 }
 
+/* AT_OFFSET: the rest of the vector as one readv/writev when it is two
+ * buffers or more, the parts before @first moved and none after it begun
+ * (always so: the parts only move one request at a time). One request
+ * per record, not one per buffer: a slab store's header and payload
+ * reach the device as one write, and a merged load of N slots is one
+ * read instead of 2 × N. The payload is then not a fixed buffer (its
+ * pages are pinned per request), which costs less than the request it
+ * saves (fs-throughput, 64 KiB slab: store CPU 0.28 → 0.20 s/GB, load
+ * 0.37 → 0.30). */
+static gboolean
+submit_vec_as_one (KvFsUringEngine *self,
+                   KvFsOp          *op,
+                   guint            first,
+                   guint64          offset)
+{
+  OpData *data = op->engine_data;
+  struct io_uring_sqe *sqe;
+  guint n = 0;
+
+  for (guint i = first; i < op->io_n_vec; i++)
+    {
+      gsize done = data->parts[i].done;
+
+      if (i > first && done > 0)
+        return FALSE;
+      if (op->io_vec[i].iov_len == done)
+        continue;
+      data->vec_iov[n].iov_base = (guint8 *) op->io_vec[i].iov_base + done;
+      data->vec_iov[n].iov_len = op->io_vec[i].iov_len - done;
+      n++;
+    }
+  if (n < 2)
+    return FALSE;
+  sqe = get_sqe (self);
+  offset += data->parts[first].done;
+  if (op->io_write)
+    io_uring_prep_writev (sqe, op->io_fd, data->vec_iov, n, offset);
+  else
+    io_uring_prep_readv (sqe, op->io_fd, data->vec_iov, n, offset);
+  data->vec_first = first;
+  set_op (sqe, op, TAG_VEC);
+  op->n_pending = 1;
+  return TRUE;
+}
+
 /* AT_OFFSET: every buffer of the vector not moved yet in this round, at
- * its place after the ones before it, all in flight together; a fixed
- * request where the buffer lies in the registered primary. */
+ * its place after the ones before it: one vectored request (above), or
+ * a request per buffer, all in flight together, fixed where the buffer
+ * lies in the registered primary. */
 static void
 submit_vec (KvFsUringEngine *self,
             KvFsOp          *op)
 {
   OpData *data = op->engine_data;
   guint64 offset = op->io_offset;
+  guint first = 0;
 
   op->state = ST_IO;
   op->n_pending = 0;
-  for (guint i = 0; i < op->io_n_vec; i++)
+  while (first < op->io_n_vec && data->parts[first].done == op->io_vec[first].iov_len)
+    offset += op->io_vec[first++].iov_len;
+  if (submit_vec_as_one (self, op, first, offset))
+    return;
+  for (guint i = first; i < op->io_n_vec; i++)
     {
       VecPart *part = &data->parts[i];
       guint8 *buf = (guint8 *) op->io_vec[i].iov_base + part->done;
@@ -824,24 +878,15 @@ handle_io (KvFsUringEngine *self,
   store_after_io (self, op);
 }
 
-/* AT_OFFSET: one buffer's request is back. Once all are, a short
- * transfer continues where it stopped (a request that moved nothing, at
- * end of file or of space, is EIO: a layout's records lie inside its
- * files), then the sync, then the layout's hook. */
+/* AT_OFFSET: every request of the round is back. A short transfer
+ * continues where it stopped (a request that moved nothing, at end of
+ * file or of space, is EIO: a layout's records lie inside its files),
+ * then the sync, then the layout's hook. */
 static void
-handle_part (KvFsUringEngine *self,
-             VecPart         *part,
-             int              res)
+vec_round_done (KvFsUringEngine *self,
+                KvFsOp          *op)
 {
-  KvFsOp *op = part->op;
   OpData *data = op->engine_data;
-
-  if (res <= 0 && data->err == 0)
-    data->err = res < 0 ? -res : EIO;
-  else if (res > 0)
-    part->done += res;
-  if (--op->n_pending > 0)
-    return;
 
   if (data->err != 0)
     {
@@ -861,6 +906,46 @@ handle_part (KvFsUringEngine *self,
       return;
     }
   at_offset_transferred (self, op);
+}
+
+/* AT_OFFSET: one buffer's request is back. */
+static void
+handle_part (KvFsUringEngine *self,
+             VecPart         *part,
+             int              res)
+{
+  KvFsOp *op = part->op;
+  OpData *data = op->engine_data;
+
+  if (res <= 0 && data->err == 0)
+    data->err = res < 0 ? -res : EIO;
+  else if (res > 0)
+    part->done += res;
+  if (--op->n_pending == 0)
+    vec_round_done (self, op);
+}
+
+/* AT_OFFSET: the readv/writev of the rest of the vector is back: what it
+ * moved fills the parts in order. */
+static void
+handle_vec (KvFsUringEngine *self,
+            KvFsOp          *op,
+            int              res)
+{
+  OpData *data = op->engine_data;
+
+  if (res <= 0 && data->err == 0)
+    data->err = res < 0 ? -res : EIO;
+  for (guint i = data->vec_first; res > 0 && i < op->io_n_vec; i++)
+    {
+      VecPart *part = &data->parts[i];
+      gsize take = MIN ((gsize) res, op->io_vec[i].iov_len - part->done);
+
+      part->done += take;
+      res -= take;
+    }
+  op->n_pending = 0;
+  vec_round_done (self, op);
 }
 
 static void
@@ -1059,6 +1144,8 @@ ring_main (gpointer user_data)
             handle_step (self, op, res);
           else if ((ud & TAG_MASK) == TAG_PART)
             handle_part (self, (VecPart *) op, res);
+          else if ((ud & TAG_MASK) == TAG_VEC)
+            handle_vec (self, op, res);
           else
             handle_io (self, op, ud & TAG_MASK, res);
         }
@@ -1093,6 +1180,7 @@ probe_opcodes (struct io_uring  *ring,
   static const struct { int op; const char *name; } needed[] = {
     { IORING_OP_OPENAT, "openat" }, { IORING_OP_CLOSE, "close" },
     { IORING_OP_READ, "read" }, { IORING_OP_WRITE, "write" },
+    { IORING_OP_READV, "readv" }, { IORING_OP_WRITEV, "writev" },
     { IORING_OP_READ_FIXED, "read_fixed" }, { IORING_OP_WRITE_FIXED, "write_fixed" },
     { IORING_OP_FSYNC, "fsync" }, { IORING_OP_RENAMEAT, "renameat" },
     { IORING_OP_UNLINKAT, "unlinkat" },

@@ -274,6 +274,28 @@ kv_chunk_check (const guint8 *header,
   return KV_CHUNK_CHECK_OK;
 }
 
+/* kv_chunk_check() of a whole header and payload whose checksum
+ * (kv_chunk_checksum()) the caller computed as the payload arrived, so
+ * that the check reads no payload byte again. */
+KvChunkCheck
+kv_chunk_check_copied (const guint8 *header,
+                       gsize         payload_len,
+                       guint64       payload_checksum,
+                       const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                       const KvKey  *key,
+                       gboolean      verify_payload)
+{
+  guint64 expected = 0;
+  KvChunkCheck check;
+
+  check = kv_chunk_header_check (header, namespace_digest, key, payload_len, &expected);
+  if (check != KV_CHUNK_CHECK_OK)
+    return check;
+  if (verify_payload && payload_checksum != expected)
+    return KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM;
+  return KV_CHUNK_CHECK_OK;
+}
+
 /* ---- slab slots ---------------------------------------------------------- */
 
 /*

@@ -108,6 +108,13 @@ KvChunkCheck   kv_chunk_check          (const guint8 *header,
                                         const KvKey  *key,
                                         gboolean      verify_payload);
 
+KvChunkCheck   kv_chunk_check_copied   (const guint8 *header,
+                                        gsize         payload_len,
+                                        guint64       payload_checksum,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        gboolean      verify_payload);
+
 /* ---- slab slots (the fs tier's layout=slab) -------------------------------
  *
  * A slab file (or block device) starts with a KV_SLAB_HEADER_SIZE file

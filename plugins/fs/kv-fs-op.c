@@ -109,11 +109,17 @@ kv_fs_op_check_load (KvFsOp *op)
 {
   gboolean has_header = (op->flags & KV_FS_OP_FLAG_HEADER) != 0;
 
-  op->check = kv_chunk_check (has_header ? op->header : NULL,
-                                 MAX (op->got_header, 0),
-                                 op->payload, op->payload_len, MAX (op->got_payload, 0),
-                                 op->namespace_digest, op->key,
-                                 (op->flags & KV_FS_OP_FLAG_VERIFY) != 0);
+  if (op->has_copied_checksum && has_header && op->got_header >= KV_CHUNK_HEADER_SIZE &&
+      op->got_payload >= (gssize) op->payload_len)
+    op->check = kv_chunk_check_copied (op->header, op->payload_len, op->copied_checksum,
+                                       op->namespace_digest, op->key,
+                                       (op->flags & KV_FS_OP_FLAG_VERIFY) != 0);
+  else
+    op->check = kv_chunk_check (has_header ? op->header : NULL,
+                                MAX (op->got_header, 0),
+                                op->payload, op->payload_len, MAX (op->got_payload, 0),
+                                op->namespace_digest, op->key,
+                                (op->flags & KV_FS_OP_FLAG_VERIFY) != 0);
   op->status = op->check == KV_CHUNK_CHECK_OK ? KV_FS_OP_STATUS_OK : KV_FS_OP_STATUS_CORRUPT;
   /* vLLM's file checksum, where the file has one: a mismatch, or an
    * attribute that is not 4 bytes, is a damaged file (vLLM deletes it
@@ -138,10 +144,12 @@ kv_fs_op_check_load (KvFsOp *op)
 }
 
 /* Runs an AT_OFFSET op to completion on the calling thread (the
- * thread-pool and GIO engines): the layout's prepare hook, the vector
- * moved whole (a read that meets end of file is EIO: the layout's
- * records lie inside its files), fdatasync() with DATASYNC, then the
- * layout's complete hook, as long as it asks for another transfer. */
+ * thread-pool and GIO engines, and the io_uring engine's pool for a
+ * mapped op): the layout's prepare hook, the vector moved whole (a read
+ * that meets end of file is EIO: the layout's records lie inside its
+ * files) or copied where the op has a mapping, fdatasync() with
+ * DATASYNC (not for a mapping: its pages are memory), then the layout's
+ * complete hook, as long as it asks for another transfer. */
 void
 kv_fs_op_run_at_offset (KvFsOp *op)
 {
@@ -153,7 +161,15 @@ kv_fs_op_run_at_offset (KvFsOp *op)
     {
       int err;
 
-      if (op->io_write)
+      if (op->io_map != NULL)
+        {
+          if (op->io_copy != NULL)
+            op->io_copy (op);
+          else
+            kv_fs_io_copy_vec (op->io_map, op->io_vec, op->io_n_vec, op->io_write);
+          err = 0;
+        }
+      else if (op->io_write)
         err = kv_fs_io_pwritev_full (op->io_fd, op->io_vec, op->io_n_vec, op->io_offset);
       else
         {
@@ -163,8 +179,8 @@ kv_fs_op_run_at_offset (KvFsOp *op)
           err = got < 0 ? (int) -got :
                 (gsize) got < kv_fs_io_vec_length (op->io_vec, op->io_n_vec) ? EIO : 0;
         }
-      if (err == 0 && op->io_write && (op->flags & KV_FS_OP_FLAG_DATASYNC) &&
-          fdatasync (op->io_fd) != 0)
+      if (err == 0 && op->io_write && op->io_map == NULL &&
+          (op->flags & KV_FS_OP_FLAG_DATASYNC) && fdatasync (op->io_fd) != 0)
         err = errno;
       if (err != 0)
         {

@@ -82,6 +82,7 @@ typedef enum {
  * whether the vector moves again. An I/O error ends the op as IO_ERROR
  * without calling @complete. */
 typedef void         (*KvFsOpPrepareFunc)  (KvFsOp *op);
+typedef void         (*KvFsOpCopyFunc)     (KvFsOp *op);
 typedef KvFsOpIoNext (*KvFsOpCompleteFunc) (KvFsOp *op);
 
 /* The most buffers of one AT_OFFSET op: a record's header and payload,
@@ -106,6 +107,10 @@ struct _KvFsOp
    * was verified against, for the slot to carry */
   guint64         payload_checksum;
   gboolean        has_payload_checksum;
+  /* load: the payload's kv_chunk_checksum(), computed by an io_copy hook
+   * as the bytes moved, so that the check reads none of them again */
+  guint64         copied_checksum;
+  gboolean        has_copied_checksum;
   /* FILE_CRC32C: store: the file's CRC32C, computed with the header;
    * load: the file's attribute, when it has one (or a malformed one) */
   guint32         file_crc32c;
@@ -124,6 +129,12 @@ struct _KvFsOp
   gboolean            io_write;
   struct iovec        io_vec[KV_FS_OP_MAX_VEC];
   guint               io_n_vec;
+  /* (nullable): the bytes at @io_offset in the layout's shared mapping
+   * of @io_fd (a memory-backed root): the vector is copied, not read or
+   * written, and not synced (see kv_fs_io_copy_vec()) */
+  guint8             *io_map;
+  KvFsOpCopyFunc      io_copy;     /* (nullable) a mapped op's copy, when the
+                                    * layout checks the bytes as they move */
   KvFsOpPrepareFunc   io_prepare;  /* (nullable) */
   KvFsOpCompleteFunc  io_complete; /* (nullable): without, a whole transfer is OK */
 

@@ -9,9 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/fs.h>
+#include <linux/magic.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <glib/gstdio.h>
@@ -48,6 +51,8 @@ typedef struct
   guint32  first;       /* its first slot's number */
   guint32  n_slots;
   gboolean existed;     /* made by an earlier tier: scan it */
+  guint8  *map;         /* the whole file, on a memory-backed root, or NULL */
+  gsize    map_size;
 } SlabFile;
 
 struct _KvFsSlab
@@ -126,12 +131,41 @@ write_slab_header (int           fd,
  * missing) for @n_slots slots, relative to the root's directory held
  * open, never through a link: the file must be a regular file the tier
  * trusts (see kv_fs_layout_trusts()). */
+/* On a memory-backed root (tmpfs) a slab file is mapped: moving a record
+ * is then one copy between its primary slot and the file's pages, with
+ * no system call, page-cache lookup or bounce per transfer. Every page
+ * is reserved first, so that no store through the mapping can meet a
+ * full tmpfs (a SIGBUS, not an error); ramfs, which cannot reserve
+ * pages, is left to the engines, as is any file that cannot be mapped. */
+static void
+map_if_memory_backed (SlabFile *file,
+                      guint64   size)
+{
+  struct statfs fs;
+  void *map;
+
+  if (fstatfs (file->fd, &fs) != 0 || fs.f_type != TMPFS_MAGIC || size > G_MAXSIZE ||
+      fallocate (file->fd, 0, 0, size) != 0)
+    return;
+  /* populated now: the first store into each page would otherwise
+   * fault it in (a slab's first pass ran at a fifth of its later ones) */
+  map = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, file->fd, 0);
+  if (map == MAP_FAILED)
+    {
+      g_debug ("fs slab: %s stays unmapped: %s", file->path, g_strerror (errno));
+      return;
+    }
+  file->map = map;
+  file->map_size = size;
+}
+
 static gboolean
 open_slab_file (KvFsSlab          *self,
                 const KvFsLayout  *layout,
                 SlabFile          *file,
                 guint              index,
                 gboolean           o_direct,
+                gboolean           map_memory_backed,
                 GError           **error)
 {
   g_autoptr(KvFsRootDirs) dirs = kv_fs_layout_ref_dirs (layout, file->root);
@@ -243,7 +277,9 @@ open_slab_file (KvFsSlab          *self,
     }
   free (header);
 
-  if (o_direct)
+  if (map_memory_backed)
+    map_if_memory_backed (file, size);
+  if (o_direct && file->map == NULL)
     {
       file->fd_direct = openat (dir_fd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_DIRECT);
       /* the same file, not one put in its place since */
@@ -397,12 +433,14 @@ remove_extra_files (const KvFsLayout *layout,
 
 /* Makes (or opens) the slab files holding @capacity bytes of slots,
  * spread evenly over the layout's roots, in files of at most
- * @slab_size bytes. */
+ * @slab_size bytes; with @map_memory_backed, the files on memory-backed
+ * roots are mapped and their records copied (see map_if_memory_backed()). */
 KvFsSlab *
 kv_fs_slab_new (const KvFsLayout *layout,
                 guint64           capacity,
                 guint64           slab_size,
                 const gboolean   *o_direct,
+                gboolean          map_memory_backed,
                 GError          **error)
 {
   KvFsSlab *self;
@@ -503,7 +541,7 @@ kv_fs_slab_new (const KvFsLayout *layout,
           file.n_slots = (guint32) MIN (left, per_file);
           g_array_append_val (files, file);
           if (!open_slab_file (self, layout, &g_array_index (files, SlabFile, files->len - 1),
-                               index, o_direct != NULL && o_direct[r], error))
+                               index, o_direct != NULL && o_direct[r], map_memory_backed, error))
             {
               gsize n_files = 0;
 
@@ -571,6 +609,8 @@ kv_fs_slab_free (KvFsSlab *self)
         close (self->files[f].fd);
       if (self->files[f].fd_direct >= 0)
         close (self->files[f].fd_direct);
+      if (self->files[f].map != NULL)
+        munmap (self->files[f].map, self->files[f].map_size);
       g_free (self->files[f].path);
     }
   for (guint32 s = 0; self->slots != NULL && s < self->n_slots; s++)
@@ -700,6 +740,48 @@ load_read (KvFsOp *op)
   return KV_FS_OP_IO_DONE;
 }
 
+/* Bytes a mapped load copies before hashing them, while they are still
+ * in the core's cache. */
+#define COPY_PIECE (64 * 1024)
+
+static void
+free_hasher (gpointer hasher)
+{
+  kv_chunk_hasher_free (hasher);
+}
+
+static GPrivate copy_hasher = G_PRIVATE_INIT (free_hasher);
+
+/* Load of a mapped record, io_copy (an engine thread): the header, then
+ * the payload a piece at a time, each piece hashed right after its copy,
+ * so that the check (load_read()) reads no byte of it again: copy and
+ * check in one pass over memory. */
+static void
+copy_and_hash_record (KvFsOp *op)
+{
+  KvChunkHasher *hasher = g_private_get (&copy_hasher);
+  const guint8 *from = op->io_map + KV_CHUNK_HEADER_SIZE;
+  guint8 *to = op->payload;
+
+  g_assert (op->io_n_vec == 2 && op->io_vec[1].iov_base == op->payload);
+  if (hasher == NULL)
+    {
+      hasher = kv_chunk_hasher_new ();
+      g_private_set (&copy_hasher, hasher);
+    }
+  kv_chunk_hasher_reset (hasher);
+  memcpy (record_header (op), op->io_map, KV_CHUNK_HEADER_SIZE);
+  for (gsize done = 0; done < op->payload_len; done += COPY_PIECE)
+    {
+      gsize n = MIN (COPY_PIECE, op->payload_len - done);
+
+      memcpy (to + done, from + done, n);
+      kv_chunk_hasher_update (hasher, to + done, n);
+    }
+  op->copied_checksum = kv_chunk_hasher_digest (hasher);
+  op->has_copied_checksum = TRUE;
+}
+
 /* Probe of a block device, io_complete: its slab header was read; it
  * must be intact. */
 static KvFsOpIoNext
@@ -738,6 +820,9 @@ kv_fs_slab_init_record (KvFsOp  *op,
   op->io_vec[0] = (struct iovec) { header, KV_CHUNK_HEADER_SIZE };
   op->io_vec[1] = (struct iovec) { op->payload, op->payload_len };
   op->io_n_vec = 2;
+  op->io_map = NULL;
+  op->io_copy = NULL;
+  op->has_copied_checksum = FALSE;
   op->io_prepare = NULL;
   if (op->kind == KV_FS_OP_LOAD)
     {
@@ -929,6 +1014,12 @@ kv_fs_slab_init_op (KvFsSlab *self,
     }
   g_mutex_unlock (&self->lock);
   kv_fs_slab_init_record (op, header, fd, offset);
+  if (file->map != NULL)
+    {
+      op->io_map = file->map + offset;
+      if (op->kind == KV_FS_OP_LOAD && (op->flags & KV_FS_OP_FLAG_VERIFY))
+        op->io_copy = copy_and_hash_record;
+    }
 }
 
 /*
@@ -999,13 +1090,16 @@ merged_read_done (KvFsOp   *carrier,
 }
 
 /* Whether @next (made by kv_fs_slab_init_op()) is the record right after
- * @prev's in the same slab file, read the same way. */
+ * @prev's in the same slab file, read the same way. Mapped records are
+ * never merged: a copy costs no request, and apart they are copied by
+ * several threads at once. */
 static gboolean
 follows (KvFsSlab     *self,
          const KvFsOp *prev,
          const KvFsOp *next)
 {
   return next->kind == KV_FS_OP_LOAD && prev->kind == KV_FS_OP_LOAD &&
+         prev->io_map == NULL && next->io_map == NULL &&
          next->slab_slot == prev->slab_slot + 1 &&
          file_of_slot (self, next->slab_slot) == file_of_slot (self, prev->slab_slot) &&
          next->io_fd == prev->io_fd && next->io_offset == prev->io_offset + self->slot_size;

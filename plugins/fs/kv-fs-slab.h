@@ -49,6 +49,7 @@ KvFsSlab   *kv_fs_slab_new              (const KvFsLayout *layout,
                                          guint64           capacity,
                                          guint64           slab_size,
                                          const gboolean   *o_direct,
+                                         gboolean          map_memory_backed,
                                          GError          **error);
 void        kv_fs_slab_free             (KvFsSlab         *self);
 

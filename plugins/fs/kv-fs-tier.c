@@ -83,6 +83,7 @@ struct _KvFsTier
   char            *vllm_identity;
   guint            vllm_rank;
   guint64          slab_size;
+  gboolean         slab_map;
 
   /* set up by init(), then read-only */
   gboolean         initialized;
@@ -152,6 +153,7 @@ enum {
   PROP_ACTIVE_IO_ENGINE,
   PROP_TRUST_GROUP,
   PROP_SLAB_SIZE,
+  PROP_SLAB_MAP,
   N_PROPS
 };
 
@@ -1973,7 +1975,7 @@ kv_fs_tier_initable_init (GInitable     *initable,
   if (self->layout_kind == KV_FS_LAYOUT_KIND_SLAB)
     {
       self->slab = kv_fs_slab_new (self->layout, self->max_size, self->slab_size, self->o_direct,
-                                   error);
+                                   self->slab_map, error);
       if (self->slab == NULL)
         return FALSE;
     }
@@ -2110,6 +2112,7 @@ kv_fs_tier_get_property (GObject    *object,
     case PROP_VLLM_RANK: g_value_set_uint (value, self->vllm_rank); break;
     case PROP_TRUST_GROUP: g_value_set_string (value, self->trust_group); break;
     case PROP_SLAB_SIZE: g_value_set_uint64 (value, self->slab_size); break;
+    case PROP_SLAB_MAP: g_value_set_boolean (value, self->slab_map); break;
     case PROP_ACTIVE_IO_ENGINE:
       g_value_set_string (value, self->engine ? kv_fs_engine_get_name (self->engine) : NULL);
       break;
@@ -2157,6 +2160,7 @@ kv_fs_tier_set_property (GObject      *object,
     case PROP_VLLM_RANK: self->vllm_rank = g_value_get_uint (value); break;
     case PROP_TRUST_GROUP: g_free (self->trust_group); self->trust_group = g_value_dup_string (value); break;
     case PROP_SLAB_SIZE: self->slab_size = g_value_get_uint64 (value); break;
+    case PROP_SLAB_MAP: self->slab_map = g_value_get_boolean (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2465,6 +2469,21 @@ kv_fs_tier_class_init (KvFsTierClass *klass)
     g_param_spec_uint64 ("slab-size", NULL,
                          "layout=slab: most bytes of one slab file", 8192, G_MAXUINT64, KV_FS_SLAB_DEFAULT_SIZE,
                          CONSTRUCT_FLAGS);
+
+  /**
+   * KvFsTier:slab-map:
+   *
+   * For `layout=slab`: whether slab files on a memory-backed root
+   * (tmpfs) are mapped into the process, so that a store or load is one
+   * copy between the primary slot and the file's pages instead of a
+   * read or write through the kernel (on by default). Each file's pages
+   * are reserved when it is opened, so a full tmpfs fails the tier's
+   * construction, never a store. Other roots are never mapped.
+   */
+  properties[PROP_SLAB_MAP] =
+    g_param_spec_boolean ("slab-map", NULL,
+                          "layout=slab: map slab files on memory-backed roots (tmpfs)", TRUE,
+                          CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }

@@ -35,7 +35,8 @@
  *          of the whole vector (a single buffer: one read or write, fixed
  *          where it lies in the primary) → [fsync(DATASYNC)] → the layout's complete
  *          hook (on this thread), which may ask for the vector again;
- *          nothing opened, closed or renamed
+ *          nothing opened, closed or renamed; a mapped op (a slab on a
+ *          memory-backed root) is copied whole on the checksum pool
  *
  * Every path is a name in a directory held open (see
  * kv_fs_op_open_dirs(): the kvtier layout's shard directories stay open
@@ -503,10 +504,14 @@ static void
 continue_op (KvFsUringEngine *self,
              KvFsOp          *op)
 {
-  /* back from the checksum pool: the layout prepared its bytes */
+  /* back from the checksum pool: the layout prepared its bytes, or a
+   * mapped op was copied there whole */
   if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
     {
-      start_vec (self, op);
+      if (op->io_map != NULL)
+        op_release (self, op);
+      else
+        start_vec (self, op);
       return;
     }
   if (op->reuse_path != NULL && !kv_fs_op_reuse_in_place (op))
@@ -527,7 +532,9 @@ checksum_func (gpointer data,
   KvFsUringEngine *self = user_data;
   gint queued;
 
-  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
+  if (op->flags & KV_FS_OP_FLAG_AT_OFFSET && op->io_map != NULL)
+    kv_fs_op_run_at_offset (op);
+  else if (op->flags & KV_FS_OP_FLAG_AT_OFFSET)
     op->io_prepare (op);
   else
     kv_fs_op_prepare_header (op);
@@ -541,7 +548,9 @@ checksum_func (gpointer data,
 
 /* AT_OFFSET: the file is open already; the layout's prepare hook (which
  * may read the whole payload) runs on the checksum pool, then the
- * vector goes out. Its header slot only counts it among the ops running. */
+ * vector goes out. A mapped op is a copy, which the pool makes whole:
+ * this thread never copies. Its header slot only counts it among the
+ * ops running. */
 static void
 start_at_offset_op (KvFsUringEngine *self,
                     KvFsOp          *op)
@@ -553,7 +562,7 @@ start_at_offset_op (KvFsUringEngine *self,
   data->header_index = header_index;
   op->engine_data = data;
   self->n_active++;
-  if (op->io_prepare != NULL)
+  if (op->io_prepare != NULL || op->io_map != NULL)
     g_thread_pool_push (self->checksum_pool, op, NULL);
   else
     start_vec (self, op);

@@ -3,7 +3,9 @@
 
 #include <fcntl.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <glib/gstdio.h>
@@ -21,8 +23,14 @@
  * the slabs are full (never of a slot being read), damaged slots (a bit
  * flipped in a header or a payload, one slot copied over another), warm
  * restart from the slot headers (the newer of two copies of a key wins),
- * configuration errors and hostile slab files.
+ * configuration errors and hostile slab files. The tests that do not
+ * depend on where the root lies run again on a memory-backed root (a
+ * directory in /dev/shm), where the slab files are mapped and records
+ * copied, loads checked as they are copied.
  */
+
+/* Where the memory-backed variants make their roots. */
+#define MEMORY_ROOT_PARENT "/dev/shm"
 
 #define SLOT_BYTES ((guint64) FS_TEST_SLOT + KV_CHUNK_HEADER_SIZE)
 
@@ -30,6 +38,7 @@ typedef struct
 {
   KvHostBuffer *buffer;
   char         *root;
+  gboolean      memory;   /* the root is on a tmpfs */
   KvRequest    *request;
   guint64       next_id;
 } Fixture;
@@ -45,6 +54,47 @@ setup (Fixture       *f,
   f->root = test_dir_make ("kvtier-fs-test");
   f->request = kv_request_new ("slab", NULL);
   f->next_id = 1;
+}
+
+/* The same fixture with its root in a private directory of /dev/shm
+ * (the test main() adds these variants only where that is a tmpfs). */
+static void
+setup_memory (Fixture       *f,
+              gconstpointer  data)
+{
+  g_autofree char *template = g_build_filename (MEMORY_ROOT_PARENT, "kvtier-fs-test-XXXXXX", NULL);
+
+  setup (f, data);
+  test_dir_remove (f->root);
+  g_free (f->root);
+  f->root = g_mkdtemp (g_steal_pointer (&template));
+  g_assert_nonnull (f->root);
+  f->memory = TRUE;
+}
+
+static gboolean
+memory_root_available (void)
+{
+  struct statfs fs;
+
+  return statfs (MEMORY_ROOT_PARENT, &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
+         access (MEMORY_ROOT_PARENT, W_OK) == 0;
+}
+
+/* Whether this process maps the file at @path (a line of
+ * /proc/self/maps names it). */
+static gboolean
+file_is_mapped (const char *path)
+{
+  g_autofree char *maps = NULL;
+  g_auto(GStrv) lines = NULL;
+
+  g_assert_true (g_file_get_contents ("/proc/self/maps", &maps, NULL, NULL));
+  lines = g_strsplit (maps, "\n", -1);
+  for (guint i = 0; lines[i] != NULL; i++)
+    if (g_str_has_suffix (lines[i], path))
+      return TRUE;
+  return FALSE;
 }
 
 static void
@@ -274,6 +324,8 @@ test_round_trip (Fixture       *f,
   g_assert_cmpuint (st.st_mode & 0777, ==, 0600);
   /* preallocated: the blocks are there before any store */
   g_assert_cmpuint ((guint64) st.st_blocks * 512, >=, 16 * SLOT_BYTES);
+  /* mapped on a memory-backed root, and there alone */
+  g_assert_cmpint (file_is_mapped (slab0), ==, f->memory);
 
   g_assert_true (store_keys (f, tier, 0, 16));
   g_assert_true (store_keys (f, tier, 16, 16));
@@ -602,6 +654,65 @@ test_corruption (Fixture       *f,
   g_assert_false (load_key (f, tier, 1, 0));
   g_assert_true (load_key (f, tier, 2, 0));
   g_assert_true (load_key (f, tier, 3, 0));
+  close_tier (tier);
+}
+
+/* On a memory-backed root: with slab-map=false the files are not mapped
+ * and records move through the engine as on a disk; with the mapping
+ * (the default), a load checks the payload as it copies it: a byte
+ * changed in the file's pages after the store fails the load as a bad
+ * checksum, never lands as the key's bytes, and a store after it
+ * replaces the slot. */
+static void
+test_memory_mapping (Fixture       *f,
+                     gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, "slab-map", FALSE, NULL);
+  g_autofree char *dir = slab_dir (tier, f->root);
+  g_autofree char *slab0 = g_build_filename (dir, "slab-0000.kvslab", NULL);
+  g_autofree char *path = NULL;
+  guint64 offset = 0;
+
+  g_assert_true (f->memory);
+  g_assert_false (file_is_mapped (slab0));
+  g_assert_true (store_keys (f, tier, 0, 16));
+  for (guint i = 0; i < 16; i++)
+    g_assert_true (load_key (f, tier, i, 15 - i));
+  close_tier (tier);
+
+  /* mapped: what the unmapped tier stored loads, byte-exact */
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_true (file_is_mapped (slab0));
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 16);
+  for (guint i = 0; i < 16; i++)
+    g_assert_true (load_key (f, tier, i, i));
+
+  /* the last byte of a payload, the first, and one in the middle */
+  for (guint i = 0; i < 3; i++)
+    {
+      static const gsize at[] = { FS_TEST_SLOT - 1, 0, FS_TEST_SLOT / 2 + 3 };
+
+      g_free (path);
+      path = locate (tier, i, &offset);
+      flip_byte (path, offset + KV_CHUNK_HEADER_SIZE + at[i]);
+      g_assert_false (load_key (f, tier, i, 4));
+      g_assert_cmpint (lookup (tier, i), ==, KV_LOOKUP_RESULT_MISS);
+    }
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CHECKSUM_FAILURES), ==, 3);
+  g_assert_cmpuint (kv_fs_tier_get_counter (tier, KV_FS_COUNTER_CORRUPT_CHUNKS), ==, 3);
+  g_assert_true (store_keys (f, tier, 0, 3));
+  for (guint i = 0; i < 16; i++)
+    g_assert_true (load_key (f, tier, i, 15 - i));
+  close_tier (tier);
+
+  /* what the mapped tier stored, read through the engine again */
+  tier = fs_test_tier_new (f->buffer, f->root, v, "slab-map", FALSE, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 16);
+  for (guint i = 0; i < 16; i++)
+    g_assert_true (load_key (f, tier, i, i));
   close_tier (tier);
 }
 
@@ -1255,6 +1366,39 @@ main (int argc, char **argv)
   g_test_init (&argc, &argv, G_TEST_OPTION_ISOLATE_DIRS, NULL);
 
   g_test_add_func ("/kvtier/fs/slab/format", test_format);
+  /* on a memory-backed root: what does not depend on the root's device */
+  for (guint i = 0; i < G_N_ELEMENTS (variants); i++)
+    {
+      static const struct { const char *name; GTestFixtureFunc func; } memory_tests[] = {
+        { "round-trip", (GTestFixtureFunc) test_round_trip },
+        { "multi-root", (GTestFixtureFunc) test_multi_root },
+        { "full-evicts", (GTestFixtureFunc) test_full_evicts },
+        { "pinned-slot-not-reused", (GTestFixtureFunc) test_pinned_slot_not_reused },
+        { "corruption", (GTestFixtureFunc) test_corruption },
+        { "restart", (GTestFixtureFunc) test_restart },
+        { "torn-slot-stored-again", (GTestFixtureFunc) test_torn_slot_stored_again },
+        { "carried-checksum", (GTestFixtureFunc) test_carried_checksum },
+        { "mapping", (GTestFixtureFunc) test_memory_mapping },
+      };
+      const char *e = fs_engine_name (variants[i].engine);
+
+      /* O_DIRECT is moot where the files are mapped */
+      if (fs_test_skip_engine (variants[i].engine) || variants[i].o_direct != KV_FS_O_DIRECT_OFF)
+        continue;
+      for (guint t = 0; t < G_N_ELEMENTS (memory_tests); t++)
+        {
+          g_autofree char *path = g_strdup_printf ("/kvtier/fs/slab/%s/memory/%s", e,
+                                                   memory_tests[t].name);
+
+          if (memory_root_available ())
+            g_test_add_vtable (path, sizeof (Fixture), &variants[i],
+                               (GTestFixtureFunc) setup_memory, memory_tests[t].func,
+                               (GTestFixtureFunc) teardown);
+          else
+            g_test_add_data_func (path, MEMORY_ROOT_PARENT " is not a writable tmpfs here",
+                                  (GTestDataFunc) g_test_skip);
+        }
+    }
   for (guint i = 0; i < G_N_ELEMENTS (variants); i++)
     {
       const char *e = fs_engine_name (variants[i].engine);

@@ -625,6 +625,17 @@ kv_fs_slab_free (KvFsSlab *self)
   g_free (self);
 }
 
+/* Whether every slab file is mapped (every root is memory-backed, and
+ * slab-map is on): no record moves through a read or a write. */
+gboolean
+kv_fs_slab_is_mapped (KvFsSlab *self)
+{
+  for (guint f = 0; f < self->n_files; f++)
+    if (self->files[f].map == NULL)
+      return FALSE;
+  return self->n_files > 0;
+}
+
 guint32
 kv_fs_slab_get_n_slots (KvFsSlab *self)
 {

@@ -55,6 +55,7 @@ void        kv_fs_slab_free             (KvFsSlab         *self);
 
 guint32     kv_fs_slab_get_n_slots      (KvFsSlab         *self);
 guint       kv_fs_slab_get_n_files      (KvFsSlab         *self);
+gboolean    kv_fs_slab_is_mapped        (KvFsSlab         *self);
 guint32     kv_fs_slab_get_n_free       (KvFsSlab         *self);
 gboolean    kv_fs_slab_needs_scan       (KvFsSlab         *self);
 

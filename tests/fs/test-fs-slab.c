@@ -714,6 +714,25 @@ test_memory_mapping (Fixture       *f,
   for (guint i = 0; i < 16; i++)
     g_assert_true (load_key (f, tier, i, i));
   close_tier (tier);
+
+  /* io-engine=auto takes the thread engine where every record is a
+   * copy, and what it would take anywhere else with slab-map=false */
+  for (guint mapped = 0; mapped < 2; mapped++)
+    {
+      g_autofree char *active = NULL;
+
+      tier = fs_test_tier_new (f->buffer, f->root, v, "io-engine", KV_FS_IO_ENGINE_AUTO,
+                               "slab-map", (gboolean) mapped, NULL);
+      kv_fs_tier_wait_index_ready (tier);
+      g_object_get (tier, "active-io-engine", &active, NULL);
+      if (mapped)
+        g_assert_cmpstr (active, ==, "threads");
+      else
+        g_assert_cmpstr (active, ==, KV_FS_HAVE_URING && !fs_test_skip_engine (KV_FS_IO_ENGINE_URING) ?
+                         "uring" : "threads");
+      g_assert_true (load_key (f, tier, 5, 0));
+      close_tier (tier);
+    }
 }
 
 /* A load batch of adjacent slots is read with one transfer per 8 slots

@@ -9,7 +9,7 @@
 #include "kv-chunk-name.h"
 #include "kv-s3-client.h"
 #include "kv-s3-credentials.h"
-#include "kv-s3-index.h"
+#include "kv-key-index.h"
 #include "kv-s3-listing.h"
 
 #define DEFAULT_REGION              "us-east-1"
@@ -130,7 +130,7 @@ struct _KvS3Tier
   KvS3Client      *client;
   /* the chunks this tier knows are in the bucket (its own lock); NULL
    * when index-max-keys is 0 */
-  KvS3Index       *index;
+  KvKeyIndex      *index;
 
   /* tier lock */
   GMutex           lock;
@@ -309,14 +309,14 @@ index_add (KvS3Tier *self,
            KvKey    *key)
 {
   if (self->index != NULL)
-    kv_s3_index_add (self->index, kv_s3_index_digest (key));
+    kv_key_index_add (self->index, kv_key_index_digest (key));
 }
 
 static gboolean
 index_remove (KvS3Tier *self,
               KvKey    *key)
 {
-  return self->index != NULL && kv_s3_index_remove (self->index, kv_s3_index_digest (key));
+  return self->index != NULL && kv_key_index_remove (self->index, kv_key_index_digest (key));
 }
 
 /* ---- damaged objects ----------------------------------------------------- */
@@ -752,7 +752,7 @@ head_done (KvS3Op   *op,
       g_debug ("s3 tier: lookup: %s", op->error != NULL ? op->error->message : "?");
     }
   if (exists && self->index != NULL)
-    kv_s3_index_add (self->index, head->digest);
+    kv_key_index_add (self->index, head->digest);
   g_mutex_lock (&self->lock);
   batch->results[head->index] = exists;
   last = --batch->n_outstanding == 0;
@@ -799,7 +799,7 @@ batch_heads (KvKey * const *keys,
       kv_s3_op_init (&head->op, KV_S3_METHOD_HEAD, name);
       head->batch = batch;
       head->index = i;
-      head->digest = kv_s3_index_digest (keys[i]);
+      head->digest = kv_key_index_digest (keys[i]);
       /* the batch is given up then: so are its HEADs */
       head->op.deadline = end_time;
       head->op.done = head_done;
@@ -840,7 +840,7 @@ kv_s3_tier_lookup (KvSecondaryTier *tier,
     return KV_LOOKUP_RESULT_MISS;
   /* a chunk known to be in the bucket: no HEAD (a stale entry costs one
    * failed load, which the manager takes as a miss) */
-  if (self->index != NULL && kv_s3_index_contains (self->index, kv_s3_index_digest (key)))
+  if (self->index != NULL && kv_key_index_contains (self->index, kv_key_index_digest (key)))
     {
       count (self, KV_S3_COUNTER_INDEX_HITS, 1);
       return KV_LOOKUP_RESULT_HIT;
@@ -986,7 +986,7 @@ stop_io (KvS3Tier *self)
   g_mutex_unlock (&self->lock);
   /* no request left to add to it: give its memory back */
   if (self->index != NULL)
-    kv_s3_index_clear (self->index);
+    kv_key_index_clear (self->index);
 }
 
 static gboolean
@@ -1190,7 +1190,7 @@ index_page (KvS3Tier           *self,
           g_array_index (page->sizes, gint64, i) != (gint64) self->object_size ||
           !kv_chunk_name_parse (name + self->key_prefix_len, hash, &hash_len, &group))
         continue;
-      if (!kv_s3_index_add (self->index, kv_s3_index_digest_hash (hash, hash_len, group)))
+      if (!kv_key_index_add (self->index, kv_key_index_digest_hash (hash, hash_len, group)))
         return FALSE;
       (*n_added)++;
     }
@@ -1261,7 +1261,7 @@ list_into_index (gpointer data)
           break;
         }
       more = index_page (self, &page, &n_added) &&
-             kv_s3_index_get_size (self->index) < self->index_max_keys;
+             kv_key_index_get_size (self->index) < self->index_max_keys;
       if (!more || !page.truncated)
         break;
       g_free (token);
@@ -1362,7 +1362,7 @@ kv_s3_tier_initable_init (GInitable     *initable,
   g_debug ("s3 tier: %s bucket %s, credentials from %s", endpoint, self->bucket, credentials.source);
 
   if (self->index_max_keys > 0)
-    self->index = kv_s3_index_new (self->index_max_keys);
+    self->index = kv_key_index_new (self->index_max_keys);
   if (self->index != NULL && self->index_list_at_start)
     self->listing = g_thread_new ("kv-s3-list", list_into_index, self);
   async_lookup = kv_async_lookup_new (kv_secondary_tier_get_tier_type (tier),
@@ -1405,7 +1405,7 @@ kv_s3_tier_finalize (GObject *object)
   KvS3Tier *self = KV_S3_TIER (object);
 
   g_clear_object (&self->client);
-  g_clear_pointer (&self->index, kv_s3_index_free);
+  g_clear_pointer (&self->index, kv_key_index_free);
   g_clear_pointer (&self->counters, kv_counter_set_unref);
   g_free (self->key_prefix);
   g_free (self->endpoint);
@@ -1695,7 +1695,7 @@ kv_s3_tier_class_init (KvS3TierClass *klass)
   properties[PROP_INDEX_MAX_KEYS] =
     g_param_spec_uint ("index-max-keys", NULL,
                        "the most chunks the index of known chunks holds (0: no index)",
-                       0, KV_S3_INDEX_MAX_KEYS_LIMIT, DEFAULT_INDEX_MAX_KEYS, CONSTRUCT_FLAGS);
+                       0, KV_KEY_INDEX_MAX_KEYS_LIMIT, DEFAULT_INDEX_MAX_KEYS, CONSTRUCT_FLAGS);
 
   /**
    * KvS3Tier:index-list-at-start:
@@ -1792,5 +1792,5 @@ guint
 kv_s3_tier_get_index_size (KvS3Tier *self)
 {
   g_return_val_if_fail (KV_IS_S3_TIER (self), 0);
-  return self->index != NULL ? kv_s3_index_get_size (self->index) : 0;
+  return self->index != NULL ? kv_key_index_get_size (self->index) : 0;
 }

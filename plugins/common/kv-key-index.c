@@ -1,21 +1,24 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
-#include "kv-s3-index.h"
+#include "kv-key-index.h"
 
 #include <xxhash.h>
 
 /* The table a new or cleared index starts with (512 bytes). */
 #define INITIAL_SLOTS 64u
 
-/* A set of 64-bit digests, open-addressed with linear probing: 8 bytes a
+/* The chunks a tier knows are in its store (the s3 tier's bucket, the
+ * redis tier's servers), so that their lookups send no request.
+ *
+ * A set of 64-bit digests, open-addressed with linear probing: 8 bytes a
  * slot, no per-key allocation. The table doubles when it would pass half
  * full and never grows past the first power of two at least twice
  * max_keys, so a full index costs 16 to 32 bytes a key and a probe stays
  * short. Removal shifts the run back (no tombstones), so a set that keys
  * come and go through never degrades. 0 marks an empty slot: a digest of
  * 0 is stored as 1 (a collision, which the caller tolerates anyway). */
-struct _KvS3Index
+struct _KvKeyIndex
 {
   GMutex   lock;
   guint    max_keys;
@@ -35,16 +38,16 @@ slots_for (guint max_keys)
   return n;
 }
 
-/* An index of at most @max_keys keys (1 to KV_S3_INDEX_MAX_KEYS_LIMIT);
+/* An index of at most @max_keys keys (1 to KV_KEY_INDEX_MAX_KEYS_LIMIT);
  * its table grows as keys come. */
-KvS3Index *
-kv_s3_index_new (guint max_keys)
+KvKeyIndex *
+kv_key_index_new (guint max_keys)
 {
-  KvS3Index *self;
+  KvKeyIndex *self;
 
-  g_return_val_if_fail (max_keys > 0 && max_keys <= KV_S3_INDEX_MAX_KEYS_LIMIT, NULL);
+  g_return_val_if_fail (max_keys > 0 && max_keys <= KV_KEY_INDEX_MAX_KEYS_LIMIT, NULL);
 
-  self = g_new0 (KvS3Index, 1);
+  self = g_new0 (KvKeyIndex, 1);
   g_mutex_init (&self->lock);
   self->max_keys = max_keys;
   self->max_slots = slots_for (max_keys);
@@ -54,7 +57,7 @@ kv_s3_index_new (guint max_keys)
 }
 
 void
-kv_s3_index_free (KvS3Index *self)
+kv_key_index_free (KvKeyIndex *self)
 {
   if (self == NULL)
     return;
@@ -67,9 +70,9 @@ kv_s3_index_free (KvS3Index *self)
  * the hash, seeded with the group (well mixed: its low bits pick the
  * slot). */
 guint64
-kv_s3_index_digest_hash (const guint8 *hash,
-                         gsize         hash_len,
-                         guint32       group)
+kv_key_index_digest_hash (const guint8 *hash,
+                          gsize         hash_len,
+                          guint32       group)
 {
   guint64 digest = XXH3_64bits_withSeed (hash, hash_len, group);
 
@@ -77,25 +80,25 @@ kv_s3_index_digest_hash (const guint8 *hash,
 }
 
 guint64
-kv_s3_index_digest (const KvKey *key)
+kv_key_index_digest (const KvKey *key)
 {
   gsize len = 0;
   const guint8 *hash = kv_key_get_hash (key, &len);
 
-  return kv_s3_index_digest_hash (hash, len, kv_key_get_group (key));
+  return kv_key_index_digest_hash (hash, len, kv_key_get_group (key));
 }
 
 static inline gsize
-home (const KvS3Index *self,
-      guint64          digest)
+home (const KvKeyIndex *self,
+      guint64           digest)
 {
   return (gsize) digest & (self->n_slots - 1);
 }
 
 /* The slot holding @digest, or the empty slot ending its run. Lock held. */
 static gsize
-find (const KvS3Index *self,
-      guint64          digest)
+find (const KvKeyIndex *self,
+      guint64           digest)
 {
   gsize mask = self->n_slots - 1;
   gsize i = home (self, digest);
@@ -106,7 +109,7 @@ find (const KvS3Index *self,
 }
 
 static void
-grow (KvS3Index *self)
+grow (KvKeyIndex *self)
 {
   guint64 *old = self->table;
   gsize n_old = self->n_slots;
@@ -122,8 +125,8 @@ grow (KvS3Index *self)
 }
 
 gboolean
-kv_s3_index_contains (KvS3Index *self,
-                      guint64    digest)
+kv_key_index_contains (KvKeyIndex *self,
+                       guint64     digest)
 {
   gboolean found;
 
@@ -137,8 +140,8 @@ kv_s3_index_contains (KvS3Index *self,
 /* Adds @digest; FALSE when the index is full (max_keys), and the digest
  * is not added. TRUE when it is in the index now, added or already. */
 gboolean
-kv_s3_index_add (KvS3Index *self,
-                 guint64    digest)
+kv_key_index_add (KvKeyIndex *self,
+                  guint64     digest)
 {
   gsize i;
   gboolean added = TRUE;
@@ -167,8 +170,8 @@ kv_s3_index_add (KvS3Index *self,
 
 /* Removes @digest; whether it was in the index. */
 gboolean
-kv_s3_index_remove (KvS3Index *self,
-                    guint64    digest)
+kv_key_index_remove (KvKeyIndex *self,
+                     guint64     digest)
 {
   gsize mask, i, j;
 
@@ -201,7 +204,7 @@ kv_s3_index_remove (KvS3Index *self,
 
 /* Forgets every key, and gives the table back. */
 void
-kv_s3_index_clear (KvS3Index *self)
+kv_key_index_clear (KvKeyIndex *self)
 {
   guint64 *old;
 
@@ -215,7 +218,7 @@ kv_s3_index_clear (KvS3Index *self)
 }
 
 guint
-kv_s3_index_get_size (KvS3Index *self)
+kv_key_index_get_size (KvKeyIndex *self)
 {
   guint n;
 
@@ -226,14 +229,14 @@ kv_s3_index_get_size (KvS3Index *self)
 }
 
 guint
-kv_s3_index_get_max_keys (KvS3Index *self)
+kv_key_index_get_max_keys (KvKeyIndex *self)
 {
   return self->max_keys;
 }
 
 /* The table's bytes now (the index's memory, but for its 48-byte head). */
 gsize
-kv_s3_index_get_table_bytes (KvS3Index *self)
+kv_key_index_get_table_bytes (KvKeyIndex *self)
 {
   gsize n;
 

@@ -1,12 +1,13 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
-#include "kv-s3-index.h"
+#include "kv-key-index.h"
 
-/* The s3 tier's index of known chunks (no gateway): a set of 64-bit
- * digests against a GHashTable model through adds and removals that wrap
- * around the table and cross its growth, its bound, the digest 0, the
- * digests of keys that differ only in their group, and its bytes a key. */
+/* The index of known chunks the s3 and redis tiers keep
+ * (plugins/common/kv-key-index): a set of 64-bit digests against a
+ * GHashTable model through adds and removals that wrap around the table
+ * and cross its growth, its bound, the digest 0, the digests of keys that
+ * differ only in their group, and its bytes a key. */
 
 static guint64
 next_digest (guint64 *state)
@@ -20,14 +21,14 @@ next_digest (guint64 *state)
 }
 
 static void
-assert_same (KvS3Index  *index,
+assert_same (KvKeyIndex *index,
              GHashTable *model,
              guint64    *digests,
              guint       n)
 {
-  g_assert_cmpuint (kv_s3_index_get_size (index), ==, g_hash_table_size (model));
+  g_assert_cmpuint (kv_key_index_get_size (index), ==, g_hash_table_size (model));
   for (guint i = 0; i < n; i++)
-    g_assert_cmpint (kv_s3_index_contains (index, digests[i]), ==,
+    g_assert_cmpint (kv_key_index_contains (index, digests[i]), ==,
                      g_hash_table_contains (model, &digests[i]));
 }
 
@@ -37,7 +38,7 @@ static void
 test_model (void)
 {
   const guint n = 4000;
-  g_autoptr(KvS3Index) index = kv_s3_index_new (n);
+  g_autoptr(KvKeyIndex) index = kv_key_index_new (n);
   g_autoptr(GHashTable) model = g_hash_table_new (g_int64_hash, g_int64_equal);
   g_autofree guint64 *digests = g_new (guint64, n);
   guint64 state = 42;
@@ -57,11 +58,11 @@ test_model (void)
 
       if (g_rand_boolean (rand))
         {
-          g_assert_true (kv_s3_index_add (index, digests[i]));
+          g_assert_true (kv_key_index_add (index, digests[i]));
           g_hash_table_add (model, &digests[i]);
         }
       else
-        g_assert_cmpint (kv_s3_index_remove (index, digests[i]), ==,
+        g_assert_cmpint (kv_key_index_remove (index, digests[i]), ==,
                          g_hash_table_remove (model, &digests[i]));
       if (round % 5000 == 0)
         assert_same (index, model, digests, n);
@@ -69,9 +70,9 @@ test_model (void)
   assert_same (index, model, digests, n);
   /* everything out, in order: the runs close up */
   for (guint i = 0; i < n; i++)
-    g_assert_cmpint (kv_s3_index_remove (index, digests[i]), ==,
+    g_assert_cmpint (kv_key_index_remove (index, digests[i]), ==,
                      g_hash_table_remove (model, &digests[i]));
-  g_assert_cmpuint (kv_s3_index_get_size (index), ==, 0);
+  g_assert_cmpuint (kv_key_index_get_size (index), ==, 0);
   assert_same (index, model, digests, n);
   g_rand_free (rand);
 }
@@ -81,31 +82,31 @@ test_model (void)
 static void
 test_bound (void)
 {
-  g_autoptr(KvS3Index) index = kv_s3_index_new (3);
-  gsize small = kv_s3_index_get_table_bytes (index);
+  g_autoptr(KvKeyIndex) index = kv_key_index_new (3);
+  gsize small = kv_key_index_get_table_bytes (index);
 
-  g_assert_cmpuint (kv_s3_index_get_max_keys (index), ==, 3);
-  g_assert_true (kv_s3_index_add (index, 10));
-  g_assert_true (kv_s3_index_add (index, 20));
-  g_assert_true (kv_s3_index_add (index, 30));
-  g_assert_false (kv_s3_index_add (index, 40));
-  g_assert_false (kv_s3_index_contains (index, 40));
-  g_assert_true (kv_s3_index_add (index, 20));
-  g_assert_cmpuint (kv_s3_index_get_size (index), ==, 3);
-  g_assert_true (kv_s3_index_remove (index, 20));
-  g_assert_false (kv_s3_index_remove (index, 20));
-  g_assert_true (kv_s3_index_add (index, 40));
-  g_assert_true (kv_s3_index_contains (index, 40));
+  g_assert_cmpuint (kv_key_index_get_max_keys (index), ==, 3);
+  g_assert_true (kv_key_index_add (index, 10));
+  g_assert_true (kv_key_index_add (index, 20));
+  g_assert_true (kv_key_index_add (index, 30));
+  g_assert_false (kv_key_index_add (index, 40));
+  g_assert_false (kv_key_index_contains (index, 40));
+  g_assert_true (kv_key_index_add (index, 20));
+  g_assert_cmpuint (kv_key_index_get_size (index), ==, 3);
+  g_assert_true (kv_key_index_remove (index, 20));
+  g_assert_false (kv_key_index_remove (index, 20));
+  g_assert_true (kv_key_index_add (index, 40));
+  g_assert_true (kv_key_index_contains (index, 40));
   /* 0 is a digest like another */
-  g_assert_true (kv_s3_index_remove (index, 40));
-  g_assert_true (kv_s3_index_add (index, 0));
-  g_assert_true (kv_s3_index_contains (index, 0));
-  g_assert_true (kv_s3_index_remove (index, 0));
-  g_assert_false (kv_s3_index_contains (index, 0));
-  kv_s3_index_clear (index);
-  g_assert_cmpuint (kv_s3_index_get_size (index), ==, 0);
-  g_assert_false (kv_s3_index_contains (index, 10));
-  g_assert_cmpuint (kv_s3_index_get_table_bytes (index), ==, small);
+  g_assert_true (kv_key_index_remove (index, 40));
+  g_assert_true (kv_key_index_add (index, 0));
+  g_assert_true (kv_key_index_contains (index, 0));
+  g_assert_true (kv_key_index_remove (index, 0));
+  g_assert_false (kv_key_index_contains (index, 0));
+  kv_key_index_clear (index);
+  g_assert_cmpuint (kv_key_index_get_size (index), ==, 0);
+  g_assert_false (kv_key_index_contains (index, 10));
+  g_assert_cmpuint (kv_key_index_get_table_bytes (index), ==, small);
 }
 
 /* Bytes a key: 8 a slot, at most half the slots used, so 16 to 32 bytes
@@ -114,23 +115,23 @@ static void
 test_bytes_per_key (void)
 {
   const guint max_keys = 1u << 16;
-  g_autoptr(KvS3Index) index = kv_s3_index_new (max_keys);
+  g_autoptr(KvKeyIndex) index = kv_key_index_new (max_keys);
   guint64 state = 1;
 
   for (guint i = 0; i < max_keys; i++)
     {
-      g_assert_true (kv_s3_index_add (index, next_digest (&state)));
+      g_assert_true (kv_key_index_add (index, next_digest (&state)));
       if (i + 1 >= 1024)
         {
-          gsize bytes = kv_s3_index_get_table_bytes (index);
+          gsize bytes = kv_key_index_get_table_bytes (index);
 
           g_assert_cmpuint (bytes, >=, 16 * (gsize) (i + 1));
           g_assert_cmpuint (bytes, <=, 32 * (gsize) (i + 1));
         }
     }
-  g_assert_cmpuint (kv_s3_index_get_table_bytes (index), ==, 16 * (gsize) max_keys);
-  g_assert_false (kv_s3_index_add (index, next_digest (&state)));
-  g_assert_cmpuint (kv_s3_index_get_table_bytes (index), ==, 16 * (gsize) max_keys);
+  g_assert_cmpuint (kv_key_index_get_table_bytes (index), ==, 16 * (gsize) max_keys);
+  g_assert_false (kv_key_index_add (index, next_digest (&state)));
+  g_assert_cmpuint (kv_key_index_get_table_bytes (index), ==, 16 * (gsize) max_keys);
 }
 
 /* Keys that differ in their hash or only in their group have different
@@ -151,18 +152,18 @@ test_key_digest (void)
   other_group = kv_key_new (hash, sizeof hash, 1);
   hash[31] ^= 1;
   other_hash = kv_key_new (hash, sizeof hash, 0);
-  g_assert_cmpuint (kv_s3_index_digest (a), ==, kv_s3_index_digest (a_again));
-  g_assert_cmpuint (kv_s3_index_digest (a), !=, kv_s3_index_digest (other_group));
-  g_assert_cmpuint (kv_s3_index_digest (a), !=, kv_s3_index_digest (other_hash));
-  g_assert_cmpuint (kv_s3_index_digest (a), !=, 0);
+  g_assert_cmpuint (kv_key_index_digest (a), ==, kv_key_index_digest (a_again));
+  g_assert_cmpuint (kv_key_index_digest (a), !=, kv_key_index_digest (other_group));
+  g_assert_cmpuint (kv_key_index_digest (a), !=, kv_key_index_digest (other_hash));
+  g_assert_cmpuint (kv_key_index_digest (a), !=, 0);
 }
 
 /* Adds, lookups and removals from four threads at once, each on digests
  * of its own: every one of them right at the end. */
 typedef struct
 {
-  KvS3Index *index;
-  guint64    seed;
+  KvKeyIndex *index;
+  guint64     seed;
 } Worker;
 
 static gpointer
@@ -177,16 +178,16 @@ worker (gpointer data)
       for (guint i = 0; i < G_N_ELEMENTS (digests); i++)
         {
           digests[i] = next_digest (&state);
-          g_assert_true (kv_s3_index_add (w->index, digests[i]));
+          g_assert_true (kv_key_index_add (w->index, digests[i]));
         }
       for (guint i = 0; i < G_N_ELEMENTS (digests); i++)
-        g_assert_true (kv_s3_index_contains (w->index, digests[i]));
+        g_assert_true (kv_key_index_contains (w->index, digests[i]));
       for (guint i = 0; i < G_N_ELEMENTS (digests); i += 2)
-        g_assert_true (kv_s3_index_remove (w->index, digests[i]));
+        g_assert_true (kv_key_index_remove (w->index, digests[i]));
       for (guint i = 0; i < G_N_ELEMENTS (digests); i++)
-        g_assert_cmpint (kv_s3_index_contains (w->index, digests[i]), ==, i % 2 == 1);
+        g_assert_cmpint (kv_key_index_contains (w->index, digests[i]), ==, i % 2 == 1);
       for (guint i = 1; i < G_N_ELEMENTS (digests); i += 2)
-        g_assert_true (kv_s3_index_remove (w->index, digests[i]));
+        g_assert_true (kv_key_index_remove (w->index, digests[i]));
     }
   return NULL;
 }
@@ -194,7 +195,7 @@ worker (gpointer data)
 static void
 test_threads (void)
 {
-  g_autoptr(KvS3Index) index = kv_s3_index_new (4 * 512);
+  g_autoptr(KvKeyIndex) index = kv_key_index_new (4 * 512);
   Worker workers[4];
   GThread *threads[4];
 
@@ -205,7 +206,7 @@ test_threads (void)
     }
   for (guint t = 0; t < G_N_ELEMENTS (threads); t++)
     g_thread_join (threads[t]);
-  g_assert_cmpuint (kv_s3_index_get_size (index), ==, 0);
+  g_assert_cmpuint (kv_key_index_get_size (index), ==, 0);
 }
 
 int
@@ -213,10 +214,10 @@ main (int   argc,
       char *argv[])
 {
   g_test_init (&argc, &argv, NULL);
-  g_test_add_func ("/s3-index/model", test_model);
-  g_test_add_func ("/s3-index/bound", test_bound);
-  g_test_add_func ("/s3-index/bytes-per-key", test_bytes_per_key);
-  g_test_add_func ("/s3-index/key-digest", test_key_digest);
-  g_test_add_func ("/s3-index/threads", test_threads);
+  g_test_add_func ("/key-index/model", test_model);
+  g_test_add_func ("/key-index/bound", test_bound);
+  g_test_add_func ("/key-index/bytes-per-key", test_bytes_per_key);
+  g_test_add_func ("/key-index/key-digest", test_key_digest);
+  g_test_add_func ("/key-index/threads", test_threads);
   return g_test_run ();
 }

@@ -8,6 +8,7 @@
 
 #include "kv-chunk-format.h"
 #include "kv-chunk-name.h"
+#include "kv-key-index.h"
 #include "kv-log-limiter.h"
 #include "kv-redis-connection.h"
 #include "kv-redis-slot-map.h"
@@ -15,6 +16,8 @@
 #define DEFAULT_SERVERS "127.0.0.1:6379"
 #define DEFAULT_NODE_INFLIGHT_BYTES (G_GUINT64_CONSTANT (256) << 20)
 #define DEFAULT_CONNECT_TIMEOUT_MS 2000
+/* 16 MiB of index when full (16 bytes a key), as the s3 tier's */
+#define DEFAULT_INDEX_MAX_KEYS (1u << 20)
 #define MAX_REDIRECTS 5
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 2000
@@ -133,6 +136,7 @@ struct _KvRedisTier
   gboolean         read_from_replicas;
   guint64          node_inflight_bytes;
   guint            connect_timeout_ms;
+  guint            index_max_keys;
   gint             n_unfinished_io;  /* connects and closes still running */
 
   /* set up by init(), then read-only */
@@ -148,6 +152,9 @@ struct _KvRedisTier
   GMainContext    *context;
   GMainLoop       *loop;
   GThread         *thread;
+  /* the keys this tier knows are stored (its own lock, any thread); NULL
+   * when index-max-keys is 0 or ttl-ms is set (keys expire by themselves) */
+  KvKeyIndex      *index;
 
   /* I/O thread only */
   GHashTable      *nodes;           /* address → Node */
@@ -187,6 +194,7 @@ enum {
   PROP_READ_FROM_REPLICAS,
   PROP_NODE_INFLIGHT_BYTES,
   PROP_CONNECT_TIMEOUT_MS,
+  PROP_INDEX_MAX_KEYS,
   N_PROPS
 };
 
@@ -196,7 +204,7 @@ static const char *const counter_names[KV_REDIS_N_COUNTERS] = {
   "stored_chunks", "skipped_chunks", "loaded_chunks", "missing_chunks", "corrupt_chunks",
   "store_failures", "load_failures", "node_errors", "error_replies", "moved_redirects",
   "ask_redirects", "map_refreshes", "bytes_written", "bytes_read", "server_outages",
-  "node_breaker_openings",
+  "node_breaker_openings", "index_hits", "index_stale_keys",
 };
 
 /* Their families (doc/metrics.md) and help, in the same order. */
@@ -225,9 +233,13 @@ static const struct
     "logged)" },
   { "kvtier_redis_node_breaker_openings",
     "Times the circuit breaker of one server opened (each is logged)" },
+  { "kvtier_redis_index_hits", "Lookups answered from the index of known chunks, without an EXISTS" },
+  { "kvtier_redis_index_stale_keys",
+    "Indexed chunks a load found missing (evicted, or deleted by others)" },
 };
 
 #define REDIS_SERVERS_DOWN "kvtier_redis_servers_down"
+#define REDIS_INDEX_KEYS "kvtier_redis_index_keys"
 
 static void kv_redis_tier_initable_iface_init (GInitableIface *iface);
 static void kv_redis_tier_configurable_iface_init (KvConfigurableInterface *iface);
@@ -249,8 +261,12 @@ static void arm_refresh_timer (KvRedisTier *self, gint64 due);
  * is deleted, counted, and fails the load. Stores are `SET … NX` (a key
  * already there is skipped) with an optional `PX` ttl; loads are `GET`s
  * whose value is read from the socket straight into the primary slot;
- * lookups are pipelined `EXISTS` off the owner thread
- * (#KvAsyncLookup: RETRY until known).
+ * lookups of the keys the tier knows are stored (its index: stored or
+ * found by this tier, [property@KvRedisTier:index-max-keys] of them) are
+ * a HIT at once, and the others pipelined `EXISTS` off the owner thread
+ * (#KvAsyncLookup: RETRY until known). A key that was evicted or deleted
+ * behind the tier's back answers HIT until its load finds it missing (a
+ * miss for the manager) and removes it from the index.
  *
  * Connections run on the tier's own I/O thread and main context (TCP or
  * TLS through GIO; commands and replies through hiredis). With
@@ -287,6 +303,30 @@ redis_key (KvRedisTier *self,
            KvKey       *key)
 {
   return kv_chunk_name_for_key (self->key_prefix, self->key_prefix_len, key);
+}
+
+/* ---- the index of known keys --------------------------------------------- */
+
+/* A key is indexed when this tier's SET NX stored it or found it there, an
+ * EXISTS found it or a load verified it, and forgotten when a load found
+ * it missing or damaged (the tier deletes a damaged value): lookups of
+ * indexed keys send no EXISTS. Where the key lives (which node, after
+ * which failover) does not matter: its load goes where the map says. Any
+ * thread (the index has its own lock, held for one probe). */
+static void
+index_add (KvRedisTier *self,
+           KvKey       *key)
+{
+  if (self->index != NULL && key != NULL)
+    kv_key_index_add (self->index, kv_key_index_digest (key));
+}
+
+static gboolean
+index_remove (KvRedisTier *self,
+              KvKey       *key)
+{
+  return self->index != NULL && key != NULL &&
+         kv_key_index_remove (self->index, kv_key_index_digest (key));
 }
 
 /* ---- key ops ------------------------------------------------------------- */
@@ -943,8 +983,10 @@ delete_value (KvRedisTier *self,
 {
   KeyOp *kop = g_new0 (KeyOp, 1);
 
+  index_remove (self, load->key);
   kop->tier = self;
   kop->kind = OP_DEL;
+  kop->key = load->key != NULL ? kv_key_ref (load->key) : NULL;
   kop->redis_key = g_strdup (load->redis_key);
   kop->slot = load->slot;
   io_op_started (self);
@@ -1121,6 +1163,11 @@ key_op_done (KvRedisOp *op,
 
         if (ok && op->get_status == KV_REDIS_GET_NIL)
           {
+            /* evicted, expired, deleted by another node or an operator: a
+             * miss (and, when the index answered the lookup, a stale
+             * entry: the next lookup sends an EXISTS) */
+            if (index_remove (self, kop->key))
+              count (self, KV_REDIS_COUNTER_INDEX_STALE_KEYS, 1);
             count (self, KV_REDIS_COUNTER_MISSING_CHUNKS, 1);
             kv_tier_job_mark_missing (kop->job->tier_job, kop->index);
           }
@@ -1147,6 +1194,7 @@ key_op_done (KvRedisOp *op,
                                                   kv_chunk_header_get_payload_checksum (kop->header));
                 count (self, KV_REDIS_COUNTER_LOADED_CHUNKS, 1);
                 count (self, KV_REDIS_COUNTER_BYTES_READ, self->block_size);
+                index_add (self, kop->key);
                 kv_tier_job_mark_landed (kop->job->tier_job, kop->index);
               }
             else
@@ -1173,11 +1221,14 @@ key_op_done (KvRedisOp *op,
       {
         if (ok && op->reply->type == REDIS_REPLY_NIL)
           {
+            /* NX: the key was there (this tier's or another's) */
+            index_add (self, kop->key);
             count (self, KV_REDIS_COUNTER_SKIPPED_CHUNKS, 1);
             kv_tier_job_mark_skipped (kop->job->tier_job, kop->index);
           }
         else if (ok)
           {
+            index_add (self, kop->key);
             count (self, KV_REDIS_COUNTER_STORED_CHUNKS, 1);
             count (self, KV_REDIS_COUNTER_BYTES_WRITTEN, self->block_size);
             kv_tier_job_mark_landed (kop->job->tier_job, kop->index);
@@ -1194,11 +1245,19 @@ key_op_done (KvRedisOp *op,
       break;
 
     case OP_EXISTS:
-      lookup_key_done (self, kop, ok && op->reply->type == REDIS_REPLY_INTEGER &&
-                                  op->reply->integer == 1);
+      {
+        gboolean exists = ok && op->reply->type == REDIS_REPLY_INTEGER && op->reply->integer == 1;
+
+        if (exists)
+          index_add (self, kop->key);
+        lookup_key_done (self, kop, exists);
+      }
       break;
 
     case OP_DEL:
+      /* again: a store of the key that ended between the GET and the DEL
+       * indexed a value the DEL removed */
+      index_remove (self, kop->key);
       key_op_clear (kop);
       g_free (kop);
       io_op_ended (self);
@@ -1522,6 +1581,7 @@ batch_exists (KvKey * const *keys,
       kop->kind = OP_EXISTS;
       kop->batch = batch;
       kop->index = i;
+      kop->key = kv_key_ref (keys[i]);
       kop->redis_key = redis_key (self, keys[i]);
       kop->slot = kv_redis_key_slot (kop->redis_key, strlen (kop->redis_key));
       kop->to_replica = self->read_from_replicas;
@@ -1555,10 +1615,19 @@ kv_redis_tier_lookup (KvSecondaryTier *tier,
                       KvKey           *key,
                       KvRequest       *request)
 {
+  KvRedisTier *self = KV_REDIS_TIER (tier);
+
   /* An open breaker and a load of the key that failed for this request
    * answer MISS before this is called. */
   if (!kv_chunk_key_fits (key))
     return KV_LOOKUP_RESULT_MISS;
+  /* a key known to be stored: no EXISTS (a stale entry costs one failed
+   * load, which the manager takes as a miss) */
+  if (self->index != NULL && kv_key_index_contains (self->index, kv_key_index_digest (key)))
+    {
+      count (self, KV_REDIS_COUNTER_INDEX_HITS, 1);
+      return KV_LOOKUP_RESULT_HIT;
+    }
   /* the async lookup, which the base class also flushes at each step's
    * end, counts as pending work and cleans up */
   return KV_SECONDARY_TIER_CLASS (kv_redis_tier_parent_class)->lookup (tier, key, request);
@@ -1656,10 +1725,13 @@ kv_redis_tier_register_metrics (KvSecondaryTier   *tier,
       return FALSE;
   return kv_metric_registry_add_gauge (registry, REDIS_SERVERS_DOWN,
                                        "Servers unreachable now (each loss and return is logged)",
+                                       tier_label_names, error) &&
+         kv_metric_registry_add_gauge (registry, REDIS_INDEX_KEYS,
+                                       "Chunks in the index of chunks known to be stored",
                                        tier_label_names, error);
 }
 
-/* The gauge; the base class adds the counters (kv_secondary_tier_set_counters()). */
+/* The gauges; the base class adds the counters (kv_secondary_tier_set_counters()). */
 static KvStats *
 kv_redis_tier_get_stats (KvSecondaryTier *tier)
 {
@@ -1669,6 +1741,7 @@ kv_redis_tier_get_stats (KvSecondaryTier *tier)
   KvStats *stats = kv_stats_new ();
 
   kv_stats_set_gauge (stats, REDIS_SERVERS_DOWN, g_atomic_int_get (&self->n_servers_down), labels);
+  kv_stats_set_gauge (stats, REDIS_INDEX_KEYS, kv_redis_tier_get_index_size (self), labels);
   return stats;
 }
 
@@ -1884,6 +1957,9 @@ stop_io (KvRedisTier *self)
   g_main_context_invoke (self->context, free_nodes, self);
   g_thread_join (self->thread);
   self->thread = NULL;
+  /* no command left to add to it: give its memory back */
+  if (self->index != NULL)
+    kv_key_index_clear (self->index);
 }
 
 static gboolean
@@ -2033,6 +2109,11 @@ kv_redis_tier_initable_init (GInitable     *initable,
   self->nodes = g_hash_table_new_full (g_str_hash, g_str_equal, NULL, (GDestroyNotify) node_free);
   if (!self->cluster)
     self->standalone = node_get (self, self->seeds->pdata[0], FALSE);
+  /* With a ttl, keys expire by themselves, a moment the index cannot
+   * know (a SET NX that found the key does not say when it expires):
+   * every lookup sends its EXISTS, as without an index. */
+  if (self->index_max_keys > 0 && self->ttl_ms == 0)
+    self->index = kv_key_index_new (self->index_max_keys);
   self->context = g_main_context_new ();
   self->loop = g_main_loop_new (self->context, FALSE);
   self->thread = g_thread_new ("kvtier-redis", io_thread_main, self);
@@ -2098,6 +2179,7 @@ kv_redis_tier_finalize (GObject *object)
   g_clear_pointer (&self->loop, g_main_loop_unref);
   g_clear_pointer (&self->context, g_main_context_unref);
   g_clear_pointer (&self->seeds, g_ptr_array_unref);
+  g_clear_pointer (&self->index, kv_key_index_free);
   g_clear_object (&self->tls_database);
   g_clear_error (&self->start_error);
   g_clear_pointer (&self->counters, kv_counter_set_unref);
@@ -2134,6 +2216,7 @@ kv_redis_tier_get_property (GObject    *object,
     case PROP_READ_FROM_REPLICAS: g_value_set_boolean (value, self->read_from_replicas); break;
     case PROP_NODE_INFLIGHT_BYTES: g_value_set_uint64 (value, self->node_inflight_bytes); break;
     case PROP_CONNECT_TIMEOUT_MS: g_value_set_uint (value, self->connect_timeout_ms); break;
+    case PROP_INDEX_MAX_KEYS: g_value_set_uint (value, self->index_max_keys); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2169,6 +2252,7 @@ kv_redis_tier_set_property (GObject      *object,
     case PROP_READ_FROM_REPLICAS: self->read_from_replicas = g_value_get_boolean (value); break;
     case PROP_NODE_INFLIGHT_BYTES: self->node_inflight_bytes = g_value_get_uint64 (value); break;
     case PROP_CONNECT_TIMEOUT_MS: self->connect_timeout_ms = g_value_get_uint (value); break;
+    case PROP_INDEX_MAX_KEYS: self->index_max_keys = g_value_get_uint (value); break;
     default:
       G_OBJECT_WARN_INVALID_PROPERTY_ID (object, prop_id, pspec);
     }
@@ -2324,6 +2408,21 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
                        "Milliseconds a connection may take to open", 1, G_MAXINT / 2,
                        DEFAULT_CONNECT_TIMEOUT_MS, CONSTRUCT_FLAGS);
 
+  /**
+   * KvRedisTier:index-max-keys:
+   *
+   * The most chunks the tier's index of the chunks it knows are stored
+   * holds (16 to 32 bytes each): their lookups answer HIT without an
+   * `EXISTS`. When it is full, new chunks are not added (their lookups
+   * send an `EXISTS`); 0 turns the index off. With
+   * [property@KvRedisTier:ttl-ms] set, keys expire by themselves and the
+   * tier keeps no index.
+   */
+  properties[PROP_INDEX_MAX_KEYS] =
+    g_param_spec_uint ("index-max-keys", NULL,
+                       "the most chunks the index of known chunks holds (0: no index; unused with ttl-ms)",
+                       0, KV_KEY_INDEX_MAX_KEYS_LIMIT, DEFAULT_INDEX_MAX_KEYS, CONSTRUCT_FLAGS);
+
   g_object_class_install_properties (object_class, N_PROPS, properties);
 }
 
@@ -2336,6 +2435,7 @@ kv_redis_tier_init (KvRedisTier *self)
   self->namespace_ = g_strdup ("default");
   self->node_inflight_bytes = DEFAULT_NODE_INFLIGHT_BYTES;
   self->connect_timeout_ms = DEFAULT_CONNECT_TIMEOUT_MS;
+  self->index_max_keys = DEFAULT_INDEX_MAX_KEYS;
   {
     const char *names[KV_REDIS_N_COUNTERS + 1] = { NULL };
 
@@ -2385,4 +2485,12 @@ kv_redis_tier_get_redis_key (KvRedisTier *self,
 {
   g_return_val_if_fail (KV_IS_REDIS_TIER (self) && self->initialized, NULL);
   return redis_key (self, key);
+}
+
+/* The chunks in the tier's index now (0 without one). Any thread. */
+guint
+kv_redis_tier_get_index_size (KvRedisTier *self)
+{
+  g_return_val_if_fail (KV_IS_REDIS_TIER (self), 0);
+  return self->index != NULL ? kv_key_index_get_size (self->index) : 0;
 }

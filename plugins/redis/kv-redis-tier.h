@@ -24,6 +24,8 @@ typedef enum {
   KV_REDIS_COUNTER_BYTES_READ,
   KV_REDIS_COUNTER_SERVER_OUTAGES,   /* a server became unreachable (each is logged) */
   KV_REDIS_COUNTER_NODE_BREAKER_OPENINGS, /* a server's own breaker opened (logged) */
+  KV_REDIS_COUNTER_INDEX_HITS,       /* lookups the index answered (no EXISTS) */
+  KV_REDIS_COUNTER_INDEX_STALE_KEYS, /* indexed keys a load found missing */
   KV_REDIS_N_COUNTERS
 } KvRedisCounter;
 
@@ -39,5 +41,6 @@ guint64      kv_redis_tier_get_counter    (KvRedisTier    *self,
 const char  *kv_redis_counter_get_name    (KvRedisCounter  counter);
 char        *kv_redis_tier_get_redis_key  (KvRedisTier    *self,
                                            KvKey          *key);
+guint        kv_redis_tier_get_index_size (KvRedisTier    *self);
 
 G_END_DECLS

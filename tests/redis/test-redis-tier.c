@@ -15,6 +15,7 @@
 
 /* The redis tier on a standalone redis-server: byte-exact round trips,
  * SET NX, ttl, damaged values (detected, deleted, counted, never loaded),
+ * the index of known keys (lookups without EXISTS, stale entries),
  * AUTH and SELECT, bad settings, a server that dies and comes back, Redis
  * evicting under maxmemory, a hostile server's oversized replies, TLS. */
 
@@ -598,6 +599,297 @@ test_through_managers (Fixture       *f,
   test_stack_clear (&b);
 }
 
+/* ---- the index of known keys ------------------------------------------------ */
+
+/* The EXISTS commands the shared server has run (INFO commandstats). */
+static guint64
+exists_calls (void)
+{
+  g_autofree char *info = redis_cli (&shared_server, "INFO", "commandstats", NULL);
+  const char *line = strstr (info, "cmdstat_exists:calls=");
+
+  if (line == NULL)
+    return 0;
+  return g_ascii_strtoull (line + strlen ("cmdstat_exists:calls="), NULL, 10);
+}
+
+/* A lookup of @key by @tier answers @expected after sending @n_exists
+ * EXISTS commands to the server. */
+static void
+assert_lookup (KvRedisTier    *tier,
+               KvKey          *key,
+               KvLookupResult  expected,
+               guint           n_exists)
+{
+  guint64 before = exists_calls ();
+
+  g_assert_cmpint (redis_test_lookup (tier, key), ==, expected);
+  g_assert_cmpuint (exists_calls () - before, ==, n_exists);
+}
+
+/* Keys this tier stored are looked up without an EXISTS, then load
+ * byte-exact; a key it never stored is an EXISTS's MISS, every time;
+ * another writer's key is an EXISTS's HIT, then indexed. A SET NX that
+ * finds the key there indexes it too. */
+static void
+test_index_stored (Fixture       *f,
+                   gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = store_range (f, 0, 3);
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvRedisTier) other = NULL;
+  g_autoptr(KvJobResult) other_stored = NULL;
+  g_autoptr(KvJobResult) skipped = NULL;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_cmpuint (kv_redis_tier_get_index_size (f->tier), ==, 3);
+  for (guint i = 0; i < 3; i++)
+    assert_lookup (f->tier, f->keys[i], KV_LOOKUP_RESULT_HIT, 0);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_INDEX_HITS), ==, 3);
+  loaded = load_range (f, 0, 3);
+  g_assert_true (kv_job_result_get_success (loaded));
+  for (guint i = 0; i < 3; i++)
+    g_assert_true (test_chunk_check (slot (f, 8 + i), REDIS_TEST_SLOT, i));
+  g_assert_cmpuint (kv_redis_tier_get_index_size (f->tier), ==, 3);
+  /* never stored: an EXISTS, a miss, not indexed */
+  assert_lookup (f->tier, f->keys[3], KV_LOOKUP_RESULT_MISS, 1);
+  assert_lookup (f->tier, f->keys[3], KV_LOOKUP_RESULT_MISS, 1);
+
+  /* stored by another tier on the server: found by an EXISTS, then known */
+  other = redis_test_tier_new (f->buffer, f->address, NULL);
+  other_stored = store_range_with (f, other, 4, 2);
+  g_assert_true (kv_job_result_get_success (other_stored));
+  assert_lookup (f->tier, f->keys[4], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (f->tier, f->keys[4], KV_LOOKUP_RESULT_HIT, 0);
+  g_assert_cmpuint (kv_redis_tier_get_index_size (f->tier), ==, 4);
+  /* the other's key 5, stored again here: skipped by NX, and known */
+  skipped = store_range_with (f, f->tier, 5, 1);
+  g_assert_true (kv_job_result_get_success (skipped));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_SKIPPED_CHUNKS), ==, 1);
+  assert_lookup (f->tier, f->keys[5], KV_LOOKUP_RESULT_HIT, 0);
+  /* key 4's first lookup counts too: its EXISTS indexed the key, and the
+   * retry that followed RETRY was answered by the index */
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_INDEX_HITS), ==, 6);
+  redis_test_tier_free (g_steal_pointer (&other));
+
+  /* shut down: the index is emptied */
+  g_assert_true (kv_secondary_tier_shutdown (KV_SECONDARY_TIER (f->tier), NULL));
+  g_assert_cmpuint (kv_redis_tier_get_index_size (f->tier), ==, 0);
+}
+
+/* An indexed key deleted behind the tier's back (another node, an
+ * operator, maxmemory): the lookup says HIT, the load finds it missing
+ * (reported once, counted, not the server's fault), and the next lookup
+ * sends an EXISTS and says MISS. */
+static void
+test_index_stale (Fixture       *f,
+                  gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = store_range (f, 0, 2);
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autoptr(KvJobResult) still = NULL;
+  g_autofree char *k0 = key_of (f, 0);
+  g_autofree char *deleted = NULL;
+  guint n_landed = 0;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  deleted = redis_cli (&shared_server, "DEL", k0, NULL);
+  g_assert_cmpstr (deleted, ==, "1");
+
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_HIT, 0);
+  /* test_tier_run_job checks that the job is reported, once */
+  loaded = load_range (f, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_null (kv_job_result_get_successful_keys (loaded, &n_landed));
+  g_assert_cmpuint (n_landed, ==, 0);
+  g_assert_false (kv_job_result_get_checksum_failed (loaded));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_MISSING_CHUNKS), ==, 1);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_LOAD_FAILURES), ==, 1);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_INDEX_STALE_KEYS), ==, 1);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_CORRUPT_CHUNKS), ==, 0);
+  g_assert_cmpuint (kv_redis_tier_get_index_size (f->tier), ==, 1);
+  /* missing is the data's failure, not the server's */
+  g_assert_true (kv_circuit_breaker_allows_requests (
+    kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (f->tier))));
+  g_assert_cmpuint (kv_secondary_tier_get_n_expired_jobs (KV_SECONDARY_TIER (f->tier)), ==, 0);
+
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_MISS, 1);
+  assert_lookup (f->tier, f->keys[1], KV_LOOKUP_RESULT_HIT, 0);
+  still = load_range (f, 1, 1);
+  g_assert_true (kv_job_result_get_success (still));
+  g_assert_true (test_chunk_check (slot (f, 8), REDIS_TEST_SLOT, 1));
+  /* a missing key not in the index is no stale entry */
+  g_clear_pointer (&loaded, kv_job_result_unref);
+  loaded = load_range (f, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_MISSING_CHUNKS), ==, 2);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_INDEX_STALE_KEYS), ==, 1);
+}
+
+static KvSecondaryTier *
+make_tier (KvHostBuffer *buffer,
+           gpointer      address);
+
+/* The same through a manager: the promotion of a stale entry fails, the
+ * manager answers a miss, no slot stays pinned, no job is left. */
+static void
+test_index_stale_manager (Fixture       *f,
+                          gconstpointer  data)
+{
+  TestStack a = { 0 }, b = { 0 };
+  g_autofree char *k1 = NULL;
+  g_autofree char *deleted = NULL;
+  KvRedisTier *tier_b;
+
+  test_stack_init (&a, 8, REDIS_TEST_SLOT, make_tier, f->address);
+  test_stack_init (&b, 8, REDIS_TEST_SLOT, make_tier, f->address);
+  tier_b = KV_REDIS_TIER (b.tier);
+  g_assert_cmpuint (test_stack_store (&a, 0, 2), ==, 2);
+  /* b finds both by EXISTS, and indexes them; one is deleted after */
+  assert_lookup (tier_b, f->keys[0], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (tier_b, f->keys[1], KV_LOOKUP_RESULT_HIT, 1);
+  k1 = kv_redis_tier_get_redis_key (tier_b, f->keys[1]);
+  deleted = redis_cli (&shared_server, "DEL", k1, NULL);
+  g_assert_cmpstr (deleted, ==, "1");
+
+  g_assert_cmpint (test_stack_promote (&b, 1), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier_b, KV_REDIS_COUNTER_INDEX_STALE_KEYS), ==, 1);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier_b, KV_REDIS_COUNTER_MISSING_CHUNKS), ==, 1);
+  test_stack_assert_no_pins (&b, 2);
+  /* then an EXISTS's miss; the other one is promoted from the index */
+  g_assert_cmpint (test_stack_promote (&b, 1), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (test_stack_promote (&b, 0), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier_b, KV_REDIS_COUNTER_LOADED_CHUNKS), ==, 1);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier_b, KV_REDIS_COUNTER_INDEX_STALE_KEYS), ==, 1);
+  test_stack_assert_no_pins (&b, 2);
+  test_stack_clear (&a);
+  test_stack_clear (&b);
+}
+
+/* An indexed key whose value is overwritten with garbage behind the
+ * tier's back: the lookup says HIT, the load fails, the tier deletes the
+ * value and forgets the key: its next lookup sends an EXISTS. */
+static void
+test_index_damaged (Fixture       *f,
+                    gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = store_range (f, 0, 2);
+  g_autoptr(KvJobResult) loaded = NULL;
+  g_autofree char *k0 = key_of (f, 0);
+  g_autofree char *set = NULL;
+  g_autofree char *exists = NULL;
+  gint64 end;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  set = redis_cli (&shared_server, "SET", k0, "garbage", NULL);
+  g_assert_cmpstr (set, ==, "OK");
+
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_HIT, 0);
+  loaded = load_range (f, 0, 1);
+  g_assert_false (kv_job_result_get_success (loaded));
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_CORRUPT_CHUNKS), ==, 1);
+  g_assert_cmpuint (counter (f, KV_REDIS_COUNTER_INDEX_STALE_KEYS), ==, 0);
+  g_assert_cmpuint (kv_redis_tier_get_index_size (f->tier), ==, 1);
+  /* the DEL is sent after the load is reported */
+  end = g_get_monotonic_time () + 5 * G_USEC_PER_SEC;
+  do
+    {
+      g_free (exists);
+      exists = redis_cli (&shared_server, "EXISTS", k0, NULL);
+    }
+  while (g_strcmp0 (exists, "0") != 0 && g_get_monotonic_time () < end);
+  g_assert_cmpstr (exists, ==, "0");
+  assert_lookup (f->tier, f->keys[0], KV_LOOKUP_RESULT_MISS, 1);
+  assert_lookup (f->tier, f->keys[1], KV_LOOKUP_RESULT_HIT, 0);
+}
+
+/* index-max-keys = 0: every lookup an EXISTS; = 2: the third key stored
+ * is not indexed, and found by an EXISTS every time. */
+static void
+test_index_bounded (Fixture       *f,
+                    gconstpointer  data)
+{
+  g_autoptr(KvRedisTier) off = redis_test_tier_new (f->buffer, f->address, "index-max-keys", 0u, NULL);
+  g_autoptr(KvRedisTier) two = NULL;
+  g_autoptr(KvJobResult) stored = store_range_with (f, off, 0, 3);
+
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_cmpuint (kv_redis_tier_get_index_size (off), ==, 0);
+  for (guint round = 0; round < 2; round++)
+    for (guint i = 0; i < 3; i++)
+      assert_lookup (off, f->keys[i], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (off, f->keys[3], KV_LOOKUP_RESULT_MISS, 1);
+  g_assert_cmpuint (kv_redis_tier_get_counter (off, KV_REDIS_COUNTER_INDEX_HITS), ==, 0);
+  redis_test_tier_free (g_steal_pointer (&off));
+
+  two = redis_test_tier_new (f->buffer, f->address, "index-max-keys", 2u, NULL);
+  /* one job each, so that the first two are the ones indexed (NX finds
+   * them there: a skipped store indexes its key too) */
+  for (guint i = 0; i < 3; i++)
+    {
+      g_autoptr(KvJobResult) again = store_range_with (f, two, i, 1);
+
+      g_assert_true (kv_job_result_get_success (again));
+    }
+  g_assert_cmpuint (kv_redis_tier_get_index_size (two), ==, 2);
+  assert_lookup (two, f->keys[0], KV_LOOKUP_RESULT_HIT, 0);
+  assert_lookup (two, f->keys[1], KV_LOOKUP_RESULT_HIT, 0);
+  assert_lookup (two, f->keys[2], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (two, f->keys[2], KV_LOOKUP_RESULT_HIT, 1);
+  redis_test_tier_free (g_steal_pointer (&two));
+}
+
+/* With a ttl, keys expire by themselves: the tier keeps no index, every
+ * lookup sends its EXISTS, and an expired key is a plain miss. */
+static void
+test_index_ttl (Fixture       *f,
+                gconstpointer  data)
+{
+  g_autoptr(KvRedisTier) tier = redis_test_tier_new (f->buffer, f->address, "ttl-ms", (guint64) 300, NULL);
+  g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 1);
+  guint max_keys = 0;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  g_object_get (tier, "index-max-keys", &max_keys, NULL);
+  g_assert_cmpuint (max_keys, ==, 1u << 20);
+  g_assert_cmpuint (kv_redis_tier_get_index_size (tier), ==, 0);
+  assert_lookup (tier, f->keys[0], KV_LOOKUP_RESULT_HIT, 1);
+  assert_lookup (tier, f->keys[0], KV_LOOKUP_RESULT_HIT, 1);
+  g_usleep (450 * 1000);
+  assert_lookup (tier, f->keys[0], KV_LOOKUP_RESULT_MISS, 1);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS), ==, 0);
+  redis_test_tier_free (g_steal_pointer (&tier));
+}
+
+/* The gauge of the index's keys, with the tier's label. */
+static void
+test_index_metrics (Fixture       *f,
+                    gconstpointer  data)
+{
+  g_autoptr(KvJobResult) stored = store_range (f, 0, 3);
+  g_autoptr(KvMetricRegistry) registry = kv_metric_registry_new ();
+  g_autoptr(KvStats) stats = NULL;
+  g_autoptr(GError) error = NULL;
+  g_autofree char *label = kv_secondary_tier_dup_metric_label (KV_SECONDARY_TIER (f->tier));
+  const char *labels[] = { label, NULL };
+  gdouble value = -1;
+
+  g_assert_true (kv_job_result_get_success (stored));
+  g_assert_true (kv_secondary_tier_register_metrics (KV_SECONDARY_TIER (f->tier), registry, &error));
+  g_assert_no_error (error);
+  g_assert_true (kv_metric_registry_has_metric (registry, "kvtier_redis_index_keys"));
+  g_assert_true (kv_metric_registry_has_metric (registry, "kvtier_redis_index_hits"));
+  g_assert_true (kv_metric_registry_has_metric (registry, "kvtier_redis_index_stale_keys"));
+  stats = kv_secondary_tier_get_stats (KV_SECONDARY_TIER (f->tier));
+  g_assert_true (kv_stats_lookup (stats, "kvtier_redis_index_keys", labels, &value));
+  g_assert_cmpfloat (value, ==, 3);
+  g_clear_object (&stats);
+  g_assert_cmpint (redis_test_lookup (f->tier, f->keys[0]), ==, KV_LOOKUP_RESULT_HIT);
+  stats = kv_secondary_tier_get_stats (KV_SECONDARY_TIER (f->tier));
+  g_assert_true (kv_stats_lookup (stats, "kvtier_redis_index_hits", labels, &value));
+  g_assert_cmpfloat (value, ==, 1);
+}
+
 /* ---- connection settings ------------------------------------------------- */
 
 static void
@@ -879,7 +1171,9 @@ test_lookups_node_down (Fixture       *f,
 }
 
 /* Redis evicts under maxmemory: evicted keys are plain misses, with no
- * error storm and no open breaker. */
+ * error storm and no open breaker. The tier stored every key, so its index
+ * answers HIT for all of them: an evicted key's load fails as missing
+ * (a stale entry, removed), and its next lookup, an EXISTS, misses. */
 static void
 test_maxmemory_evicts (Fixture       *f,
                        gconstpointer  data)
@@ -893,7 +1187,7 @@ test_maxmemory_evicts (Fixture       *f,
   g_autoptr(GError) error = NULL;
   g_autofree char *evicted = NULL;
   KvKey *keys[64];
-  guint n_hit = 0, n_loaded = 0;
+  guint n_hit = 0, n_loaded = 0, n_hit_again = 0;
   const gsize chunk = 64 * 1024;
 
   g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
@@ -936,11 +1230,18 @@ test_maxmemory_evicts (Fixture       *f,
           }
       }
     }
-  g_assert_cmpuint (n_hit, >, 0);
-  g_assert_cmpuint (n_hit, <, G_N_ELEMENTS (keys));
-  g_assert_cmpuint (n_loaded, ==, n_hit);
+  g_assert_cmpuint (n_hit, ==, G_N_ELEMENTS (keys));
+  g_assert_cmpuint (n_loaded, >, 0);
+  g_assert_cmpuint (n_loaded, <, G_N_ELEMENTS (keys));
   g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_MISSING_CHUNKS), ==,
                     G_N_ELEMENTS (keys) - n_loaded);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_STALE_KEYS), ==,
+                    G_N_ELEMENTS (keys) - n_loaded);
+  g_assert_cmpuint (kv_redis_tier_get_index_size (tier), ==, n_loaded);
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    if (redis_test_lookup (tier, keys[i]) == KV_LOOKUP_RESULT_HIT)
+      n_hit_again++;
+  g_assert_cmpuint (n_hit_again, ==, n_loaded);
   g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS), ==, 0);
   g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_ERROR_REPLIES), ==, 0);
   g_assert_true (kv_circuit_breaker_allows_requests (
@@ -1443,6 +1744,13 @@ main (int argc, char **argv)
   ADD_BARE ("ttl", test_ttl);
   ADD_BARE ("store-past-deadline", test_store_past_deadline);
   ADD_BARE ("through-managers", test_through_managers);
+  ADD ("index/stored", test_index_stored);
+  ADD ("index/stale", test_index_stale);
+  ADD_BARE ("index/stale-through-manager", test_index_stale_manager);
+  ADD ("index/damaged", test_index_damaged);
+  ADD_BARE ("index/bounded", test_index_bounded);
+  ADD_BARE ("index/ttl", test_index_ttl);
+  ADD ("index/metrics", test_index_metrics);
   g_test_add ("/redis-tier/damaged/payload", Fixture, GUINT_TO_POINTER (DAMAGE_PAYLOAD),
               setup_tier, test_damaged_value, teardown);
   g_test_add ("/redis-tier/damaged/header", Fixture, GUINT_TO_POINTER (DAMAGE_HEADER),

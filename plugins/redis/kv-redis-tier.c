@@ -264,9 +264,10 @@ static void arm_refresh_timer (KvRedisTier *self, gint64 due);
  * lookups of the keys the tier knows are stored (its index: stored or
  * found by this tier, [property@KvRedisTier:index-max-keys] of them) are
  * a HIT at once, and the others pipelined `EXISTS` off the owner thread
- * (#KvAsyncLookup: RETRY until known). A key that was evicted or deleted
- * behind the tier's back answers HIT until its load finds it missing (a
- * miss for the manager) and removes it from the index.
+ * (#KvAsyncLookup: RETRY until known), as are all lookups while a server
+ * is unreachable. A key that was evicted or deleted behind the tier's
+ * back answers HIT until its load finds it missing (a miss for the
+ * manager) and removes it from the index.
  *
  * Connections run on the tier's own I/O thread and main context (TCP or
  * TLS through GIO; commands and replies through hiredis). With
@@ -1622,8 +1623,11 @@ kv_redis_tier_lookup (KvSecondaryTier *tier,
   if (!kv_chunk_key_fits (key))
     return KV_LOOKUP_RESULT_MISS;
   /* a key known to be stored: no EXISTS (a stale entry costs one failed
-   * load, which the manager takes as a miss) */
-  if (self->index != NULL && kv_key_index_contains (self->index, kv_key_index_digest (key)))
+   * load, which the manager takes as a miss). Not while a server is
+   * unreachable: the key may be one of its, and its EXISTS answers MISS
+   * where the index would answer HIT for a load bound to fail. */
+  if (self->index != NULL && g_atomic_int_get (&self->n_servers_down) == 0 &&
+      kv_key_index_contains (self->index, kv_key_index_digest (key)))
     {
       count (self, KV_REDIS_COUNTER_INDEX_HITS, 1);
       return KV_LOOKUP_RESULT_HIT;
@@ -2420,7 +2424,7 @@ kv_redis_tier_class_init (KvRedisTierClass *klass)
    */
   properties[PROP_INDEX_MAX_KEYS] =
     g_param_spec_uint ("index-max-keys", NULL,
-                       "the most chunks the index of known chunks holds (0: no index; unused with ttl-ms)",
+                       "Most chunks the index of chunks known to be stored holds (0: none; none with ttl-ms)",
                        0, KV_KEY_INDEX_MAX_KEYS_LIMIT, DEFAULT_INDEX_MAX_KEYS, CONSTRUCT_FLAGS);
 
   g_object_class_install_properties (object_class, N_PROPS, properties);

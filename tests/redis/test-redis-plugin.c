@@ -108,6 +108,38 @@ test_config_unreachable (void)
   g_assert_nonnull (strstr (error->message, address));
 }
 
+/* `kvtier config check`: index-max-keys from 0 (no index) to 2^28,
+ * anything else refused naming the key; the check connects to nothing. */
+static void
+test_config_check_index (void)
+{
+  g_autoptr(KvTierRegistry) registry = registry_new ();
+  const char *good[] = { "0", "268435456" };
+  const char *bad[] = { "-1", "268435457", "lots" };
+
+  for (guint i = 0; i < G_N_ELEMENTS (good) + G_N_ELEMENTS (bad); i++)
+    {
+      gboolean is_good = i < G_N_ELEMENTS (good);
+      g_autofree char *text = g_strdup_printf ("[primary]\n"
+                                               "size = 64KiB\n"
+                                               "slot-size = 8KiB\n"
+                                               "[tier shared]\n"
+                                               "type = redis\n"
+                                               "servers = 127.0.0.1:1\n"
+                                               "index-max-keys = %s\n",
+                                               is_good ? good[i] : bad[i - G_N_ELEMENTS (good)]);
+      g_autoptr(GError) error = NULL;
+      g_autoptr(KvConfig) config = kv_config_new_from_data (registry, text, -1, "redis.conf", &error);
+      gboolean ok = config != NULL && kv_config_check (config, &error);
+
+      g_assert_cmpint (ok, ==, is_good);
+      if (is_good)
+        g_assert_no_error (error);
+      else
+        g_assert_nonnull (strstr (error->message, "index-max-keys"));
+    }
+}
+
 int
 main (int argc, char **argv)
 {
@@ -117,5 +149,6 @@ main (int argc, char **argv)
   g_test_add_func ("/redis-plugin/registered", test_registered);
   g_test_add_func ("/redis-plugin/config", test_config);
   g_test_add_func ("/redis-plugin/config-unreachable", test_config_unreachable);
+  g_test_add_func ("/redis-plugin/config-check-index", test_config_check_index);
   return g_test_run ();
 }

@@ -861,6 +861,58 @@ test_index_ttl (Fixture       *f,
   redis_test_tier_free (g_steal_pointer (&tier));
 }
 
+/* While the server is unreachable, indexed keys are looked up with an
+ * EXISTS (a MISS), not answered HIT for a load bound to fail; the tier's
+ * breaker, set out of the way here, is not what answers. */
+static void
+test_index_server_down (Fixture       *f,
+                        gconstpointer  data)
+{
+  g_autofree char *dir = g_build_filename (test_dir, "index-down", NULL);
+  RedisServer server = { 0 };
+  g_autofree char *address = NULL;
+  g_autoptr(KvRedisTier) tier = NULL;
+  g_autofree char *label = NULL;
+  const char *labels[] = { NULL, NULL };
+  gint64 end;
+  gdouble down = 0;
+
+  g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+  redis_server_start (&server, dir, NULL);
+  address = redis_server_address (&server);
+  tier = redis_test_tier_new (f->buffer, address, "breaker-threshold", 1000, NULL);
+  label = kv_secondary_tier_dup_metric_label (KV_SECONDARY_TIER (tier));
+  labels[0] = label;
+  {
+    g_autoptr(KvJobResult) stored = store_range_with (f, tier, 0, 2);
+
+    g_assert_true (kv_job_result_get_success (stored));
+  }
+  g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS), ==, 1);
+
+  redis_server_stop (&server, TRUE);
+  /* the tier sees its connection closed */
+  end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+  while (down < 1)
+    {
+      g_autoptr(KvStats) stats = kv_secondary_tier_get_stats (KV_SECONDARY_TIER (tier));
+
+      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      g_usleep (20 * 1000);
+      g_assert_true (kv_stats_lookup (stats, "kvtier_redis_servers_down", labels, &down));
+    }
+  g_assert_cmpint (redis_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (redis_test_lookup (tier, f->keys[1]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS), ==, 1);
+  /* the keys are still known, for when the server answers again */
+  g_assert_cmpuint (kv_redis_tier_get_index_size (tier), ==, 2);
+  g_assert_true (kv_circuit_breaker_allows_requests (
+    kv_secondary_tier_get_circuit_breaker (KV_SECONDARY_TIER (tier))));
+  redis_test_tier_free (g_steal_pointer (&tier));
+  redis_server_clear (&server);
+}
+
 /* The gauge of the index's keys, with the tier's label. */
 static void
 test_index_metrics (Fixture       *f,
@@ -1750,6 +1802,7 @@ main (int argc, char **argv)
   ADD ("index/damaged", test_index_damaged);
   ADD_BARE ("index/bounded", test_index_bounded);
   ADD_BARE ("index/ttl", test_index_ttl);
+  ADD_BARE ("index/server-down", test_index_server_down);
   ADD ("index/metrics", test_index_metrics);
   g_test_add ("/redis-tier/damaged/payload", Fixture, GUINT_TO_POINTER (DAMAGE_PAYLOAD),
               setup_tier, test_damaged_value, teardown);

@@ -38,9 +38,15 @@
  *    as it is appended, every reply taken through redisGetReply);
  *  - store: chunks cascade from a KvTieringManager's primary to the tier
  *    (prepare_store, complete_store), until every SET was answered;
- *  - load: a fresh manager on a fresh primary looks every chunk up (RETRY
- *    until the EXISTS answers come) and promotes it (GET straight into the
- *    slot), until every one landed.
+ *  - load: a fresh manager on a fresh primary, over a fresh tier (its
+ *    index of known keys empty), looks every chunk up (RETRY until the
+ *    EXISTS answers come) and promotes it (GET straight into the slot),
+ *    until every one landed;
+ *  - load-indexed: the same on another fresh stack whose tier first looked
+ *    every chunk up, untimed (its EXISTS replies fill its index, as a
+ *    process that stored the chunks itself or saw them once): every lookup
+ *    of the timed pass is answered from the index, and a load is its GET
+ *    alone. Its `#` line says how many lookups the index answered.
  *
  *   store 256KiB redis: <x> GB/s = <y>% of ceiling <z> GB/s (<h>% of hiredis's <g> GB/s;
  *     <s>% of raw slots to slots, <u> GB/s), cpu <c> s/GB = <r>x hiredis's <k> s/GB
@@ -783,6 +789,37 @@ stack_init (BenchStack  *s,
                                                   NULL), error);
 }
 
+/* Untimed: every chunk looked up straight at the tier (no promotion), so
+ * that its EXISTS replies put every one in the tier's index. */
+static gboolean
+warm_index (BenchStack *s,
+            guint64     n_chunks)
+{
+  g_autoptr(KvRequest) request = kv_request_new ("warm-index", NULL);
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+  gint64 deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
+  gboolean retry = TRUE;
+
+  while (retry && g_get_monotonic_time () < deadline)
+    {
+      retry = FALSE;
+      for (guint64 i = 0; i < n_chunks; i++)
+        {
+          g_autoptr(KvKey) key = bench_stack_key (s, i);
+
+          if (kv_secondary_tier_lookup (s->tier, key, request) == KV_LOOKUP_RESULT_RETRY)
+            retry = TRUE;
+        }
+      if (retry)
+        {
+          kv_secondary_tier_on_schedule_end (s->tier, end);
+          g_usleep (1000);
+        }
+    }
+  kv_secondary_tier_on_request_finished (s->tier, request);
+  return kv_redis_tier_get_index_size (KV_REDIS_TIER (s->tier)) >= n_chunks;
+}
+
 typedef struct
 {
   double gbs;
@@ -903,6 +940,7 @@ run_chunk_size (const char  *servers,
   guint batch = MAX ((16u << 20) / chunk, 1);
   g_autoptr(GArray) stores = g_array_new (FALSE, FALSE, sizeof (Sample));
   g_autoptr(GArray) loads = g_array_new (FALSE, FALSE, sizeof (Sample));
+  g_autoptr(GArray) indexed = g_array_new (FALSE, FALSE, sizeof (Sample));
 
   for (gint round = 0; round < opt_rounds; round++)
     {
@@ -953,10 +991,39 @@ run_chunk_size (const char  *servers,
                100 * sample.gbs / sample.ceiling, sample.cpu);
       g_array_append_val (loads, sample);
       bench_stack_clear (&load);
+
+      if (!stack_init (&load, servers, chunk, primary_slots, error))
+        {
+          bench_stack_clear (&load);
+          return FALSE;
+        }
+      if (!warm_index (&load, n_chunks))
+        g_print ("# load-indexed: only %u of %" G_GUINT64_FORMAT " chunks in the index\n",
+                 kv_redis_tier_get_index_size (KV_REDIS_TIER (load.tier)), n_chunks);
+      {
+        KvRedisTier *tier = KV_REDIS_TIER (load.tier);
+        guint64 hits = kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS);
+
+        c = bench_self_cpu_s ();
+        t = bench_stack_run_load (&load, n_chunks, batch);
+        c = bench_self_cpu_s () - c;
+        n_done = kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_LOADED_CHUNKS);
+        if (n_done != n_chunks)
+          g_print ("# load-indexed: only %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks loaded\n",
+                   n_done, n_chunks);
+        hits = kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS) - hits;
+        sample = (Sample) { gb / t, get_ceiling, c / gb, hiredis_gbs[1], hiredis_cpu[1], slots_gbs[1] };
+        g_print ("#   round %d: load-indexed %.2f GB/s (%.0f%%), cpu %.3f s/GB; %" G_GUINT64_FORMAT
+                 " of %" G_GUINT64_FORMAT " chunks' lookups from the index\n", round + 1, sample.gbs,
+                 100 * sample.gbs / sample.ceiling, sample.cpu, hits, n_chunks);
+      }
+      g_array_append_val (indexed, sample);
+      bench_stack_clear (&load);
       flush_all (servers);
     }
   report ("store", name, stores);
   report ("load", name, loads);
+  report ("load-indexed", name, indexed);
   return TRUE;
 }
 

@@ -58,9 +58,10 @@ struct _KvRedisConnection
   gboolean            writing;
   GOutputVector       vectors[MAX_VECTORS];
 
-  gboolean            reading;
+  gboolean            reading;        /* a read is outstanding, or bytes are awaited */
+  GSource            *read_source;    /* pollable streams: awaits bytes to read */
   gint64              reply_due;      /* monotonic µs: since the head of sent awaits its reply */
-  KvRedisOp          *reading_into;  /* an op whose value a read is filling */
+  KvRedisOp          *reading_into;  /* an op whose value an asynchronous read is filling */
   guint8             *rbuf;
   gsize               rstart;
   gsize               rend;
@@ -179,6 +180,12 @@ close_with_error (KvRedisConnection *self,
   self->state = KV_REDIS_CONNECTION_CLOSED;
   self->error = g_steal_pointer (&owned);
   g_cancellable_cancel (self->cancellable);
+  if (self->read_source != NULL)
+    {
+      g_source_destroy (self->read_source);
+      g_clear_pointer (&self->read_source, g_source_unref);
+      self->reading = FALSE;
+    }
   if (self->connect_timeout != NULL)
     {
       g_source_destroy (self->connect_timeout);
@@ -529,13 +536,86 @@ process_replies (KvRedisConnection *self)
 
 /* ---- reading ------------------------------------------------------------- */
 
+/* Where the next bytes go: into the head op's slot when a GET's value is
+ * due and nothing is buffered (*@into set), else into the read buffer.
+ * FALSE when the connection closed instead (a reply line too long). */
+static gboolean
+read_destination (KvRedisConnection  *self,
+                  KvRedisOp         **into,
+                  guint8            **dest,
+                  gsize              *size)
+{
+  KvRedisOp *head = self->sent.head != NULL ? self->sent.head->data : NULL;
+
+  *into = NULL;
+  if (head != NULL && head->kind == KV_REDIS_OP_GET_INTO && buffered (self) == 0 &&
+      (head->state == GET_HEADER || head->state == GET_PAYLOAD) &&
+      self->reader->len == self->reader->pos)
+    {
+      *into = head;
+      *dest = (head->state == GET_HEADER ? head->dest_header : head->dest_payload) + head->body_pos;
+      *size = (head->state == GET_HEADER ? head->header_len : head->payload_len) - head->body_pos;
+      return TRUE;
+    }
+  if (self->rstart > 0)
+    {
+      memmove (self->rbuf, self->rbuf + self->rstart, buffered (self));
+      self->rend -= self->rstart;
+      self->rstart = 0;
+    }
+  if (self->rend == READ_BUFFER_SIZE)
+    {
+      /* only a GET line can fill it unparsed; parse_get_line refused it */
+      close_protocol_error (self, "reply line too long");
+      return FALSE;
+    }
+  *dest = self->rbuf + self->rend;
+  *size = READ_BUFFER_SIZE - self->rend;
+  return TRUE;
+}
+
+/* @n bytes (or @error) came from a read into @into's destination (NULL:
+ * the read buffer); the replies they complete are processed. FALSE when
+ * the connection closed. */
+static gboolean
+got_bytes (KvRedisConnection *self,
+           KvRedisOp         *into,
+           gssize             n,
+           GError            *error)
+{
+  g_autoptr(GError) owned = error;
+
+  if (n <= 0)
+    {
+      if (owned == NULL)
+        owned = g_error_new (G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED,
+                             "Redis server %s closed the connection", self->address);
+      else
+        g_prefix_error (&owned, "Redis server %s: ", self->address);
+      close_with_error (self, g_steal_pointer (&owned));
+      return FALSE;
+    }
+  if (into != NULL)
+    {
+      /* read straight into the destination: hashed as it landed */
+      if (into->state == GET_PAYLOAD && into->payload_hasher != NULL)
+        kv_chunk_hasher_update (into->payload_hasher, into->dest_payload + into->body_pos, n);
+      into->body_pos += n;
+    }
+  else
+    self->rend += n;
+  process_replies (self);
+  return self->state == KV_REDIS_CONNECTION_READY;
+}
+
+/* A stream that cannot be polled: one asynchronous read at a time. */
 static void
 read_done (GObject      *source,
            GAsyncResult *result,
            gpointer      user_data)
 {
   KvRedisConnection *self = user_data;
-  g_autoptr(GError) error = NULL;
+  GError *error = NULL;
   KvRedisOp *into = self->reading_into;
   gssize n;
 
@@ -548,77 +628,89 @@ read_done (GObject      *source,
       /* the op whose destination the read was filling fails now */
       if (into != NULL)
         fail_op (self, into, self->error);
+      g_clear_error (&error);
       g_object_unref (self);
       return;
     }
-  if (n <= 0)
-    {
-      if (error == NULL)
-        error = g_error_new (G_IO_ERROR, G_IO_ERROR_CONNECTION_CLOSED,
-                             "Redis server %s closed the connection", self->address);
-      else
-        g_prefix_error (&error, "Redis server %s: ", self->address);
-      /* the read is over (reading_into is clear): @into fails with the rest */
-      close_with_error (self, g_steal_pointer (&error));
-      g_object_unref (self);
-      return;
-    }
-  if (into != NULL)
-    {
-      /* read straight into the destination: hashed as it landed */
-      if (into->state == GET_PAYLOAD && into->payload_hasher != NULL)
-        kv_chunk_hasher_update (into->payload_hasher, into->dest_payload + into->body_pos, n);
-      into->body_pos += n;
-    }
-  else
-    self->rend += n;
-  process_replies (self);
-  start_read (self);
+  /* the read is over (reading_into is clear): on an error @into fails
+   * with the rest */
+  if (got_bytes (self, into, n, error))
+    start_read (self);
   g_object_unref (self);
 }
 
-/* Keeps one read outstanding while connected: into the slot when a GET's
- * value is due and nothing is buffered, else into the read buffer. */
+static gboolean
+readable (GObject  *stream,
+          gpointer  user_data)
+{
+  KvRedisConnection *self = user_data;
+
+  g_clear_pointer (&self->read_source, g_source_unref);
+  self->reading = FALSE;
+  start_read (self);
+  return G_SOURCE_REMOVE;
+}
+
+/* Reads at most this many times in a row before the I/O thread's other
+ * connections and timers get their turn. */
+#define READS_PER_TURN 32
+
+/* Keeps reading while connected: into the slot when a GET's value is due
+ * and nothing is buffered, else into the read buffer. A pollable stream
+ * (TCP, TLS) is read without blocking for as long as bytes are there,
+ * and a source awaits the next ones: no GTask and no cancellable per
+ * read, and never a read in flight when the connection closes. */
 static void
 start_read (KvRedisConnection *self)
 {
-  KvRedisOp *head;
+  g_autoptr(GObject) keep = NULL;
+  GPollableInputStream *pollable;
+  KvRedisOp *into;
   guint8 *dest;
   gsize size;
 
   if (self->reading || self->state != KV_REDIS_CONNECTION_READY)
     return;
-  head = self->sent.head != NULL ? self->sent.head->data : NULL;
-  if (head != NULL && head->kind == KV_REDIS_OP_GET_INTO && buffered (self) == 0 &&
-      (head->state == GET_HEADER || head->state == GET_PAYLOAD) &&
-      self->reader->len == self->reader->pos)
+  if (!G_IS_POLLABLE_INPUT_STREAM (self->input) ||
+      !g_pollable_input_stream_can_poll (G_POLLABLE_INPUT_STREAM (self->input)))
     {
-      dest = head->state == GET_HEADER ? head->dest_header : head->dest_payload;
-      size = head->state == GET_HEADER ? head->header_len : head->payload_len;
-      self->reading_into = head;
-      dest += head->body_pos;
-      size -= head->body_pos;
+      if (!read_destination (self, &into, &dest, &size))
+        return;
+      self->reading = TRUE;
+      self->reading_into = into;
+      g_input_stream_read_async (self->input, dest, size, G_PRIORITY_DEFAULT, self->cancellable,
+                                 read_done, g_object_ref (self));
+      return;
     }
-  else
+
+  pollable = G_POLLABLE_INPUT_STREAM (self->input);
+  keep = g_object_ref (G_OBJECT (self));
+  /* a reply's callback may send (start_write calls this): no second loop */
+  self->reading = TRUE;
+  for (guint turn = 0; self->state == KV_REDIS_CONNECTION_READY; turn++)
     {
-      if (self->rstart > 0)
+      GError *error = NULL;
+      gssize n = -1;
+
+      if (turn < READS_PER_TURN)
         {
-          memmove (self->rbuf, self->rbuf + self->rstart, buffered (self));
-          self->rend -= self->rstart;
-          self->rstart = 0;
+          if (!read_destination (self, &into, &dest, &size))
+            break;
+          n = g_pollable_input_stream_read_nonblocking (pollable, dest, size, NULL, &error);
         }
-      if (self->rend == READ_BUFFER_SIZE)
+      if (turn == READS_PER_TURN ||
+          (n < 0 && g_error_matches (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK)))
         {
-          /* only a GET line can fill it unparsed; parse_get_line refused it */
-          close_protocol_error (self, "reply line too long");
+          g_clear_error (&error);
+          self->read_source = g_pollable_input_stream_create_source (pollable, NULL);
+          g_source_set_callback (self->read_source, G_SOURCE_FUNC (readable), self, NULL);
+          g_source_attach (self->read_source, self->context);
           return;
         }
-      dest = self->rbuf + self->rend;
-      size = READ_BUFFER_SIZE - self->rend;
+      if (!got_bytes (self, into, n, error))
+        break;
     }
-  self->reading = TRUE;
-  g_input_stream_read_async (self->input, dest, size, G_PRIORITY_DEFAULT, self->cancellable,
-                             read_done, g_object_ref (self));
+  self->reading = FALSE;
 }
 
 /* ---- writing ------------------------------------------------------------- */
@@ -639,12 +731,16 @@ write_done (GObject      *source,
       g_object_unref (self);
       return;
     }
-  for (GList *l = self->sent.head; l != NULL; l = l->next)
+  /* This write's commands are the tail of @sent, after every earlier
+   * write's (a reply may have taken some from its head already): only
+   * they are walked, not the thousands of commands waiting for replies. */
+  for (GList *l = self->sent.tail; l != NULL; l = l->prev)
     {
       KvRedisOp *op = l->data;
 
-      if (op->where == WHERE_WRITING)
-        op->where = WHERE_SENT;
+      if (op->where != WHERE_WRITING)
+        break;
+      op->where = WHERE_SENT;
     }
   start_write (self);
   g_object_unref (self);
@@ -653,15 +749,17 @@ write_done (GObject      *source,
 static void
 start_write (KvRedisConnection *self)
 {
+  g_autoptr(GObject) keep = NULL;
   guint n = 0;
 
   if (self->writing || self->state != KV_REDIS_CONNECTION_READY)
     return;
 
+  /* a cancelled command's completion may drop the last other reference */
+  keep = g_object_ref (G_OBJECT (self));
   while (self->pending.head != NULL && n + 4 <= MAX_VECTORS)
     {
       KvRedisOp *op = self->pending.head->data;
-      g_autoptr(GObject) keep = g_object_ref (G_OBJECT (self));
 
       g_queue_unlink (&self->pending, &op->link);
       if (op->prepare != NULL && !op->prepare (op, op->user_data))

@@ -55,8 +55,11 @@ struct _KvRedisConnection
   guint               n_startup;  /* startup ops at the head of the queues */
   KvRedisOp           startup[3];
 
-  gboolean            writing;
+  gboolean            writing;        /* a batch is being written */
+  GSource            *write_source;   /* pollable streams: awaits room to write */
   GOutputVector       vectors[MAX_VECTORS];
+  guint               n_vectors;      /* of the batch being written */
+  guint               vector_pos;     /* its first vector not written whole */
 
   gboolean            reading;        /* a read is outstanding, or bytes are awaited */
   GSource            *read_source;    /* pollable streams: awaits bytes to read */
@@ -185,6 +188,12 @@ close_with_error (KvRedisConnection *self,
       g_source_destroy (self->read_source);
       g_clear_pointer (&self->read_source, g_source_unref);
       self->reading = FALSE;
+    }
+  if (self->write_source != NULL)
+    {
+      g_source_destroy (self->write_source);
+      g_clear_pointer (&self->write_source, g_source_unref);
+      self->writing = FALSE;
     }
   if (self->connect_timeout != NULL)
     {
@@ -715,6 +724,83 @@ start_read (KvRedisConnection *self)
 
 /* ---- writing ------------------------------------------------------------- */
 
+/* The batch just written: its commands are the tail of @sent, after
+ * every earlier batch's (a reply may have taken some from its head
+ * already): only they are walked, not the thousands of commands waiting
+ * for replies. */
+static void
+batch_sent (KvRedisConnection *self)
+{
+  for (GList *l = self->sent.tail; l != NULL; l = l->prev)
+    {
+      KvRedisOp *op = l->data;
+
+      if (op->where != WHERE_WRITING)
+        break;
+      op->where = WHERE_SENT;
+    }
+  self->n_vectors = self->vector_pos = 0;
+}
+
+/* Takes the next pending commands into a batch of vectors (none: 0).
+ * FALSE when the connection closed meanwhile. */
+static gboolean
+fill_batch (KvRedisConnection *self)
+{
+  guint n = 0;
+
+  while (self->pending.head != NULL && n + 4 <= MAX_VECTORS)
+    {
+      KvRedisOp *op = self->pending.head->data;
+
+      g_queue_unlink (&self->pending, &op->link);
+      if (op->prepare != NULL && !op->prepare (op, op->user_data))
+        {
+          op->error = g_error_new (G_IO_ERROR, G_IO_ERROR_CANCELLED,
+                                   "The command to redis server %s was cancelled", self->address);
+          complete (self, op);
+          if (self->state != KV_REDIS_CONNECTION_READY)
+            return FALSE;
+          continue;
+        }
+      self->vectors[n++] = (GOutputVector) { op->command, op->command_len };
+      if (op->kind == KV_REDIS_OP_SET)
+        {
+          self->vectors[n++] = (GOutputVector) { op->header, op->header_len };
+          self->vectors[n++] = (GOutputVector) { op->payload, op->payload_len };
+          self->vectors[n++] = (GOutputVector) { op->suffix, op->suffix_len };
+        }
+      op->where = WHERE_WRITING;
+      if (self->sent.length == 0)
+        self->reply_due = g_get_monotonic_time ();
+      g_queue_push_tail_link (&self->sent, &op->link);
+    }
+  self->n_vectors = n;
+  self->vector_pos = 0;
+  return TRUE;
+}
+
+/* Moves the batch on by @written bytes. */
+static void
+advance_batch (KvRedisConnection *self,
+               gsize              written)
+{
+  while (written > 0)
+    {
+      GOutputVector *v = &self->vectors[self->vector_pos];
+      gsize take = MIN (written, v->size);
+
+      v->buffer = (const guint8 *) v->buffer + take;
+      v->size -= take;
+      written -= take;
+      if (v->size == 0)
+        self->vector_pos++;
+    }
+  while (self->vector_pos < self->n_vectors && self->vectors[self->vector_pos].size == 0)
+    self->vector_pos++;
+}
+
+/* A stream that cannot be polled: one asynchronous write per batch. */
 static void
 write_done (GObject      *source,
             GAsyncResult *result,
@@ -731,63 +817,101 @@ write_done (GObject      *source,
       g_object_unref (self);
       return;
     }
-  /* This write's commands are the tail of @sent, after every earlier
-   * write's (a reply may have taken some from its head already): only
-   * they are walked, not the thousands of commands waiting for replies. */
-  for (GList *l = self->sent.tail; l != NULL; l = l->prev)
-    {
-      KvRedisOp *op = l->data;
-
-      if (op->where != WHERE_WRITING)
-        break;
-      op->where = WHERE_SENT;
-    }
+  batch_sent (self);
   start_write (self);
   g_object_unref (self);
 }
 
+static gboolean
+writable (GObject  *stream,
+          gpointer  user_data)
+{
+  KvRedisConnection *self = user_data;
+
+  g_clear_pointer (&self->write_source, g_source_unref);
+  self->writing = FALSE;
+  start_write (self);
+  return G_SOURCE_REMOVE;
+}
+
+/* Batches written before the I/O thread's other connections and timers
+ * get their turn. */
+#define BATCHES_PER_TURN 16
+
+/* Writes the pending commands in batches of vectors. A pollable stream
+ * (TCP, TLS) is written without blocking for as long as it takes bytes,
+ * and a source awaits room for the rest: no GTask per write. Commands
+ * sent meanwhile (a cancelled command's completion may send) join the
+ * next batch. */
 static void
 start_write (KvRedisConnection *self)
 {
   g_autoptr(GObject) keep = NULL;
-  guint n = 0;
+  GPollableOutputStream *pollable;
+  guint batches = 0;
 
   if (self->writing || self->state != KV_REDIS_CONNECTION_READY)
     return;
 
   /* a cancelled command's completion may drop the last other reference */
   keep = g_object_ref (G_OBJECT (self));
-  while (self->pending.head != NULL && n + 4 <= MAX_VECTORS)
-    {
-      KvRedisOp *op = self->pending.head->data;
-
-      g_queue_unlink (&self->pending, &op->link);
-      if (op->prepare != NULL && !op->prepare (op, op->user_data))
-        {
-          op->error = g_error_new (G_IO_ERROR, G_IO_ERROR_CANCELLED,
-                                   "The command to redis server %s was cancelled", self->address);
-          complete (self, op);
-          if (self->state != KV_REDIS_CONNECTION_READY)
-            return;
-          continue;
-        }
-      self->vectors[n++] = (GOutputVector) { op->command, op->command_len };
-      if (op->kind == KV_REDIS_OP_SET)
-        {
-          self->vectors[n++] = (GOutputVector) { op->header, op->header_len };
-          self->vectors[n++] = (GOutputVector) { op->payload, op->payload_len };
-          self->vectors[n++] = (GOutputVector) { op->suffix, op->suffix_len };
-        }
-      op->where = WHERE_WRITING;
-      if (self->sent.length == 0)
-        self->reply_due = g_get_monotonic_time ();
-      g_queue_push_tail_link (&self->sent, &op->link);
-    }
-  if (n == 0)
-    return;
   self->writing = TRUE;
-  g_output_stream_writev_all_async (self->output, self->vectors, n, G_PRIORITY_DEFAULT,
-                                    self->cancellable, write_done, g_object_ref (self));
+  if (!G_IS_POLLABLE_OUTPUT_STREAM (self->output) ||
+      !g_pollable_output_stream_can_poll (G_POLLABLE_OUTPUT_STREAM (self->output)))
+    {
+      if (!fill_batch (self) || self->n_vectors == 0)
+        {
+          self->writing = FALSE;
+          return;
+        }
+      g_output_stream_writev_all_async (self->output, self->vectors, self->n_vectors,
+                                        G_PRIORITY_DEFAULT, self->cancellable, write_done,
+                                        g_object_ref (self));
+      start_read (self);
+      return;
+    }
+
+  pollable = G_POLLABLE_OUTPUT_STREAM (self->output);
+  while (self->state == KV_REDIS_CONNECTION_READY)
+    {
+      g_autoptr(GError) error = NULL;
+      GPollableReturn ret = G_POLLABLE_RETURN_OK;
+      gsize written = 0;
+
+      if (self->vector_pos == self->n_vectors)
+        {
+          if (batches == BATCHES_PER_TURN)
+            ret = G_POLLABLE_RETURN_WOULD_BLOCK;
+          else if (!fill_batch (self))
+            break;
+          else if (self->n_vectors == 0)
+            break;
+          batches++;
+        }
+      if (self->vector_pos < self->n_vectors)
+        ret = g_pollable_output_stream_writev_nonblocking (pollable,
+                                                           self->vectors + self->vector_pos,
+                                                           self->n_vectors - self->vector_pos,
+                                                           &written, NULL, &error);
+      if (ret == G_POLLABLE_RETURN_FAILED)
+        {
+          g_prefix_error (&error, "Redis server %s: ", self->address);
+          close_with_error (self, g_steal_pointer (&error));
+          return;
+        }
+      if (ret == G_POLLABLE_RETURN_WOULD_BLOCK || written == 0)
+        {
+          self->write_source = g_pollable_output_stream_create_source (pollable, NULL);
+          g_source_set_callback (self->write_source, G_SOURCE_FUNC (writable), self, NULL);
+          g_source_attach (self->write_source, self->context);
+          start_read (self);
+          return;
+        }
+      advance_batch (self, written);
+      if (self->vector_pos == self->n_vectors)
+        batch_sent (self);
+    }
+  self->writing = FALSE;
   start_read (self);
 }
 

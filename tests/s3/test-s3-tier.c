@@ -1338,6 +1338,23 @@ recorder_saw_part (Recorder   *recorder,
   return seen;
 }
 
+/* Whether a request holding @part reaches the server within 10 s (one
+ * made by a thread of the tier's that may not have run yet). */
+static gboolean
+recorder_wait_for_part (Recorder   *recorder,
+                        const char *part)
+{
+  gint64 give_up = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
+
+  while (!recorder_saw_part (recorder, part))
+    {
+      if (g_get_monotonic_time () > give_up)
+        return FALSE;
+      g_usleep (1000);
+    }
+  return TRUE;
+}
+
 static void
 test_index_listed_pages (Fixture       *f,
                          gconstpointer  data)
@@ -1452,7 +1469,8 @@ test_index_listing_in_background (Fixture       *f,
   g_mutex_unlock (&lister.recorder.lock);
   /* the probe, then a HEAD while the listing's page is outstanding */
   g_assert_cmpint (s3_test_lookup (tier, f->keys[0]), ==, KV_LOOKUP_RESULT_MISS);
-  g_assert_true (recorder_saw_part (&lister.recorder, "GET /fake-bucket?list-type=2"));
+  /* (the listing's thread may not have sent its request yet) */
+  g_assert_true (recorder_wait_for_part (&lister.recorder, "GET /fake-bucket?list-type=2"));
   g_assert_true (recorder_saw_part (&lister.recorder, "HEAD /fake-bucket/"));
   g_assert_cmpuint (kv_s3_tier_get_index_size (tier), ==, 0);
   /* if shutdown waited for the listing, the page would end unreleased

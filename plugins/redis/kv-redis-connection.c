@@ -61,8 +61,8 @@ struct _KvRedisConnection
   guint               n_vectors;      /* of the batch being written */
   guint               vector_pos;     /* its first vector not written whole */
 
-  gboolean            reading;        /* a read is outstanding, or bytes are awaited */
-  GSource            *read_source;    /* pollable streams: awaits bytes to read */
+  gboolean            reading;        /* a read is outstanding (or, pollable, running) */
+  GSource            *read_source;    /* pollable streams: reads whenever bytes are there */
   gint64              reply_due;      /* monotonic µs: since the head of sent awaits its reply */
   KvRedisOp          *reading_into;  /* an op whose value an asynchronous read is filling */
   guint8             *rbuf;
@@ -648,78 +648,85 @@ read_done (GObject      *source,
   g_object_unref (self);
 }
 
-static gboolean
-readable (GObject  *stream,
-          gpointer  user_data)
-{
-  KvRedisConnection *self = user_data;
-
-  g_clear_pointer (&self->read_source, g_source_unref);
-  self->reading = FALSE;
-  start_read (self);
-  return G_SOURCE_REMOVE;
-}
-
 /* Reads at most this many times in a row before the I/O thread's other
  * connections and timers get their turn. */
 #define READS_PER_TURN 32
 
-/* Keeps reading while connected: into the slot when a GET's value is due
- * and nothing is buffered, else into the read buffer. A pollable stream
- * (TCP, TLS) is read without blocking for as long as bytes are there,
- * and a source awaits the next ones: no GTask and no cancellable per
- * read, and never a read in flight when the connection closes. */
+/* A pollable stream: reads without blocking for as long as bytes are
+ * there (up to READS_PER_TURN times). */
 static void
-start_read (KvRedisConnection *self)
+read_available (KvRedisConnection *self)
 {
+  GPollableInputStream *pollable = G_POLLABLE_INPUT_STREAM (self->input);
   g_autoptr(GObject) keep = NULL;
-  GPollableInputStream *pollable;
-  KvRedisOp *into;
-  guint8 *dest;
-  gsize size;
 
+  /* a reply's callback may send, and sending reads: no second loop */
   if (self->reading || self->state != KV_REDIS_CONNECTION_READY)
     return;
-  if (!G_IS_POLLABLE_INPUT_STREAM (self->input) ||
-      !g_pollable_input_stream_can_poll (G_POLLABLE_INPUT_STREAM (self->input)))
-    {
-      if (!read_destination (self, &into, &dest, &size))
-        return;
-      self->reading = TRUE;
-      self->reading_into = into;
-      g_input_stream_read_async (self->input, dest, size, G_PRIORITY_DEFAULT, self->cancellable,
-                                 read_done, g_object_ref (self));
-      return;
-    }
-
-  pollable = G_POLLABLE_INPUT_STREAM (self->input);
   keep = g_object_ref (G_OBJECT (self));
-  /* a reply's callback may send (start_write calls this): no second loop */
   self->reading = TRUE;
-  for (guint turn = 0; self->state == KV_REDIS_CONNECTION_READY; turn++)
+  for (guint turn = 0; turn < READS_PER_TURN && self->state == KV_REDIS_CONNECTION_READY; turn++)
     {
       GError *error = NULL;
-      gssize n = -1;
+      KvRedisOp *into;
+      guint8 *dest;
+      gsize size;
+      gssize n;
 
-      if (turn < READS_PER_TURN)
-        {
-          if (!read_destination (self, &into, &dest, &size))
-            break;
-          n = g_pollable_input_stream_read_nonblocking (pollable, dest, size, NULL, &error);
-        }
-      if (turn == READS_PER_TURN ||
-          (n < 0 && g_error_matches (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK)))
+      if (!read_destination (self, &into, &dest, &size))
+        break;
+      n = g_pollable_input_stream_read_nonblocking (pollable, dest, size, NULL, &error);
+      if (n < 0 && g_error_matches (error, G_IO_ERROR, G_IO_ERROR_WOULD_BLOCK))
         {
           g_clear_error (&error);
-          self->read_source = g_pollable_input_stream_create_source (pollable, NULL);
-          g_source_set_callback (self->read_source, G_SOURCE_FUNC (readable), self, NULL);
-          g_source_attach (self->read_source, self->context);
-          return;
+          break;
         }
       if (!got_bytes (self, into, n, error))
         break;
     }
   self->reading = FALSE;
+}
+
+static gboolean
+readable (GObject  *stream,
+          gpointer  user_data)
+{
+  read_available (user_data);
+  return G_SOURCE_CONTINUE;
+}
+
+/* Keeps reading while connected: into the slot when a GET's value is due
+ * and nothing is buffered, else into the read buffer. A pollable stream
+ * (TCP, TLS) has one source for the connection's life, which reads
+ * whenever bytes are there: no GTask, cancellable or source per read, and
+ * never a read in flight when the connection closes. */
+static void
+start_read (KvRedisConnection *self)
+{
+  KvRedisOp *into;
+  guint8 *dest;
+  gsize size;
+
+  if (self->state != KV_REDIS_CONNECTION_READY)
+    return;
+  if (G_IS_POLLABLE_INPUT_STREAM (self->input) &&
+      g_pollable_input_stream_can_poll (G_POLLABLE_INPUT_STREAM (self->input)))
+    {
+      if (self->read_source == NULL)
+        {
+          self->read_source = g_pollable_input_stream_create_source (G_POLLABLE_INPUT_STREAM (self->input),
+                                                                      NULL);
+          g_source_set_callback (self->read_source, G_SOURCE_FUNC (readable), self, NULL);
+          g_source_attach (self->read_source, self->context);
+        }
+      return;
+    }
+  if (self->reading || !read_destination (self, &into, &dest, &size))
+    return;
+  self->reading = TRUE;
+  self->reading_into = into;
+  g_input_stream_read_async (self->input, dest, size, G_PRIORITY_DEFAULT, self->cancellable,
+                             read_done, g_object_ref (self));
 }
 
 /* ---- writing ------------------------------------------------------------- */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
+#include <signal.h>
 #include <string.h>
 #include <glib/gstdio.h>
 
@@ -1304,6 +1305,79 @@ test_maxmemory_evicts (Fixture       *f,
   redis_server_clear (&server);
 }
 
+/* ---- a server that stops reading ----------------------------------------- */
+
+static gpointer
+continue_later (gpointer data)
+{
+  RedisServer *server = data;
+
+  g_usleep (300 * G_TIME_SPAN_MILLISECOND);
+  g_assert_cmpint (kill (server->pid, SIGCONT), ==, 0);
+  return NULL;
+}
+
+/* 16 MiB of stores and loads with the server stopped (SIGSTOP) for the
+ * first 300 ms: more than the sockets buffer, so the writes stop part
+ * way through a batch (a vector written in part) and wait for room, and
+ * the loads for bytes; every value lands whole and loads byte-exact. */
+static void
+test_server_stops_reading (Fixture       *f,
+                           gconstpointer  data)
+{
+  g_autofree char *dir = g_build_filename (test_dir, "stops-reading", NULL);
+  RedisServer server = { 0 };
+  g_autofree char *address = NULL;
+  g_autoptr(KvRedisTier) tier = NULL;
+  g_autoptr(KvHostBuffer) big = NULL;
+  g_autoptr(GError) error = NULL;
+  KvKey *keys[64];
+  guint32 slots[64];
+  const gsize chunk = 256 * 1024;
+
+  g_assert_cmpint (g_mkdir (dir, 0700), ==, 0);
+  redis_server_start (&server, dir, NULL);
+  address = redis_server_address (&server);
+  big = kv_host_buffer_new (G_N_ELEMENTS (keys), chunk, &error);
+  g_assert_no_error (error);
+  tier = redis_test_tier_new (big, address, NULL);
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    {
+      keys[i] = test_chunk_key (2000 + i);
+      slots[i] = i;
+      test_chunk_fill (kv_host_buffer_peek_slot (big, i), chunk, 2000 + i);
+    }
+
+  for (guint pass = 0; pass < 2; pass++)
+    {
+      g_autoptr(KvJobResult) result = NULL;
+      GThread *thread;
+      gint64 start;
+
+      if (pass == 1)
+        for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+          memset (kv_host_buffer_peek_slot (big, i), 0, chunk);
+      g_assert_cmpint (kill (server.pid, SIGSTOP), ==, 0);
+      start = g_get_monotonic_time ();
+      thread = g_thread_new ("continue-later", continue_later, &server);
+      result = test_tier_run_job (tier, 0, pass == 1, keys, slots, G_N_ELEMENTS (keys), NULL);
+      g_thread_join (thread);
+      g_assert_true (kv_job_result_get_success (result));
+      /* it waited for the server (a lower bound only) */
+      g_assert_cmpint (g_get_monotonic_time () - start, >=, 300 * G_TIME_SPAN_MILLISECOND);
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    g_assert_true (test_chunk_check (kv_host_buffer_peek_slot (big, i), chunk, 2000 + i));
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_STORED_CHUNKS), ==,
+                    G_N_ELEMENTS (keys));
+  g_assert_cmpuint (kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_NODE_ERRORS), ==, 0);
+
+  for (guint i = 0; i < G_N_ELEMENTS (keys); i++)
+    kv_key_unref (keys[i]);
+  redis_test_tier_free (g_steal_pointer (&tier));
+  redis_server_clear (&server);
+}
+
 /* ---- a hostile server ---------------------------------------------------- */
 
 typedef struct
@@ -1823,6 +1897,7 @@ main (int argc, char **argv)
   ADD_BARE ("server-dies", test_server_dies);
   ADD_BARE ("lookups-node-down", test_lookups_node_down);
   ADD_BARE ("maxmemory-evicts", test_maxmemory_evicts);
+  ADD_BARE ("server-stops-reading", test_server_stops_reading);
   ADD_BARE ("hostile-replies", test_hostile_replies);
   ADD_BARE ("trickling-server", test_trickling_server);
   ADD ("poison-values", test_poison_values);

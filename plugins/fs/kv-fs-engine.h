@@ -55,6 +55,9 @@ typedef struct
   /* the roots: every file operation is made relative to the directories
    * it holds open (borrowed; outlives the engine) */
   const KvFsLayout *layout;
+  /* every record is a copy from a mapping (a slab on memory-backed
+   * roots): no request to make, CPUs to copy with */
+  gboolean mapped;
 } KvFsEngineConfig;
 
 KvFsEngine   *kv_fs_engine_new           (KvFsIoEngine            kind,

@@ -1989,11 +1989,11 @@ kv_fs_tier_initable_init (GInitable     *initable,
   config.buffer_size = kv_host_buffer_get_size (self->primary);
   config.slot_size = self->block_size;
   config.layout = self->layout;
+  config.mapped = self->slab != NULL && kv_fs_slab_is_mapped (self->slab);
   /* where every record is a copy, io_uring has no request to make: its
    * ring would only hand the copies to a pool smaller than the thread
    * engine's */
-  self->engine = kv_fs_engine_new (self->io_engine == KV_FS_IO_ENGINE_AUTO &&
-                                   self->slab != NULL && kv_fs_slab_is_mapped (self->slab) ?
+  self->engine = kv_fs_engine_new (self->io_engine == KV_FS_IO_ENGINE_AUTO && config.mapped ?
                                    KV_FS_IO_ENGINE_THREADS : self->io_engine,
                                    &config, &local_error);
   if (self->engine == NULL)

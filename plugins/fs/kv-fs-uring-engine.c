@@ -1329,9 +1329,11 @@ kv_fs_uring_engine_start (KvFsEngine  *engine,
     }
 
   /* a thread per core but the ring's, up to 4: one XXH3 reads memory at
-   * several GB/s */
+   * several GB/s; where every record is a copy on this pool, a thread
+   * per core (the ring has nothing to do) */
   self->checksum_pool = g_thread_pool_new (checksum_func, self,
-                                           CLAMP ((gint) g_get_num_processors () - 1, 1, 4),
+                                           CLAMP ((gint) g_get_num_processors () -
+                                                  (config->mapped ? 0 : 1), 1, 4),
                                            FALSE, NULL);
   self->thread = g_thread_new ("kvtier-fs-uring", ring_main, self);
   return TRUE;

@@ -225,3 +225,35 @@ bench_stack_run_load (BenchStack *s,
   bench_stack_step (s);
   return bench_now_s () - start;
 }
+
+/* Untimed: looks every chunk of [0, n_chunks) up straight at the tier (no
+ * promotion), stepping it until none answers RETRY or @timeout_us passed,
+ * so that a tier with an index of known chunks (redis, s3) knows them. */
+void
+bench_stack_look_up_all (BenchStack *s,
+                         guint64     n_chunks,
+                         gint64      timeout_us)
+{
+  g_autoptr(KvRequest) request = kv_request_new ("look-up-all", NULL);
+  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
+  gint64 deadline = g_get_monotonic_time () + timeout_us;
+  gboolean retry = TRUE;
+
+  while (retry && g_get_monotonic_time () < deadline)
+    {
+      retry = FALSE;
+      for (guint64 i = 0; i < n_chunks; i++)
+        {
+          g_autoptr(KvKey) key = bench_stack_key (s, i);
+
+          if (kv_secondary_tier_lookup (s->tier, key, request) == KV_LOOKUP_RESULT_RETRY)
+            retry = TRUE;
+        }
+      if (retry)
+        {
+          kv_secondary_tier_on_schedule_end (s->tier, end);
+          g_usleep (1000);
+        }
+    }
+  kv_secondary_tier_on_request_finished (s->tier, request);
+}

@@ -47,5 +47,8 @@ gdouble  bench_stack_run_store    (BenchStack       *s,
 gdouble  bench_stack_run_load     (BenchStack       *s,
                                    guint64           n_chunks,
                                    guint             batch);
+void     bench_stack_look_up_all  (BenchStack       *s,
+                                   guint64           n_chunks,
+                                   gint64            timeout_us);
 
 G_END_DECLS

@@ -789,34 +789,13 @@ stack_init (BenchStack  *s,
                                                   NULL), error);
 }
 
-/* Untimed: every chunk looked up straight at the tier (no promotion), so
- * that its EXISTS replies put every one in the tier's index. */
+/* Untimed: every chunk looked up at the tier, so that its EXISTS replies put
+ * every one in the tier's index. */
 static gboolean
 warm_index (BenchStack *s,
             guint64     n_chunks)
 {
-  g_autoptr(KvRequest) request = kv_request_new ("warm-index", NULL);
-  g_autoptr(KvScheduleEnd) end = kv_schedule_end_new (NULL, NULL);
-  gint64 deadline = g_get_monotonic_time () + 60 * G_USEC_PER_SEC;
-  gboolean retry = TRUE;
-
-  while (retry && g_get_monotonic_time () < deadline)
-    {
-      retry = FALSE;
-      for (guint64 i = 0; i < n_chunks; i++)
-        {
-          g_autoptr(KvKey) key = bench_stack_key (s, i);
-
-          if (kv_secondary_tier_lookup (s->tier, key, request) == KV_LOOKUP_RESULT_RETRY)
-            retry = TRUE;
-        }
-      if (retry)
-        {
-          kv_secondary_tier_on_schedule_end (s->tier, end);
-          g_usleep (1000);
-        }
-    }
-  kv_secondary_tier_on_request_finished (s->tier, request);
+  bench_stack_look_up_all (s, n_chunks, 60 * G_USEC_PER_SEC);
   return kv_redis_tier_get_index_size (KV_REDIS_TIER (s->tier)) >= n_chunks;
 }
 

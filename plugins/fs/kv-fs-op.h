@@ -184,6 +184,16 @@ void        kv_fs_op_init           (KvFsOp       *op,
                                      char         *path,
                                      KvKey        *key);
 void        kv_fs_op_clear          (KvFsOp       *op);
+
+/* Whether kv_fs_op_init() set @op up and kv_fs_op_clear() has not run
+ * since (a job's ops start zeroed; a slab op has a key but no path, a
+ * probe a path but no key). */
+static inline gboolean
+kv_fs_op_is_set_up (const KvFsOp *op)
+{
+  return op->key != NULL || op->path != NULL;
+}
+
 gsize       kv_fs_op_file_size      (const KvFsOp *op);
 const char *kv_fs_op_status_to_string (KvFsOpStatus status);
 

@@ -87,6 +87,8 @@ guint       kv_fs_slab_merge_loads      (KvFsSlab         *self,
                                          guint             n_ops);
 gboolean    kv_fs_slab_take_unchecked   (KvFsSlab         *self,
                                          const KvKey      *key);
+char       *kv_fs_slab_describe_op      (KvFsSlab         *self,
+                                         const KvFsOp     *op);
 gboolean    kv_fs_slab_locate           (KvFsSlab         *self,
                                          const KvKey      *key,
                                          char            **out_path,

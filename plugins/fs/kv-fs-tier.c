@@ -592,8 +592,12 @@ op_done (KvFsOp   *op,
               failure = KV_KEY_FAILURE_FLAGS_CHECKSUM;
             }
           if (self->slab != NULL)
-            g_message ("fs tier: freed the slot of a corrupt chunk at %s (%s)", op->path,
-                       kv_chunk_check_to_string (op->check));
+            {
+              g_autofree char *where = kv_fs_slab_describe_op (self->slab, op);
+
+              g_message ("fs tier: freed the slot of a corrupt chunk at %s (%s)", where,
+                         kv_chunk_check_to_string (op->check));
+            }
           else
             g_message ("fs tier: deleted corrupt chunk file %s (%s)", op->path,
                        kv_chunk_check_to_string (op->check));
@@ -660,10 +664,12 @@ op_done (KvFsOp   *op,
         kv_tier_job_mark_missing (fj->tier_job, i);
       else
         {
+          g_autofree char *where = self->slab != NULL ? kv_fs_slab_describe_op (self->slab, op)
+                                                      : g_strdup (op->path);
           g_autoptr(GError) error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
                                                  "%s %s: %s%s%s",
                                                  op->kind == KV_FS_OP_STORE ? "store" : "load",
-                                                 op->path != NULL ? op->path : "(slot)",
+                                                 where,
                                                  kv_fs_op_status_to_string (op->status),
                                                  op->error != 0 ? ": " : "",
                                                  op->error != 0 ? g_strerror (op->error) : "");
@@ -717,7 +723,7 @@ job_cancelled (KvTierJob *tier_job,
   for (guint k = 0; k < fj->n_keys; k++)
     {
       g_atomic_int_set (&fj->ops[k].aborted, TRUE);
-      if (fj->ops[k].path != NULL)
+      if (kv_fs_op_is_set_up (&fj->ops[k]))
         ops[n++] = &fj->ops[k];
     }
   kv_fs_engine_cancel (self->engine, ops, n);
@@ -868,7 +874,7 @@ fail_key (FsJob      *fj,
   kv_tier_job_mark_failed (fj->tier_job, i, KV_KEY_FAILURE_FLAGS_NOT_A_FAULT, error);
 }
 
-/* The ops of @fj that were set up (those with a path), in key order;
+/* The ops of @fj that were set up, in key order;
  * returns how many. */
 static guint
 collect_ops (FsJob   *fj,
@@ -877,7 +883,7 @@ collect_ops (FsJob   *fj,
   guint n = 0;
 
   for (guint i = 0; i < fj->n_keys; i++)
-    if (fj->ops[i].path != NULL)
+    if (kv_fs_op_is_set_up (&fj->ops[i]))
       ops[n++] = &fj->ops[i];
   return n;
 }
@@ -894,7 +900,7 @@ launch_ops (KvFsTier  *self,
   guint n = 0;
 
   for (guint i = 0; i < fj->n_keys; i++)
-    if (fj->ops[i].path != NULL)
+    if (kv_fs_op_is_set_up (&fj->ops[i]))
       n++;
 
   g_mutex_lock (&self->lock);

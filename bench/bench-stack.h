@@ -51,4 +51,9 @@ void     bench_stack_look_up_all  (BenchStack       *s,
                                    guint64           n_chunks,
                                    gint64            timeout_us);
 
+void     bench_shortfall          (guint64           got,
+                                   guint64           want,
+                                   const char       *what);
+gboolean bench_shortfall_seen     (void);
+
 G_END_DECLS

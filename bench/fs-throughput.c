@@ -1029,20 +1029,6 @@ run_load (Stack   *s,
 
 /* ---- reporting ---------------------------------------------------------- */
 
-/* Set when a pass moved fewer chunks than it was given: its figures are
- * not the tier's rate, and the run exits with 1 (CI runs the bench). */
-static gboolean shortfall_seen;
-
-static void
-shortfall (guint64     got,
-           guint64     want,
-           const char *what)
-{
-  if (got >= want)
-    return;
-  g_printerr ("error: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks %s\n", got, want, what);
-  shortfall_seen = TRUE;
-}
 
 typedef enum
 {
@@ -1185,7 +1171,7 @@ run_round (const char  *root,
   evicted = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_EVICTED_CHUNKS);
   reused = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_REUSED_FILES);
   used = kv_fs_tier_get_used_bytes (writer.tier);
-  shortfall (stored, n_chunks, "stored");
+  bench_shortfall (stored, n_chunks, "stored");
   if (used != n_chunks * file_size || evicted != 0)
     g_printerr ("warning: the cold pass left %" G_GUINT64_FORMAT " bytes (%" G_GUINT64_FORMAT
                 " chunks evicted), not %" G_GUINT64_FORMAT " files of %" G_GUINT64_FORMAT
@@ -1197,7 +1183,7 @@ run_round (const char  *root,
   stored = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS) - stored;
   evicted = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_EVICTED_CHUNKS) - evicted;
   reused = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_REUSED_FILES) - reused;
-  shortfall (stored, n_chunks, "stored into the full tier");
+  bench_shortfall (stored, n_chunks, "stored into the full tier");
   report (prefix, pass_names[PASS_STORE], size, engine, &samples[PASS_STORE]);
   /* evictions show the pass ran in the steady state; reused files, how
    * many stores skipped creating a file and allocating its blocks */
@@ -1215,8 +1201,8 @@ run_round (const char  *root,
       return FALSE;
     }
   samples[PASS_LOAD] = timed_pass (&reader, ceiling, FALSE, n_chunks, n_chunks, chunk);
-  shortfall (kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks,
-             "loaded");
+  bench_shortfall (kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks,
+                   "loaded");
   report (prefix, pass_names[PASS_LOAD], size, engine, &samples[PASS_LOAD]);
   stack_clear (&reader);
 
@@ -1242,7 +1228,7 @@ run_round (const char  *root,
     samples[PASS_STORE_PREALLOCATED] = timed_pass (&spared, ceiling, TRUE, 0, n_chunks, chunk);
     stored = kv_fs_tier_get_counter (spared.tier, KV_FS_COUNTER_STORED_CHUNKS);
     reused = kv_fs_tier_get_counter (spared.tier, KV_FS_COUNTER_SPARE_FILES_USED);
-    shortfall (stored, n_chunks, "stored into the preallocated tier");
+    bench_shortfall (stored, n_chunks, "stored into the preallocated tier");
     if (stored == n_chunks && reused != n_chunks)
       g_printerr ("warning: %" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " chunks stored into "
                   "the preallocated tier, %" G_GUINT64_FORMAT " of them over a spare file\n",
@@ -1284,7 +1270,7 @@ run_slab_round (const char  *root,
   samples[PASS_STORE_COLD] = timed_pass (&writer, ceiling, TRUE, 0, n_chunks, chunk);
   report (prefix, pass_names[PASS_STORE_COLD], size, name, &samples[PASS_STORE_COLD]);
   stored = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS);
-  shortfall (stored, n_chunks, "stored into empty slabs");
+  bench_shortfall (stored, n_chunks, "stored into empty slabs");
   samples[PASS_STORE] = timed_pass (&writer, ceiling, TRUE, n_chunks, n_chunks, chunk);
   stored = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_STORED_CHUNKS) - stored;
   evicted = kv_fs_tier_get_counter (writer.tier, KV_FS_COUNTER_EVICTED_CHUNKS);
@@ -1302,7 +1288,7 @@ run_slab_round (const char  *root,
              size, name, stored, evicted, hash_floor_cpu,
              samples[PASS_STORE_COLD].cpu - hash_floor_cpu,
              samples[PASS_STORE].cpu - hash_floor_cpu);
-  shortfall (stored, n_chunks, "stored into the full slabs");
+  bench_shortfall (stored, n_chunks, "stored into the full slabs");
   stack_clear (&writer);
 
   t = bench_now_s ();
@@ -1311,8 +1297,8 @@ run_slab_round (const char  *root,
   g_print ("#   %s %s: restart scan of %u chunks in %.2f s\n", size, name,
            kv_fs_tier_get_n_chunks (reader.tier), bench_now_s () - t);
   samples[PASS_LOAD] = timed_pass (&reader, ceiling, FALSE, n_chunks, n_chunks, chunk);
-  shortfall (kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks,
-             "loaded");
+  bench_shortfall (kv_fs_tier_get_counter (reader.tier, KV_FS_COUNTER_LOADED_CHUNKS), n_chunks,
+                   "loaded");
   report (prefix, pass_names[PASS_LOAD], size, name, &samples[PASS_LOAD]);
   g_print ("#   %s %s: load cpu less the checksum floor: %.3f s/GB\n", size, name,
            samples[PASS_LOAD].cpu - hash_floor_cpu);
@@ -1576,5 +1562,5 @@ main (int argc, char **argv)
   }
   if (own_dir != NULL)
     g_rmdir (own_dir);
-  return shortfall_seen ? 1 : 0;
+  return bench_shortfall_seen () ? 1 : 0;
 }

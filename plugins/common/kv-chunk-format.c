@@ -319,17 +319,19 @@ kv_chunk_check_copied (const guint8 *header,
  *   4088  8  XXH3-64 of bytes 0..4087
  */
 
-/* Fills the 4096 bytes at @header for @key in a slab slot, with the
- * payload's checksum computed by the caller (once, wherever the payload
- * was read already). */
-void
-kv_chunk_slot_header_encode (guint8       *header,
-                             const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
-                             const KvKey  *key,
-                             gsize         payload_len,
-                             guint64       payload_checksum,
-                             gint64        created_unix_us,
-                             guint64       sequence)
+/* The bytes of a slot header that hold fields: past them, up to the
+ * header checksum, a slot header is all zeros. */
+#define SLOT_FIELDS_END MAX (KV_CHUNK_OFF_HASH + KV_CHUNK_MAX_KEY_HASH_LEN, KV_CHUNK_OFF_SEQUENCE + 8)
+
+static void
+encode_slot_fields (guint8       *header,
+                    gsize         clear_len,
+                    const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                    const KvKey  *key,
+                    gsize         payload_len,
+                    guint64       payload_checksum,
+                    gint64        created_unix_us,
+                    guint64       sequence)
 {
   const guint8 *hash;
   gsize hash_len = 0;
@@ -337,7 +339,7 @@ kv_chunk_slot_header_encode (guint8       *header,
   hash = kv_key_get_hash (key, &hash_len);
   g_return_if_fail (hash_len <= KV_CHUNK_MAX_KEY_HASH_LEN);
 
-  memset (header, 0, KV_CHUNK_HEADER_SIZE);
+  memset (header, 0, clear_len);
   memcpy (header + KV_CHUNK_OFF_MAGIC, KV_CHUNK_MAGIC, 8);
   kv_wire_put_u32 (header + KV_CHUNK_OFF_VERSION, KV_CHUNK_FORMAT_VERSION);
   kv_wire_put_u32 (header + KV_CHUNK_OFF_HEADER_SIZE, KV_CHUNK_HEADER_SIZE);
@@ -351,7 +353,41 @@ kv_chunk_slot_header_encode (guint8       *header,
   memcpy (header + KV_CHUNK_OFF_HASH, hash, hash_len);
   kv_wire_put_u64 (header + KV_CHUNK_OFF_SEQUENCE, sequence);
   kv_wire_put_u64 (header + KV_CHUNK_OFF_HEADER_XXH3,
-           kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3));
+                   kv_chunk_checksum (header, KV_CHUNK_OFF_HEADER_XXH3));
+}
+
+/* Fills the 4096 bytes at @header for @key in a slab slot, with the
+ * payload's checksum computed by the caller (once, wherever the payload
+ * was read already). */
+void
+kv_chunk_slot_header_encode (guint8       *header,
+                             const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                             const KvKey  *key,
+                             gsize         payload_len,
+                             guint64       payload_checksum,
+                             gint64        created_unix_us,
+                             guint64       sequence)
+{
+  encode_slot_fields (header, KV_CHUNK_HEADER_SIZE, namespace_digest, key, payload_len,
+                      payload_checksum, created_unix_us, sequence);
+}
+
+/* kv_chunk_slot_header_encode() over a buffer that holds a slot header
+ * one of these two functions made, or zeros: its bytes past the fields
+ * are zeros already, so only the fields are written again (clearing all
+ * 4096 bytes took a quarter of a 64 KiB slab store's CPU on the caller's
+ * thread). The bytes are the same as kv_chunk_slot_header_encode()'s. */
+void
+kv_chunk_slot_header_reencode (guint8       *header,
+                               const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                               const KvKey  *key,
+                               gsize         payload_len,
+                               guint64       payload_checksum,
+                               gint64        created_unix_us,
+                               guint64       sequence)
+{
+  encode_slot_fields (header, SLOT_FIELDS_END, namespace_digest, key, payload_len,
+                      payload_checksum, created_unix_us, sequence);
 }
 
 /* Reads the key a slot's header names, without knowing it beforehand

@@ -149,6 +149,13 @@ void        kv_chunk_slot_header_encode   (guint8       *header,
                                         guint64       payload_checksum,
                                         gint64        created_unix_us,
                                         guint64       sequence);
+void        kv_chunk_slot_header_reencode (guint8       *header,
+                                        const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],
+                                        const KvKey  *key,
+                                        gsize         payload_len,
+                                        guint64       payload_checksum,
+                                        gint64        created_unix_us,
+                                        guint64       sequence);
 
 KvChunkCheck   kv_chunk_slot_header_parse  (const guint8 *header,
                                         const guint8  namespace_digest[KV_CHUNK_NAMESPACE_DIGEST_LEN],

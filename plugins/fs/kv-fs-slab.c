@@ -71,7 +71,11 @@ struct _KvFsSlab
   guint32       n_free;
   GHashTable   *map;         /* KvKey (slot->key) → slot number + 1 */
   guint64       last_sequence;
-  GPtrArray    *headers;     /* header buffers of no op now, for ops' records */
+  /* header buffers of no op now, for ops' records: a store's buffer only
+   * ever holds headers its stores encoded, zeros past the fields (see
+   * kv_chunk_slot_header_reencode()); loads and probes read anything */
+  GPtrArray    *store_headers;
+  GPtrArray    *read_headers;
 
   /* While a restart scan reads the slots: the stretches read so far
    * (FileScan *, their valid slots oldest first), which a store that
@@ -499,7 +503,8 @@ kv_fs_slab_new (const KvFsLayout *layout,
   self->slot_size = slot_size;
   self->ns_digest = kv_fs_layout_get_namespace_digest (layout);
   self->map = g_hash_table_new (kv_key_hash, kv_key_equal);
-  self->headers = g_ptr_array_new_with_free_func (free);
+  self->store_headers = g_ptr_array_new_with_free_func (free);
+  self->read_headers = g_ptr_array_new_with_free_func (free);
   self->last_sequence = g_get_real_time ();
 
   for (guint r = 0; r < n_roots; r++)
@@ -620,7 +625,8 @@ kv_fs_slab_free (KvFsSlab *self)
   g_free (self->free_stack);
   if (self->map != NULL)
     g_hash_table_unref (self->map);
-  g_ptr_array_unref (self->headers);
+  g_ptr_array_unref (self->store_headers);
+  g_ptr_array_unref (self->read_headers);
   g_mutex_clear (&self->lock);
   g_free (self);
 }
@@ -713,9 +719,9 @@ record_header (const KvFsOp *op)
 static void
 encode_store_header (KvFsOp *op)
 {
-  kv_chunk_slot_header_encode (record_header (op), op->namespace_digest, op->key,
-                               op->payload_len, payload_checksum (op), g_get_real_time (),
-                               op->sequence);
+  kv_chunk_slot_header_reencode (record_header (op), op->namespace_digest, op->key,
+                                 op->payload_len, payload_checksum (op), g_get_real_time (),
+                                 op->sequence);
 }
 
 /* Store, io_complete: written. Past its deadline, its primary slot may
@@ -813,8 +819,11 @@ probe_read (KvFsOp *op)
  * and for a store its sequence number) the transfer of one slot record,
  * header then payload, at @offset of @fd, with @header (a
  * KV_CHUNK_HEADER_SIZE buffer aligned for O_DIRECT, alive as long as the
- * op) for the header. A store whose slot carried its payload's checksum
- * has its header encoded now; otherwise on an engine thread.
+ * op) for the header. For a store, @header holds zeros or a header an
+ * earlier store encoded: only its fields are written again
+ * (kv_chunk_slot_header_reencode()). A store whose slot carried its
+ * payload's checksum has its header encoded now; otherwise on an engine
+ * thread.
  */
 void
 kv_fs_slab_init_record (KvFsOp  *op,
@@ -848,16 +857,19 @@ kv_fs_slab_init_record (KvFsOp  *op,
 }
 
 /* A header buffer for an op's record: one given back before, or a new
- * one. Lock held. */
+ * one (zeros: a store's may be encoded over). Lock held. */
 static guint8 *
-take_header_locked (KvFsSlab *self)
+take_header_locked (KvFsSlab *self,
+                    gboolean  for_store)
 {
+  GPtrArray *pool = for_store ? self->store_headers : self->read_headers;
   guint8 *header = NULL;
 
-  if (self->headers->len > 0)
-    return g_ptr_array_steal_index_fast (self->headers, self->headers->len - 1);
+  if (pool->len > 0)
+    return g_ptr_array_steal_index_fast (pool, pool->len - 1);
   if (posix_memalign ((void **) &header, 4096, KV_CHUNK_HEADER_SIZE) != 0)
     g_error ("Cannot allocate an aligned slot header");
+  memset (header, 0, KV_CHUNK_HEADER_SIZE);
   return header;
 }
 
@@ -868,7 +880,8 @@ give_back_header_locked (KvFsSlab *self,
 {
   if (!(op->flags & KV_FS_OP_FLAG_AT_OFFSET) || record_header (op) == NULL)
     return;
-  g_ptr_array_add (self->headers, record_header (op));
+  g_ptr_array_add (op->kind == KV_FS_OP_STORE ? self->store_headers : self->read_headers,
+                   record_header (op));
   op->io_vec[0].iov_base = NULL;
   op->header = NULL;
 }
@@ -913,7 +926,7 @@ kv_fs_slab_init_probe (KvFsSlab *self,
         guint8 *header;
 
         g_mutex_lock (&self->lock);
-        header = take_header_locked (self);
+        header = take_header_locked (self, FALSE);
         g_mutex_unlock (&self->lock);
         op->flags |= KV_FS_OP_FLAG_AT_OFFSET;
         op->io_fd = self->files[f].fd_direct >= 0 ? self->files[f].fd_direct
@@ -1009,7 +1022,7 @@ kv_fs_slab_init_op (KvFsSlab *self,
       op->flags &= ~KV_FS_OP_FLAG_O_DIRECT;
     }
   g_mutex_lock (&self->lock);
-  header = take_header_locked (self);
+  header = take_header_locked (self, op->kind == KV_FS_OP_STORE);
   if (op->kind == KV_FS_OP_STORE)
     {
       /* Clock-based, so that stores made while a restart scan still

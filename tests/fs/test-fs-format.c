@@ -73,6 +73,38 @@ test_header_round_trip (void)
                                       ns, key, TRUE), ==, KV_CHUNK_CHECK_OK);
 }
 
+/* A slot header encoded again over the buffer of another (a longer key
+ * hash, other fields) is byte for byte the header encoded afresh: the
+ * fields are rewritten and nothing of the old one is left. */
+static void
+test_slot_header_reencode (void)
+{
+  guint8 long_hash[KV_CHUNK_MAX_KEY_HASH_LEN];
+  g_autoptr(KvKey) long_key = NULL;
+  g_autoptr(KvKey) key = test_chunk_key (3);
+  g_autofree guint8 *reused = g_malloc0 (KV_CHUNK_HEADER_SIZE);
+  g_autofree guint8 *fresh = g_malloc (KV_CHUNK_HEADER_SIZE);
+  g_autoptr(KvKey) parsed = NULL;
+  guint64 sequence = 0, checksum = 0;
+
+  memset (long_hash, 0xee, sizeof long_hash);
+  long_key = kv_key_new (long_hash, sizeof long_hash, 9);
+
+  kv_chunk_slot_header_reencode (reused, ns, long_key, PAYLOAD, 0x1111, 1, G_MAXUINT64);
+  g_assert_cmpmem (reused + KV_CHUNK_OFF_HASH, sizeof long_hash, long_hash, sizeof long_hash);
+  kv_chunk_slot_header_reencode (reused, ns, key, PAYLOAD, 0x2222, 2, 77);
+
+  memset (fresh, 0xa5, KV_CHUNK_HEADER_SIZE);
+  kv_chunk_slot_header_encode (fresh, ns, key, PAYLOAD, 0x2222, 2, 77);
+  g_assert_cmpmem (reused, KV_CHUNK_HEADER_SIZE, fresh, KV_CHUNK_HEADER_SIZE);
+
+  g_assert_cmpint (kv_chunk_slot_header_parse (reused, ns, PAYLOAD, &parsed, &sequence, &checksum),
+                   ==, KV_CHUNK_CHECK_OK);
+  g_assert_true (kv_key_equal (parsed, key));
+  g_assert_cmpuint (sequence, ==, 77);
+  g_assert_cmpuint (checksum, ==, 0x2222);
+}
+
 static void
 test_header_detects_damage (void)
 {
@@ -591,6 +623,7 @@ main (int argc, char **argv)
 
   g_test_add_func ("/kvtier/fs/format/header-round-trip", test_header_round_trip);
   g_test_add_func ("/kvtier/fs/format/header-detects-damage", test_header_detects_damage);
+  g_test_add_func ("/kvtier/fs/format/slot-header-reencode", test_slot_header_reencode);
   g_test_add_func ("/kvtier/fs/format/hasher-in-pieces", test_hasher_in_pieces);
   g_test_add_func ("/kvtier/fs/format/namespace-digest", test_namespace_digest);
   g_test_add_func ("/kvtier/fs/format/canonical-json", test_canonical_json);

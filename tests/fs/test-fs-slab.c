@@ -1115,6 +1115,7 @@ test_aborted_store_invalid (Fixture       *f,
 
   /* key 1's slot rewritten by an aborted store of key 7 */
   g_assert_cmpint (posix_memalign ((void **) &buf, 4096, KV_CHUNK_HEADER_SIZE), ==, 0);
+  memset (buf, 0, KV_CHUNK_HEADER_SIZE);
   kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
   fd = open (path, O_RDWR);
   g_assert_cmpint (fd, >=, 0);

@@ -131,6 +131,19 @@ redis_server_is_up (const RedisServer *server)
   return g_strcmp0 (pong, "PONG") == 0;
 }
 
+/* Whether the server answering on @server's port is process @pid (its
+ * INFO's process_id). */
+static gboolean
+redis_server_is_process (const RedisServer *server,
+                         GPid               pid)
+{
+  g_autofree char *info = redis_cli (server, "INFO", "server", NULL);
+  g_autofree char *expected = g_strdup_printf ("process_id:%d\r\n", (int) pid);
+  g_autofree char *expected_lf = g_strdup_printf ("process_id:%d\n", (int) pid);
+
+  return info != NULL && (strstr (info, expected) != NULL || strstr (info, expected_lf) != NULL);
+}
+
 /* A server dies with the test program, even one killed by a timeout. */
 static void
 redis_test_child_setup (gpointer data)
@@ -186,8 +199,10 @@ redis_server_start_on (RedisServer        *server,
   g_assert_no_error (error);
   g_array_append_val (redis_test_pids, server->pid);
 
+  /* the answer must be this server's: a restart on an old port can find
+   * it taken by another test's server, and this one then exits */
   end = g_get_monotonic_time () + 10 * G_USEC_PER_SEC;
-  while (!redis_server_is_up (server))
+  while (!redis_server_is_up (server) || !redis_server_is_process (server, server->pid))
     {
       if (g_get_monotonic_time () > end || waitpid (server->pid, NULL, WNOHANG) == server->pid)
         {
@@ -262,6 +277,10 @@ redis_cluster_is_ok (const RedisServer *nodes,
   return TRUE;
 }
 
+/* Waits up to @seconds for redis_cluster_is_ok(); past them, prints what
+ * every running node says of the cluster (its state and its view of the
+ * nodes), so that a cluster that never settles can be told apart from a
+ * slow one, and fails. */
 void
 redis_cluster_wait_ok (const RedisServer *nodes,
                        guint              n_nodes,
@@ -271,7 +290,25 @@ redis_cluster_wait_ok (const RedisServer *nodes,
 
   while (!redis_cluster_is_ok (nodes, n_nodes))
     {
-      g_assert_cmpint (g_get_monotonic_time (), <, end);
+      if (g_get_monotonic_time () >= end)
+        {
+          for (guint i = 0; i < n_nodes; i++)
+            {
+              g_autofree char *info = NULL;
+              g_autofree char *view = NULL;
+
+              if (nodes[i].pid == 0)
+                {
+                  g_test_message ("node %u (port %u): not running", i, nodes[i].port);
+                  continue;
+                }
+              info = redis_cli (&nodes[i], "CLUSTER", "INFO", NULL);
+              view = redis_cli (&nodes[i], "CLUSTER", "NODES", NULL);
+              g_test_message ("node %u (port %u):\n%s\n%s", i, nodes[i].port, info, view);
+            }
+          g_error ("The cluster did not say cluster_state:ok within %u s (its nodes' views above)",
+                   seconds);
+        }
       g_usleep (100 * 1000);
     }
 }

@@ -277,10 +277,34 @@ redis_cluster_is_ok (const RedisServer *nodes,
   return TRUE;
 }
 
-/* Waits up to @seconds for redis_cluster_is_ok(); past them, prints what
- * every running node says of the cluster (its state and its view of the
- * nodes), so that a cluster that never settles can be told apart from a
- * slow one, and fails. */
+/* Prints what each running node of @nodes says of the cluster (its
+ * state, its role and its view of the nodes), for a test that fails
+ * waiting on the cluster. */
+void
+redis_cluster_dump (const RedisServer *nodes,
+                    guint              n_nodes)
+{
+  for (guint i = 0; i < n_nodes; i++)
+    {
+      g_autofree char *state = NULL;
+      g_autofree char *role = NULL;
+      g_autofree char *view = NULL;
+
+      if (nodes[i].pid == 0)
+        {
+          g_printerr ("node %u (port %u): down\n", i, nodes[i].port);
+          continue;
+        }
+      state = redis_cli (&nodes[i], "CLUSTER", "INFO", NULL);
+      role = redis_cli (&nodes[i], "INFO", "replication", NULL);
+      view = redis_cli (&nodes[i], "CLUSTER", "NODES", NULL);
+      g_printerr ("node %u (port %u):\n%s\n%s\n%s\n", i, nodes[i].port, state, role, view);
+    }
+}
+
+/* Waits up to @seconds for redis_cluster_is_ok(); past them, dumps every
+ * node's view (so that a cluster that never settles can be told apart
+ * from a slow one) and fails. */
 void
 redis_cluster_wait_ok (const RedisServer *nodes,
                        guint              n_nodes,
@@ -292,20 +316,7 @@ redis_cluster_wait_ok (const RedisServer *nodes,
     {
       if (g_get_monotonic_time () >= end)
         {
-          for (guint i = 0; i < n_nodes; i++)
-            {
-              g_autofree char *info = NULL;
-              g_autofree char *view = NULL;
-
-              if (nodes[i].pid == 0)
-                {
-                  g_test_message ("node %u (port %u): not running", i, nodes[i].port);
-                  continue;
-                }
-              info = redis_cli (&nodes[i], "CLUSTER", "INFO", NULL);
-              view = redis_cli (&nodes[i], "CLUSTER", "NODES", NULL);
-              g_test_message ("node %u (port %u):\n%s\n%s", i, nodes[i].port, info, view);
-            }
+          redis_cluster_dump (nodes, n_nodes);
           g_error ("The cluster did not say cluster_state:ok within %u s (its nodes' views above)",
                    seconds);
         }

@@ -549,28 +549,6 @@ cluster_healthy (void)
   return n_masters == 3;
 }
 
-/* What each node says, for a test that fails waiting on the cluster. */
-static void
-dump_cluster (void)
-{
-  for (guint i = 0; i < N_NODES; i++)
-    {
-      g_autofree char *state = NULL;
-      g_autofree char *role = NULL;
-      g_autofree char *nodes_out = NULL;
-
-      if (nodes[i].pid == 0)
-        {
-          g_printerr ("node %u (port %u): down\n", i, nodes[i].port);
-          continue;
-        }
-      state = redis_cli (&nodes[i], "CLUSTER", "INFO", NULL);
-      role = redis_cli (&nodes[i], "INFO", "replication", NULL);
-      nodes_out = redis_cli (&nodes[i], "CLUSTER", "NODES", NULL);
-      g_printerr ("node %u (port %u):\n%s\n%s\n%s\n", i, nodes[i].port, state, role, nodes_out);
-    }
-}
-
 static gboolean
 is_master (guint i)
 {
@@ -662,7 +640,7 @@ killer_main (gpointer data)
         {
           if (g_get_monotonic_time () > end)
             {
-              dump_cluster ();
+              redis_cluster_dump (nodes, N_NODES);
               g_error ("the cluster did not recover within 60 s (kill %u)", k);
             }
           g_usleep (50 * 1000);
@@ -693,7 +671,7 @@ killer_main (gpointer data)
         {
           if (g_get_monotonic_time () > end)
             {
-              dump_cluster ();
+              redis_cluster_dump (nodes, N_NODES);
               g_error ("node %u did not take over from node %u (kill %u)", heir, victim, k);
             }
           g_usleep (50 * 1000);
@@ -858,7 +836,7 @@ test_random_failovers (void)
       {
         if (g_get_monotonic_time () > end)
           {
-            dump_cluster ();
+            redis_cluster_dump (nodes, N_NODES);
             g_error ("the cluster did not heal within 60 s");
           }
         g_usleep (50 * 1000);
@@ -930,7 +908,7 @@ test_all_nodes_down (void)
     {
       if (g_get_monotonic_time () > end)
         {
-          dump_cluster ();
+          redis_cluster_dump (nodes, N_NODES);
           g_error ("the cluster did not come back within 60 s");
         }
       g_usleep (50 * 1000);

@@ -246,6 +246,25 @@ bench_stack_run_load (BenchStack *s,
   return bench_now_s () - start;
 }
 
+/* bench_stack_run_load(), timed: returns its seconds, sets *@out_cpu_s
+ * to the CPU this process spent in it, and reports a shortfall of loaded
+ * chunks (the tier's own count) as @what (bench_shortfall()). */
+gdouble
+bench_stack_timed_load (BenchStack *s,
+                        guint64     n_chunks,
+                        guint       batch,
+                        const char *what,
+                        gdouble    *out_cpu_s)
+{
+  guint64 loaded = s->loaded_chunks (s->tier);
+  gdouble cpu = bench_self_cpu_s ();
+  gdouble t = bench_stack_run_load (s, n_chunks, batch);
+
+  *out_cpu_s = bench_self_cpu_s () - cpu;
+  bench_shortfall (s->loaded_chunks (s->tier) - loaded, n_chunks, what);
+  return t;
+}
+
 /* Untimed: looks every chunk of [0, n_chunks) up straight at the tier (no
  * promotion), stepping it until none answers RETRY or @timeout_us passed,
  * so that a tier with an index of known chunks (redis, s3) knows them. */

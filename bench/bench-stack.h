@@ -47,6 +47,11 @@ gdouble  bench_stack_run_store    (BenchStack       *s,
 gdouble  bench_stack_run_load     (BenchStack       *s,
                                    guint64           n_chunks,
                                    guint             batch);
+gdouble  bench_stack_timed_load   (BenchStack       *s,
+                                   guint64           n_chunks,
+                                   guint             batch,
+                                   const char       *what,
+                                   gdouble          *out_cpu_s);
 void     bench_stack_look_up_all  (BenchStack       *s,
                                    guint64           n_chunks,
                                    gint64            timeout_us);

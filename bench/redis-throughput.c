@@ -956,11 +956,7 @@ run_chunk_size (const char  *servers,
           bench_stack_clear (&load);
           return FALSE;
         }
-      c = bench_self_cpu_s ();
-      t = bench_stack_run_load (&load, n_chunks, batch);
-      c = bench_self_cpu_s () - c;
-      n_done = kv_redis_tier_get_counter (KV_REDIS_TIER (load.tier), KV_REDIS_COUNTER_LOADED_CHUNKS);
-      bench_shortfall (n_done, n_chunks, "loaded");
+      t = bench_stack_timed_load (&load, n_chunks, batch, "loaded", &c);
       sample = (Sample) { gb / t, get_ceiling, c / gb, hiredis_gbs[1], hiredis_cpu[1], slots_gbs[1] };
       g_print ("#   round %d: load %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
                100 * sample.gbs / sample.ceiling, sample.cpu);
@@ -979,11 +975,7 @@ run_chunk_size (const char  *servers,
         KvRedisTier *tier = KV_REDIS_TIER (load.tier);
         guint64 hits = kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS);
 
-        c = bench_self_cpu_s ();
-        t = bench_stack_run_load (&load, n_chunks, batch);
-        c = bench_self_cpu_s () - c;
-        n_done = kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_LOADED_CHUNKS);
-        bench_shortfall (n_done, n_chunks, "loaded (index warm)");
+        t = bench_stack_timed_load (&load, n_chunks, batch, "loaded (index warm)", &c);
         hits = kv_redis_tier_get_counter (tier, KV_REDIS_COUNTER_INDEX_HITS) - hits;
         sample = (Sample) { gb / t, get_ceiling, c / gb, hiredis_gbs[1], hiredis_cpu[1], slots_gbs[1] };
         g_print ("#   round %d: load-indexed %.2f GB/s (%.0f%%), cpu %.3f s/GB; %" G_GUINT64_FORMAT

@@ -495,11 +495,7 @@ run_chunk_size (const Store  *store,
           bench_stack_clear (&s);
           return FALSE;
         }
-      c = bench_self_cpu_s ();
-      t = bench_stack_run_load (&s, n_chunks, batch);
-      c = bench_self_cpu_s () - c;
-      n_done = kv_s3_tier_get_counter (KV_S3_TIER (s.tier), KV_S3_COUNTER_LOADED_CHUNKS);
-      bench_shortfall (n_done, n_chunks, "loaded");
+      t = bench_stack_timed_load (&s, n_chunks, batch, "loaded", &c);
       sample = (Sample) { gb / t, get_ceiling, c / gb };
       g_print ("#   round %d: load %.2f GB/s (%.0f%%; %.0f%% of GET after HEAD), cpu %.3f s/GB\n",
                round + 1, sample.gbs, 100 * sample.gbs / sample.ceiling, 100 * sample.gbs / head_get,
@@ -520,11 +516,7 @@ run_chunk_size (const Store  *store,
         guint64 requests = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS);
         guint64 hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS);
 
-        c = bench_self_cpu_s ();
-        t = bench_stack_run_load (&s, n_chunks, batch);
-        c = bench_self_cpu_s () - c;
-        n_done = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_LOADED_CHUNKS);
-        bench_shortfall (n_done, n_chunks, "loaded (index warm)");
+        t = bench_stack_timed_load (&s, n_chunks, batch, "loaded (index warm)", &c);
         requests = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS) - requests;
         hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS) - hits;
         sample = (Sample) { gb / t, get_ceiling, c / gb };

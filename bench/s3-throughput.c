@@ -13,6 +13,7 @@
 #include "kv-s3-sigv4.h"
 #include "kv-s3-tier.h"
 #include "s3-gateway.h"
+#include "s3-own-framing.h"
 
 /*
  * s3-throughput: how close the s3 tier gets to its object store.
@@ -33,6 +34,12 @@
  *    (its lookup) and a GET per chunk, and the `#` line's "GET after HEAD"
  *    (the bytes over the two passes' time, not overlapped as the tier
  *    overlaps them) says what the HEADs cost on the same connections;
+ *  - the framing floor (plain http only): the same PUTs and GETs over as
+ *    many plain sockets, framed by bench/s3-own-framing.c (a PUT is one
+ *    writev from the object's memory, a GET's body is read straight into
+ *    it): its CPU per GB is about all that a client must spend here, what
+ *    a tier that frames its own requests instead of libcurl's could reach.
+ *    Printed on the `#` line, not part of any ratio;
  *  - store: chunks cascade from a KvTieringManager's primary to the tier
  *    (prepare_store, complete_store), until every PUT was answered;
  *  - load: a fresh manager on a fresh primary, over a fresh tier (its
@@ -44,7 +51,7 @@
  *    stored the chunks itself or saw them once): every lookup of the timed
  *    pass is answered from the index, and a load is its GET alone.
  *
- *   store 256KiB s3: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB
+ *   store 256KiB s3: <x> GB/s = <y>% of ceiling <z> GB/s, cpu <c> s/GB (framing floor <f> s/GB)
  *
  * Stored slots carry their checksum, as KvHostDevice's copy into the
  * primary leaves it: the tier writes it into the record without reading
@@ -273,6 +280,64 @@ ceiling_pass (CURLM       *multi,
   return ok;
 }
 
+/* ---- the framing floor: own HTTP/1.1 framing over plain sockets ---------- */
+
+static char *
+sign_lines (const char *method,
+            const char *path,
+            gboolean    put,
+            gpointer    user_data)
+{
+  struct curl_slist *headers = signed_headers (user_data, method, path, put);
+  GString *lines = g_string_new (NULL);
+
+  for (struct curl_slist *h = headers; h != NULL; h = h->next)
+    if (strcmp (h->data, "Expect:") != 0)
+      g_string_append_printf (lines, "%s\r\n", h->data);
+  curl_slist_free_all (headers);
+  return g_string_free (lines, FALSE);
+}
+
+typedef struct
+{
+  double put_gbs;
+  double put_cpu;
+  double get_gbs;
+  double get_cpu;
+} FramingFloor;
+
+/* PUTs then GETs @n objects of @object_size with the bench's own framing;
+ * FALSE (and nothing measured) for an https endpoint. */
+static gboolean
+measure_framing_floor (const Store   *store,
+                       const char    *pass,
+                       gsize          object_size,
+                       guint64        n,
+                       FramingFloor  *floor_,
+                       GError       **error)
+{
+  g_autoptr(GUri) uri = g_uri_parse (store->endpoint, G_URI_FLAGS_NONE, NULL);
+  g_autofree char *prefix = g_strdup_printf ("/%s/s3-throughput-framing/%" G_GSIZE_FORMAT "/%s", store->bucket,
+                                             object_size, pass);
+  const char *host = uri != NULL ? g_uri_get_host (uri) : NULL;
+  guint16 port = uri != NULL && g_uri_get_port (uri) > 0 ? g_uri_get_port (uri) : 80;
+  double seconds, cpu;
+
+  if (uri == NULL || g_strcmp0 (g_uri_get_scheme (uri), "http") != 0)
+    return FALSE;
+  if (!s3_own_framing_pass (host, port, opt_connections, sign_lines, (gpointer) store, prefix, "PUT", n,
+                            object_size, REQUEST_TIMEOUT_MS, &seconds, &cpu, error))
+    return FALSE;
+  floor_->put_cpu = cpu / (n * object_size / 1e9);
+  floor_->put_gbs = n * object_size / 1e9 / seconds;
+  if (!s3_own_framing_pass (host, port, opt_connections, sign_lines, (gpointer) store, prefix, "GET", n,
+                            object_size, REQUEST_TIMEOUT_MS, &seconds, &cpu, error))
+    return FALSE;
+  floor_->get_cpu = cpu / (n * object_size / 1e9);
+  floor_->get_gbs = n * object_size / 1e9 / seconds;
+  return TRUE;
+}
+
 /* The ceiling of one round, each direction, in GB/s of object bytes. */
 static gboolean
 measure_ceiling (const Store *store,
@@ -401,6 +466,7 @@ typedef struct
   double gbs;
   double ceiling;
   double cpu;
+  double floor_cpu;   /* the framing floor's, 0 when not measured */
 } Sample;
 
 static gint
@@ -423,8 +489,11 @@ report (const char *what,
 
   g_array_sort (samples, sample_compare);
   m = &g_array_index (samples, Sample, samples->len / 2);
-  g_print ("%s %s s3: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.3f s/GB\n",
-           what, size, m->gbs, 100 * m->gbs / m->ceiling, m->ceiling, m->cpu);
+  g_print ("%s %s s3: %.2f GB/s = %.0f%% of ceiling %.2f GB/s, cpu %.3f s/GB", what, size, m->gbs,
+           100 * m->gbs / m->ceiling, m->ceiling, m->cpu);
+  if (m->floor_cpu > 0)
+    g_print (" (framing floor %.3f s/GB)", m->floor_cpu);
+  g_print ("\n");
 }
 
 static gboolean
@@ -458,6 +527,7 @@ run_chunk_size (const Store  *store,
   for (gint round = 0; round < opt_rounds; round++)
     {
       double put_ceiling, get_ceiling, put_cpu, get_cpu, head_get, t, c;
+      FramingFloor framing = { 0 };
       BenchStack s = { 0 };
       Sample sample;
       guint64 n_done;
@@ -473,6 +543,19 @@ run_chunk_size (const Store  *store,
       g_print ("#   round %d ceiling: PUT %.2f GB/s, cpu %.3f s/GB; GET %.2f GB/s, cpu %.3f s/GB "
                "(%d connections); GET after HEAD %.2f GB/s\n", round + 1, put_ceiling, put_cpu,
                get_ceiling, get_cpu, opt_connections, head_get);
+      {
+        g_autoptr(GError) local_error = NULL;
+
+        if (measure_framing_floor (store, pass, chunk + KV_CHUNK_HEADER_SIZE, n_chunks, &framing, &local_error))
+          g_print ("#   round %d framing floor: PUT %.2f GB/s, cpu %.3f s/GB; GET %.2f GB/s, cpu %.3f s/GB "
+                   "(own HTTP/1.1 framing, no copies)\n", round + 1, framing.put_gbs, framing.put_cpu,
+                   framing.get_gbs, framing.get_cpu);
+        else if (local_error != NULL)
+          {
+            g_propagate_prefixed_error (error, g_steal_pointer (&local_error), "framing floor: ");
+            return FALSE;
+          }
+      }
 
       if (!stack_init (&s, store, pass, chunk, primary_slots, error))
         {
@@ -484,7 +567,7 @@ run_chunk_size (const Store  *store,
       c = bench_self_cpu_s () - c;
       n_done = kv_s3_tier_get_counter (KV_S3_TIER (s.tier), KV_S3_COUNTER_STORED_CHUNKS);
       bench_shortfall (n_done, n_chunks, "stored");
-      sample = (Sample) { gb / t, put_ceiling, c / gb };
+      sample = (Sample) { gb / t, put_ceiling, c / gb, framing.put_cpu };
       g_print ("#   round %d: store %.2f GB/s (%.0f%%), cpu %.3f s/GB\n", round + 1, sample.gbs,
                100 * sample.gbs / sample.ceiling, sample.cpu);
       g_array_append_val (stores, sample);
@@ -496,7 +579,7 @@ run_chunk_size (const Store  *store,
           return FALSE;
         }
       t = bench_stack_timed_load (&s, n_chunks, batch, "loaded", &c);
-      sample = (Sample) { gb / t, get_ceiling, c / gb };
+      sample = (Sample) { gb / t, get_ceiling, c / gb, framing.get_cpu };
       g_print ("#   round %d: load %.2f GB/s (%.0f%%; %.0f%% of GET after HEAD), cpu %.3f s/GB\n",
                round + 1, sample.gbs, 100 * sample.gbs / sample.ceiling, 100 * sample.gbs / head_get,
                sample.cpu);
@@ -519,7 +602,7 @@ run_chunk_size (const Store  *store,
         t = bench_stack_timed_load (&s, n_chunks, batch, "loaded (index warm)", &c);
         requests = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_REQUESTS) - requests;
         hits = kv_s3_tier_get_counter (tier, KV_S3_COUNTER_INDEX_HITS) - hits;
-        sample = (Sample) { gb / t, get_ceiling, c / gb };
+        sample = (Sample) { gb / t, get_ceiling, c / gb, framing.get_cpu };
         g_print ("#   round %d: load-indexed %.2f GB/s (%.0f%%), cpu %.3f s/GB; %" G_GUINT64_FORMAT
                  " lookups from the index, %.2f requests a chunk\n", round + 1, sample.gbs,
                  100 * sample.gbs / sample.ceiling, sample.cpu, hits, (double) requests / n_chunks);

@@ -8,10 +8,12 @@
 #include <curl/curl.h>
 #include <glib-unix.h>
 
+#include "kv-s3-connection.h"
 #include "kv-s3-sigv4.h"
 
-/* curl's buffers: a GET body is copied once from the receive buffer into
- * its slot, a PUT body once from its slot into the upload buffer; large
+/* curl's buffers (https): a GET body is copied once from the receive
+ * buffer into its slot, a PUT body once from its slot into the upload
+ * buffer; large
  * buffers make few callbacks and few system calls per chunk. */
 #define RECEIVE_BUFFER_SIZE   (512 * 1024)
 #define UPLOAD_BUFFER_SIZE    (512 * 1024)
@@ -57,6 +59,11 @@ struct _KvS3Client
   char           *host_header;     /* what the Host header says, and is signed */
   char           *base_url;        /* scheme://host_header */
   char           *path_prefix;     /* "/bucket" (path style) or "" */
+  /* plain http: requests framed by KvS3Connection, bodies sent and
+   * received in place; https goes through curl */
+  gboolean        framed;
+  char           *connect_host;
+  guint16         connect_port;
 
   GMainContext   *context;
   GMainLoop      *loop;
@@ -71,6 +78,8 @@ struct _KvS3Client
   guint           n_running;
   GQueue          backoff;
   GPtrArray      *idle_easy;
+  GQueue          idle_connections; /* framed: open, kept alive */
+  guint           n_connections;    /* framed: idle ones and those of running ops */
   KvS3Signer      signer;
   gboolean        closing;
 
@@ -198,16 +207,14 @@ cancelled_error (KvS3Client *self,
                       kv_s3_method_to_string (op->method), what);
 }
 
-/* ---- curl callbacks ------------------------------------------------------ */
+/* ---- reply bodies -------------------------------------------------------- */
 
+/* What a reply's body is for, from its status and length. */
 static void
-choose_body_mode (KvS3Op *op)
+set_body_mode (KvS3Op *op,
+               guint   status,
+               gint64  length)
 {
-  long status = 0;
-  curl_off_t length = -1;
-
-  curl_easy_getinfo (op->easy, CURLINFO_RESPONSE_CODE, &status);
-  curl_easy_getinfo (op->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
   op->status = status;
   op->content_length = length;
   op->body_mode_set = TRUE;
@@ -230,21 +237,41 @@ choose_body_mode (KvS3Op *op)
     }
 }
 
-/* The reply's body: a GET's object lands in its destination, copied once
- * from curl's receive buffer; error bodies are kept up to their bound;
- * anything longer than it may be aborts the transfer. */
-static size_t
-write_cb (char   *data,
-          size_t  size,
-          size_t  nmemb,
-          void   *user_data)
+static void
+choose_body_mode (KvS3Op *op)
 {
-  KvS3Op *op = user_data;
-  KvS3Client *self = op->client;
-  gsize n = size * nmemb;
+  long status = 0;
+  curl_off_t length = -1;
 
-  if (!op->body_mode_set)
-    choose_body_mode (op);
+  curl_easy_getinfo (op->easy, CURLINFO_RESPONSE_CODE, &status);
+  curl_easy_getinfo (op->easy, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length);
+  set_body_mode (op, status, length);
+}
+
+/* @n bytes of a GET's object landed in place at op->offset (within one
+ * of its destination buffers). */
+static void
+dest_landed (KvS3Op *op,
+             gsize   n)
+{
+  guint part = op->offset < op->dest_len[0] ? 0 : 1;
+  gsize at = part == 0 ? op->offset : op->offset - op->dest_len[0];
+
+  /* hashed while the piece is still in this core's cache */
+  if (part == 1 && op->dest_hasher != NULL)
+    kv_chunk_hasher_update (op->dest_hasher, op->dest[1] + at, n);
+  op->offset += n;
+  count (op->client, KV_S3_CLIENT_BYTES_RECEIVED, n);
+}
+
+/* The reply's body: a GET's object lands in its destination; error bodies
+ * are kept up to their bound; anything longer than it may be fails the
+ * attempt. FALSE: refused (the body mode says why). */
+static gboolean
+take_body_bytes (KvS3Op       *op,
+                 const guint8 *data,
+                 gsize         n)
+{
   switch (op->body_mode)
     {
     case BODY_DEST:
@@ -257,7 +284,7 @@ write_cb (char   *data,
             if (op->content_length < 0)
               op->content_length = op->offset + n;
             op->body_mode = BODY_WRONG_SIZE;
-            return 0;
+            return FALSE;
           }
         while (done < n)
           {
@@ -266,43 +293,56 @@ write_cb (char   *data,
             gsize len = MIN (n - done, op->dest_len[part] - at);
 
             memcpy (op->dest[part] + at, data + done, len);
-            /* hashed while the piece is still in this core's cache */
-            if (part == 1 && op->dest_hasher != NULL)
-              kv_chunk_hasher_update (op->dest_hasher, op->dest[1] + at, len);
+            dest_landed (op, len);
             done += len;
-            op->offset += len;
           }
-        count (self, KV_S3_CLIENT_BYTES_RECEIVED, n);
-        return n;
+        return TRUE;
       }
     case BODY_ERROR:
       if (op->error_body->len + n > KV_S3_MAX_ERROR_BODY)
         {
           op->body_mode = BODY_TOO_LONG;
-          return 0;
+          return FALSE;
         }
-      g_string_append_len (op->error_body, data, n);
-      return n;
+      g_string_append_len (op->error_body, (const char *) data, n);
+      return TRUE;
     case BODY_REPLY:
       if (op->reply->len + n > op->reply_max)
         {
           op->body_mode = BODY_TOO_LONG;
-          return 0;
+          return FALSE;
         }
-      g_string_append_len (op->reply, data, n);
-      count (self, KV_S3_CLIENT_BYTES_RECEIVED, n);
-      return n;
+      g_string_append_len (op->reply, (const char *) data, n);
+      count (op->client, KV_S3_CLIENT_BYTES_RECEIVED, n);
+      return TRUE;
     case BODY_DISCARD:
       op->offset += n;
       if (op->offset > MAX_DISCARDED_BODY)
         {
           op->body_mode = BODY_TOO_LONG;
-          return 0;
+          return FALSE;
         }
-      return n;
+      return TRUE;
     default:
-      return 0;
+      return FALSE;
     }
+}
+
+/* ---- curl callbacks (https) ---------------------------------------------- */
+
+/* curl's copy of the body, from its receive buffer. */
+static size_t
+write_cb (char   *data,
+          size_t  size,
+          size_t  nmemb,
+          void   *user_data)
+{
+  KvS3Op *op = user_data;
+  gsize n = size * nmemb;
+
+  if (!op->body_mode_set)
+    choose_body_mode (op);
+  return take_body_bytes (op, (const guint8 *) data, n) ? n : 0;
 }
 
 /* A PUT's body, copied once from its buffers (the primary slot) into
@@ -525,50 +565,38 @@ schedule_retry (KvS3Client *self,
   return TRUE;
 }
 
+/* How an attempt's transport ended, whichever carried it. */
+typedef struct
+{
+  gboolean      failed;      /* no whole reply */
+  gboolean      cancelled;   /* its op's cancel flag stopped the upload */
+  GIOErrorEnum  code;
+  gboolean      timed_out;
+  gboolean      transient;   /* another attempt, on another connection, may work */
+  const char   *detail;
+} Transport;
+
 static GError *
-transport_error (KvS3Client *self,
-                 KvS3Op     *op,
-                 CURLcode    result,
-                 const char *detail)
+transport_error (KvS3Client      *self,
+                 KvS3Op          *op,
+                 const Transport *transport)
 {
   g_autofree char *what = kv_s3_client_describe (self, op->key);
-  GIOErrorEnum code;
 
-  switch (result)
-    {
-    case CURLE_OPERATION_TIMEDOUT: code = G_IO_ERROR_TIMED_OUT; break;
-    case CURLE_COULDNT_CONNECT: code = G_IO_ERROR_CONNECTION_REFUSED; break;
-    case CURLE_COULDNT_RESOLVE_HOST: code = G_IO_ERROR_HOST_NOT_FOUND; break;
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CONNECT_ERROR:
-    case CURLE_SSL_CACERT_BADFILE: code = G_IO_ERROR_CONNECTION_REFUSED; break;
-    default: code = G_IO_ERROR_FAILED; break;
-    }
-  return g_error_new (G_IO_ERROR, code, "S3 %s %s: %s (%s)", kv_s3_method_to_string (op->method),
-                      what, detail != NULL && detail[0] != '\0' ? detail : curl_easy_strerror (result),
-                      self->endpoint);
+  return g_error_new (G_IO_ERROR, transport->code, "S3 %s %s: %s (%s)", kv_s3_method_to_string (op->method),
+                      what, transport->detail, self->endpoint);
 }
 
-/* An attempt ended (curl's result): the op's outcome, or another attempt. */
+/* An attempt ended: the op's outcome, or another attempt. */
 static void
-attempt_done (KvS3Client *self,
-              KvS3Op     *op,
-              CURLcode    result)
+attempt_judge (KvS3Client      *self,
+               KvS3Op          *op,
+               const Transport *transport)
 {
-  g_autofree char *what = NULL;
+  g_autofree char *what = kv_s3_client_describe (self, op->key);
   GError *error = NULL;
   KvS3Outcome outcome = KV_S3_OP_FAILED;
   gboolean transient = FALSE;
-  long status = 0;
-
-  g_queue_unlink (&self->running, &op->link);
-  curl_multi_remove_handle (self->multi, op->easy);
-  self->n_running--;
-  curl_easy_getinfo (op->easy, CURLINFO_RESPONSE_CODE, &status);
-  if (!op->body_mode_set && status != 0)
-    choose_body_mode (op);
-  release_easy (self, op);
-  what = kv_s3_client_describe (self, op->key);
 
   if (op->body_mode_set && op->body_mode == BODY_WRONG_SIZE)
     outcome = KV_S3_OP_WRONG_SIZE;
@@ -578,23 +606,15 @@ attempt_done (KvS3Client *self,
                          kv_s3_method_to_string (op->method), what, op->status,
                          op->status >= 300 ? KV_S3_MAX_ERROR_BODY :
                          op->reply != NULL ? (guint) op->reply_max : MAX_DISCARDED_BODY);
-  else if (result == CURLE_ABORTED_BY_CALLBACK && op->cancelled != NULL &&
-           g_atomic_int_get (op->cancelled))
+  else if (transport->cancelled && op->cancelled != NULL && g_atomic_int_get (op->cancelled))
     error = cancelled_error (self, op);
-  else if (result != CURLE_OK)
+  else if (transport->failed)
     {
       count (self, KV_S3_CLIENT_TRANSPORT_ERRORS, 1);
-      if (result == CURLE_OPERATION_TIMEDOUT)
+      if (transport->timed_out)
         count (self, KV_S3_CLIENT_TIMEOUTS, 1);
-      error = transport_error (self, op, result, op->curl_error);
-      /* the connection broke under a request that may be sent again (all
-       * of ours are idempotent), or its reply did not parse (bytes a
-       * server left on a kept-alive connection): curl closed it, the next
-       * attempt has another; a refused connect or a reply past its time
-       * is not retried: the deadline would be spent on it */
-      transient = result == CURLE_GOT_NOTHING || result == CURLE_SEND_ERROR ||
-                  result == CURLE_RECV_ERROR || result == CURLE_PARTIAL_FILE ||
-                  result == CURLE_WEIRD_SERVER_REPLY || result == CURLE_UNSUPPORTED_PROTOCOL;
+      error = transport_error (self, op, transport);
+      transient = transport->transient;
     }
   else if (op->status >= 200 && op->status < 300)
     {
@@ -632,6 +652,47 @@ attempt_done (KvS3Client *self,
   finish (self, op, outcome, error);
 }
 
+/* An attempt through curl ended (curl's result). */
+static void
+attempt_done (KvS3Client *self,
+              KvS3Op     *op,
+              CURLcode    result)
+{
+  Transport transport = { .failed = result != CURLE_OK, .code = G_IO_ERROR_FAILED };
+  long status = 0;
+
+  g_queue_unlink (&self->running, &op->link);
+  curl_multi_remove_handle (self->multi, op->easy);
+  self->n_running--;
+  curl_easy_getinfo (op->easy, CURLINFO_RESPONSE_CODE, &status);
+  if (!op->body_mode_set && status != 0)
+    choose_body_mode (op);
+  release_easy (self, op);
+
+  switch (result)
+    {
+    case CURLE_OPERATION_TIMEDOUT: transport.code = G_IO_ERROR_TIMED_OUT; break;
+    case CURLE_COULDNT_CONNECT: transport.code = G_IO_ERROR_CONNECTION_REFUSED; break;
+    case CURLE_COULDNT_RESOLVE_HOST: transport.code = G_IO_ERROR_HOST_NOT_FOUND; break;
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_SSL_CACERT_BADFILE: transport.code = G_IO_ERROR_CONNECTION_REFUSED; break;
+    default: break;
+    }
+  transport.cancelled = result == CURLE_ABORTED_BY_CALLBACK;
+  transport.timed_out = result == CURLE_OPERATION_TIMEDOUT;
+  /* the connection broke under a request that may be sent again (all of
+   * ours are idempotent), or its reply did not parse (bytes a server left
+   * on a kept-alive connection): curl closed it, the next attempt has
+   * another; a refused connect or a reply past its time is not retried:
+   * the deadline would be spent on it */
+  transport.transient = result == CURLE_GOT_NOTHING || result == CURLE_SEND_ERROR ||
+                        result == CURLE_RECV_ERROR || result == CURLE_PARTIAL_FILE ||
+                        result == CURLE_WEIRD_SERVER_REPLY || result == CURLE_UNSUPPORTED_PROTOCOL;
+  transport.detail = op->curl_error[0] != '\0' ? op->curl_error : curl_easy_strerror (result);
+  attempt_judge (self, op, &transport);
+}
+
 static void
 process_done (KvS3Client *self)
 {
@@ -650,23 +711,13 @@ process_done (KvS3Client *self)
   pump (self);
 }
 
-static void
-append_header (KvS3Op     *op,
-               const char *name,
-               const char *value)
-{
-  g_autofree char *line = g_strdup_printf ("%s: %s", name, value);
-
-  op->headers = curl_slist_append (op->headers, line);
-  g_assert (op->headers != NULL);
-}
-
-/* Signs @op now (SigV4: the date is part of the signature) and sets its
- * handle up for one attempt. */
-static void
-setup_easy (KvS3Client *self,
-            KvS3Op     *op,
-            long        timeout_ms)
+/* Signs @op now (SigV4: the date is part of the signature): its request
+ * target (path and query, as sent) and its header lines ("name: value"),
+ * the body's included. */
+static GPtrArray *
+sign_request (KvS3Client  *self,
+              KvS3Op      *op,
+              char       **out_target)
 {
   g_autofree char *encoded_key = op->key != NULL ? kv_s3_uri_encode (op->key, FALSE) : NULL;
   g_autofree char *uri = NULL;
@@ -677,17 +728,15 @@ setup_easy (KvS3Client *self,
   const char *payload_hash = has_body ? KV_S3_UNSIGNED_PAYLOAD : KV_S3_EMPTY_SHA256;
   char amz_date[KV_S3_AMZ_DATE_LEN];
   KvS3Header headers[4];
+  GPtrArray *lines = g_ptr_array_new_with_free_func (g_free);
   guint n = 0;
-  CURL *easy;
 
   if (encoded_key != NULL)
     uri = g_strdup_printf ("%s/%s", self->path_prefix, encoded_key);
   else
     uri = g_strdup (self->path_prefix[0] != '\0' ? self->path_prefix : "/");
-  g_free (op->url);
   /* the canonical query is encoded as the URL's must be */
-  op->url = g_strconcat (self->base_url, uri, query != NULL && query[0] != '\0' ? "?" : "",
-                         query, NULL);
+  *out_target = g_strconcat (uri, query != NULL && query[0] != '\0' ? "?" : "", query, NULL);
 
   kv_s3_amz_date (g_get_real_time () / G_USEC_PER_SEC, amz_date);
   headers[n++] = (KvS3Header) { "host", self->host_header };
@@ -699,12 +748,32 @@ setup_easy (KvS3Client *self,
                                               headers, n,
                                               payload_hash, amz_date);
   for (guint i = 0; i < n; i++)
-    append_header (op, headers[i].name, headers[i].value);
-  append_header (op, "Authorization", authorization);
+    g_ptr_array_add (lines, g_strdup_printf ("%s: %s", headers[i].name, headers[i].value));
+  g_ptr_array_add (lines, g_strdup_printf ("Authorization: %s", authorization));
+  if (has_body)
+    g_ptr_array_add (lines, g_strdup ("Content-Type: application/octet-stream"));
+  return lines;
+}
+
+/* Signs @op and sets its handle up for one attempt. */
+static void
+setup_easy (KvS3Client *self,
+            KvS3Op     *op,
+            long        timeout_ms)
+{
+  g_autofree char *target = NULL;
+  g_autoptr(GPtrArray) lines = sign_request (self, op, &target);
+  CURL *easy;
+
+  g_free (op->url);
+  op->url = g_strconcat (self->base_url, target, NULL);
+  for (guint i = 0; i < lines->len; i++)
+    {
+      op->headers = curl_slist_append (op->headers, lines->pdata[i]);
+      g_assert (op->headers != NULL);
+    }
   /* no 100-continue round trip before a body */
   op->headers = curl_slist_append (op->headers, "Expect:");
-  if (has_body)
-    append_header (op, "Content-Type", "application/octet-stream");
 
   if (self->idle_easy->len > 0)
     easy = g_ptr_array_steal_index_fast (self->idle_easy, self->idle_easy->len - 1);
@@ -750,6 +819,186 @@ setup_easy (KvS3Client *self,
       break;
     default:
       g_assert_not_reached ();
+    }
+}
+
+/* ---- framed attempts (plain http) ---------------------------------------- */
+
+static gboolean
+framed_cancelled (gpointer data)
+{
+  KvS3Op *op = data;
+
+  return op->cancelled != NULL && g_atomic_int_get (op->cancelled);
+}
+
+static gboolean
+framed_reply_head (gpointer data,
+                   guint    status,
+                   gint64   content_length)
+{
+  KvS3Op *op = data;
+
+  /* the whole request went out before its reply was read */
+  count (op->client, KV_S3_CLIENT_BYTES_SENT, op->method == KV_S3_METHOD_PUT ? body_total (op) : 0);
+  set_body_mode (op, status, content_length);
+  return op->body_mode != BODY_WRONG_SIZE;
+}
+
+/* A GET's object lands straight in its destination, a piece at a time. */
+static guint8 *
+framed_body_place (gpointer  data,
+                   gsize    *len)
+{
+  KvS3Op *op = data;
+  guint part;
+  gsize at;
+
+  if (op->body_mode != BODY_DEST || op->offset >= dest_total (op))
+    return NULL;
+  part = op->offset < op->dest_len[0] ? 0 : 1;
+  at = part == 0 ? op->offset : op->offset - op->dest_len[0];
+  *len = op->dest_len[part] - at;
+  return op->dest[part] + at;
+}
+
+static gboolean
+framed_body_bytes (gpointer      data,
+                   const guint8 *bytes,
+                   gsize         n)
+{
+  KvS3Op *op = data;
+
+  if (bytes == NULL)
+    {
+      dest_landed (op, n);
+      return TRUE;
+    }
+  return take_body_bytes (op, bytes, n);
+}
+
+static void
+framed_done (gpointer            data,
+             KvS3ExchangeResult  result,
+             const char         *detail)
+{
+  KvS3Op *op = data;
+  KvS3Client *self = op->client;
+  KvS3Connection *connection = g_steal_pointer (&op->connection);
+  Transport transport = { .failed = result != KV_S3_EXCHANGE_OK, .code = G_IO_ERROR_FAILED, .detail = detail };
+
+  g_queue_unlink (&self->running, &op->link);
+  self->n_running--;
+  if (result == KV_S3_EXCHANGE_OK && kv_s3_connection_is_reusable (connection))
+    g_queue_push_tail (&self->idle_connections, connection);
+  else
+    {
+      kv_s3_connection_free (connection);
+      self->n_connections--;
+    }
+  switch (result)
+    {
+    case KV_S3_EXCHANGE_REFUSED:
+      transport.code = G_IO_ERROR_CONNECTION_REFUSED;
+      break;
+    case KV_S3_EXCHANGE_TIMED_OUT:
+      transport.code = G_IO_ERROR_TIMED_OUT;
+      transport.timed_out = TRUE;
+      break;
+    case KV_S3_EXCHANGE_NOTHING:
+    case KV_S3_EXCHANGE_LOST:
+    case KV_S3_EXCHANGE_BAD_REPLY:
+      /* as curl's: a request may be sent again (all of ours are
+       * idempotent) on another connection */
+      transport.transient = TRUE;
+      break;
+    case KV_S3_EXCHANGE_ABORTED:
+      transport.cancelled = TRUE;
+      break;
+    case KV_S3_EXCHANGE_OK:
+    default:
+      break;
+    }
+  attempt_judge (self, op, &transport);
+  pump (self);
+}
+
+static const KvS3ExchangeSink framed_sink = {
+  .cancelled = framed_cancelled,
+  .reply_head = framed_reply_head,
+  .body_place = framed_body_place,
+  .body_bytes = framed_body_bytes,
+  .done = framed_done,
+};
+
+/* An idle connection that is still good, else a new one (the running ops
+ * hold the others: never more than max-connections in all). */
+static KvS3Connection *
+take_connection (KvS3Client *self)
+{
+  KvS3Connection *connection;
+
+  while ((connection = g_queue_pop_tail (&self->idle_connections)) != NULL)
+    {
+      if (kv_s3_connection_is_reusable (connection))
+        return connection;
+      kv_s3_connection_free (connection);
+      self->n_connections--;
+    }
+  self->n_connections++;
+  return kv_s3_connection_new (self->context, self->connect_host, self->connect_port,
+                               self->connect_timeout_ms);
+}
+
+/* Signs @op and sends it on a connection of the pool. */
+static void
+framed_start (KvS3Client *self,
+              KvS3Op     *op,
+              long        timeout_ms)
+{
+  g_autofree char *target = NULL;
+  g_autoptr(GPtrArray) lines = sign_request (self, op, &target);
+  g_autoptr(GString) head = g_string_sized_new (1024);
+  const guint8 *body[2] = { NULL, NULL };
+  gsize body_len[2] = { 0, 0 };
+
+  g_free (op->url);
+  op->url = g_strconcat (self->base_url, target, NULL);
+  g_string_append_printf (head, "%s %s HTTP/1.1\r\n", kv_s3_method_to_string (op->method), target);
+  for (guint i = 0; i < lines->len; i++)
+    g_string_append_printf (head, "%s\r\n", (const char *) lines->pdata[i]);
+  if (op->method == KV_S3_METHOD_PUT)
+    {
+      g_string_append_printf (head, "Content-Length: %" G_GSIZE_FORMAT "\r\n", body_total (op));
+      for (guint i = 0; i < 2; i++)
+        {
+          body[i] = op->body[i];
+          body_len[i] = op->body_len[i];
+        }
+    }
+  g_string_append (head, "\r\n");
+  op->connection = take_connection (self);
+  kv_s3_connection_exchange (op->connection, head->str, head->len, body, body_len,
+                             op->method == KV_S3_METHOD_HEAD,
+                             op->attempt_start + (gint64) timeout_ms * 1000, &framed_sink, op);
+}
+
+/* Ends @op's attempt under way without its reply. */
+static void
+attempt_drop (KvS3Client *self,
+              KvS3Op     *op)
+{
+  g_queue_unlink (&self->running, &op->link);
+  self->n_running--;
+  if (op->connection != NULL)
+    {
+      kv_s3_connection_free (g_steal_pointer (&op->connection));
+      self->n_connections--;
+    }
+  else
+    {
+      curl_multi_remove_handle (self->multi, op->easy);
+      release_easy (self, op);
     }
 }
 
@@ -802,12 +1051,17 @@ attempt_start (KvS3Client *self,
   if (op->reply != NULL)
     g_string_truncate (op->reply, 0);
   g_clear_error (&op->error);
-  setup_easy (self, op, MAX (timeout_ms, 1));
   count (self, KV_S3_CLIENT_REQUESTS, 1);
   op->state = OP_RUNNING;
   g_queue_push_tail_link (&self->running, &op->link);
   self->n_running++;
-  curl_multi_add_handle (self->multi, op->easy);
+  if (self->framed)
+    framed_start (self, op, MAX (timeout_ms, 1));
+  else
+    {
+      setup_easy (self, op, MAX (timeout_ms, 1));
+      curl_multi_add_handle (self->multi, op->easy);
+    }
 }
 
 /* Starts what the connection bound allows. */
@@ -899,10 +1153,7 @@ kv_s3_client_abort (KvS3Client *self,
       finish (self, op, KV_S3_OP_FAILED, cancelled_error (self, op));
       break;
     case OP_RUNNING:
-      g_queue_unlink (&self->running, &op->link);
-      curl_multi_remove_handle (self->multi, op->easy);
-      self->n_running--;
-      release_easy (self, op);
+      attempt_drop (self, op);
       finish (self, op, KV_S3_OP_FAILED, cancelled_error (self, op));
       pump (self);
       break;
@@ -1020,6 +1271,8 @@ io_thread_main (gpointer user_data)
   for (guint i = 0; i < self->idle_easy->len; i++)
     curl_easy_cleanup (self->idle_easy->pdata[i]);
   g_ptr_array_set_size (self->idle_easy, 0);
+  g_queue_clear_full (&self->idle_connections, (GDestroyNotify) kv_s3_connection_free);
+  self->n_connections = 0;
   if (self->timer != NULL)
     {
       g_source_destroy (self->timer);
@@ -1055,13 +1308,11 @@ close_all (gpointer user_data)
       g_clear_pointer (&op->retry_timer, g_source_unref);
       finish (self, op, KV_S3_OP_FAILED, closed_error (self, op));
     }
-  while ((link = g_queue_pop_head_link (&self->running)) != NULL)
+  while (self->running.head != NULL)
     {
-      KvS3Op *op = link->data;
+      KvS3Op *op = self->running.head->data;
 
-      curl_multi_remove_handle (self->multi, op->easy);
-      self->n_running--;
-      release_easy (self, op);
+      attempt_drop (self, op);
       finish (self, op, KV_S3_OP_FAILED, closed_error (self, op));
     }
   return G_SOURCE_REMOVE;
@@ -1321,6 +1572,10 @@ kv_s3_client_new (const KvS3ClientConfig  *config,
       self->path_prefix = g_strdup_printf ("/%s", self->bucket);
     }
   self->base_url = g_strdup_printf ("%s://%s", scheme, self->host_header);
+  self->framed = strcmp (scheme, "http") == 0;
+  self->connect_host = self->addressing == KV_S3_ADDRESSING_VIRTUAL ?
+                       g_strdup_printf ("%s.%s", self->bucket, host) : g_strdup (host);
+  self->connect_port = port > 0 ? port : 80;
 
   self->multi = curl_multi_init ();
   curl_multi_setopt (self->multi, CURLMOPT_SOCKETFUNCTION, socket_cb);
@@ -1366,6 +1621,7 @@ kv_s3_client_finalize (GObject *object)
   g_free (self->host_header);
   g_free (self->base_url);
   g_free (self->path_prefix);
+  g_free (self->connect_host);
   g_mutex_clear (&self->lock);
   g_cond_clear (&self->cond);
   G_OBJECT_CLASS (kv_s3_client_parent_class)->finalize (object);

@@ -9,9 +9,10 @@
 
 G_BEGIN_DECLS
 
-/* An S3 client for one bucket: HTTP/1.1 through libcurl's multi interface,
- * driven by its own I/O thread's GMainContext; a bounded pool of
- * keep-alive connections; AWS Signature Version 4; every reply bounded in
+/* An S3 client for one bucket: HTTP/1.1 framed by KvS3Connection over
+ * plain http (bodies sent and received in place), through libcurl's multi
+ * interface over https, driven by its own I/O thread's GMainContext; a
+ * bounded pool of keep-alive connections; AWS Signature Version 4; every reply bounded in
  * size and in time; transient errors retried with backoff until the op's
  * deadline. */
 
@@ -85,7 +86,8 @@ struct _KvS3Op
   gpointer       client;
   guint          state;
   gint64         attempt_start;   /* monotonic µs of the last attempt */
-  gpointer       easy;
+  gpointer       easy;            /* https: its curl handle */
+  gpointer       connection;      /* plain http: its KvS3Connection */
   gpointer       headers;
   gsize          offset;          /* PUT: body bytes handed to curl; GET: bytes landed */
   GString       *error_body;

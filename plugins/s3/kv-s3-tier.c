@@ -241,8 +241,9 @@ static void kv_s3_tier_configurable_iface_init (KvConfigurableInterface *iface);
  * does nothing: an object store keeps no recency that a cheap request
  * could refresh (bound the bucket with a lifecycle rule).
  *
- * Requests run on the tier's own I/O thread (libcurl's multi interface on
- * a GMainContext), over a bounded pool of kept-alive HTTP/1.1 connections,
+ * Requests run on the tier's own I/O thread (framed by the tier over plain
+ * http, bodies sent and received in place; libcurl's multi interface over
+ * https; on a GMainContext), over a bounded pool of kept-alive HTTP/1.1 connections,
  * signed with AWS Signature Version 4. Every vfunc runs on the owner
  * thread and returns at once, except construction, which GETs one object
  * to check the endpoint, the bucket and the credentials.

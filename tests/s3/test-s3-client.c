@@ -312,6 +312,12 @@ typedef enum {
   FAKE_HUGE_ERROR,      /* a 500 with a 1 MiB body */
   FAKE_BAD_STATUS,      /* not HTTP at all */
   FAKE_CLOSE,           /* closes without a word */
+  FAKE_INTERIM,         /* 100 Continue, then as FAKE_OK */
+  FAKE_CHUNKED_EXACT,   /* chunked, 1000 bytes in chunks of 1, 399 and 600, with an extension and a trailer */
+  FAKE_UNTIL_CLOSE,     /* HTTP/1.0, no length: 1000 bytes, then closes */
+  FAKE_CLOSE_AFTER,     /* as FAKE_OK, then closes the kept-alive connection without saying */
+  FAKE_HUGE_HEAD,       /* a reply head of 100 KiB */
+  FAKE_BAD_LENGTH,      /* two Content-Lengths that disagree */
 } FakeMode;
 
 typedef struct
@@ -441,6 +447,42 @@ fake_handler (S3FakeServer        *server,
       }
     case FAKE_BAD_STATUS:
       s3_fake_write_str (out, "hello there, I am not a web server\r\n\r\n");
+      return FALSE;
+    case FAKE_INTERIM:
+      return s3_fake_write_str (out, "HTTP/1.1 100 Continue\r\n\r\n") &&
+             reply_object (out, request->method, 1000);
+    case FAKE_CHUNKED_EXACT:
+      {
+        g_autofree guint8 *body = pattern (1000, 99);
+
+        return s3_fake_write_str (out, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;x=y\r\n") &&
+               s3_fake_write (out, body, 1) && s3_fake_write_str (out, "\r\n18f\r\n") &&
+               s3_fake_write (out, body + 1, 399) && s3_fake_write_str (out, "\r\n258\r\n") &&
+               s3_fake_write (out, body + 400, 600) &&
+               s3_fake_write_str (out, "\r\n0\r\nx-trailer: 1\r\n\r\n");
+      }
+    case FAKE_UNTIL_CLOSE:
+      {
+        g_autofree guint8 *body = pattern (1000, 99);
+
+        s3_fake_write_str (out, "HTTP/1.0 200 OK\r\n\r\n");
+        s3_fake_write (out, body, 1000);
+        return FALSE;
+      }
+    case FAKE_CLOSE_AFTER:
+      reply_object (out, request->method, 1000);
+      return FALSE;
+    case FAKE_HUGE_HEAD:
+      {
+        g_autofree char *filler = g_strnfill (100 * 1024, 'a');
+
+        s3_fake_write_str (out, "HTTP/1.1 200 OK\r\nX-Filler: ");
+        s3_fake_write_str (out, filler);
+        s3_fake_write_str (out, "\r\nContent-Length: 1000\r\n\r\n");
+        return FALSE;
+      }
+    case FAKE_BAD_LENGTH:
+      s3_fake_write_str (out, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nContent-Length: 999\r\n\r\n");
       return FALSE;
     case FAKE_CLOSE:
     default:
@@ -859,6 +901,55 @@ test_garbage (void)
   }
 }
 
+/* What the client reads of HTTP/1.1 besides a plain reply with a length:
+ * interim replies, chunks with extensions and trailers, a body that ends
+ * with the connection, a kept-alive connection the server closed while
+ * idle; and what it refuses: a head past its bound, lengths that
+ * disagree. */
+static void
+test_framing (void)
+{
+  FakeMode good[] = { FAKE_INTERIM, FAKE_CHUNKED_EXACT, FAKE_UNTIL_CLOSE, FAKE_CLOSE_AFTER };
+  FakeMode bad[] = { FAKE_HUGE_HEAD, FAKE_BAD_LENGTH };
+
+  for (guint i = 0; i < G_N_ELEMENTS (good); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      Fake fake = { 0 };
+
+      fake_start (&fake, good[i], NULL);
+      for (guint j = 0; j < 3; j++)
+        {
+          g_assert_cmpint (fake_get (&fake, 1000, &error), ==, KV_S3_OP_OK);
+          g_assert_no_error (error);
+        }
+      if (good[i] == FAKE_CLOSE_AFTER)
+        {
+          /* one connection a request; one sent before the server's close
+           * arrived fails on the old one and goes again on its own */
+          g_assert_cmpuint (s3_fake_server_get_n_connections (fake.server), ==, 3);
+          g_assert_cmpuint (kv_s3_client_get_counter (fake.client, KV_S3_CLIENT_REQUESTS), >=, 3);
+        }
+      else
+        {
+          g_assert_cmpuint (kv_s3_client_get_counter (fake.client, KV_S3_CLIENT_REQUESTS), ==, 3);
+          g_assert_cmpuint (s3_fake_server_get_n_connections (fake.server), ==,
+                            good[i] == FAKE_UNTIL_CLOSE ? 3 : 1);
+        }
+      fake_stop (&fake);
+    }
+  for (guint i = 0; i < G_N_ELEMENTS (bad); i++)
+    {
+      g_autoptr(GError) error = NULL;
+      Fake fake = { 0 };
+
+      fake_start (&fake, bad[i], NULL);
+      g_assert_cmpint (fake_get (&fake, 1000, &error), ==, KV_S3_OP_FAILED);
+      g_assert_error (error, G_IO_ERROR, G_IO_ERROR_FAILED);
+      fake_stop (&fake);
+    }
+}
+
 typedef struct
 {
   KvS3Client *client;
@@ -949,6 +1040,7 @@ main (int   argc,
   g_test_add_func ("/s3-client/fake/trickle-and-silence", test_trickle_and_silence);
   g_test_add_func ("/s3-client/fake/lying-lengths", test_lying_lengths);
   g_test_add_func ("/s3-client/fake/garbage", test_garbage);
+  g_test_add_func ("/s3-client/fake/framing", test_framing);
   g_test_add_func ("/s3-client/fake/abort-and-shutdown", test_abort_and_shutdown);
   if (s3_test_start_gateway ())
     s3_test_create_bucket (BUCKET);

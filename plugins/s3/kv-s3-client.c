@@ -13,8 +13,8 @@
 
 /* curl's buffers (https): a GET body is copied once from the receive
  * buffer into its slot, a PUT body once from its slot into the upload
- * buffer; large
- * buffers make few callbacks and few system calls per chunk. */
+ * buffer; large buffers make few callbacks and few system calls per
+ * chunk. */
 #define RECEIVE_BUFFER_SIZE   (512 * 1024)
 #define UPLOAD_BUFFER_SIZE    (512 * 1024)
 /* a 2xx reply's body other than a GET's (S3 sends none or a few bytes) */

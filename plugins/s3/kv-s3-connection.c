@@ -278,7 +278,8 @@ parse_head (KvS3Connection  *self,
             char           **detail)
 {
   g_auto(GStrv) lines = g_strsplit (text, "\r\n", -1);
-  const char *status_line = lines[0];
+  /* an empty head splits into no line at all */
+  const char *status_line = lines[0] != NULL ? lines[0] : "";
   gint64 length = -1;
   gboolean chunked = FALSE;
   guint status;
@@ -655,37 +656,15 @@ static GSourceFuncs connection_source_funcs = {
   .dispatch = connection_dispatch,
 };
 
+/* Connected: the socket is watched, and an exchange waiting for it starts. */
 static void
-connected (GObject      *object,
-           GAsyncResult *result,
-           gpointer      user_data)
+attach_stream (KvS3Connection    *self,
+               GSocketConnection *stream)
 {
-  KvS3Connection *self = user_data;
-  g_autoptr(GError) error = NULL;
-  GSocketConnection *stream = g_socket_client_connect_finish (G_SOCKET_CLIENT (object), result, &error);
-  GSocket *socket;
+  GSocket *socket = g_socket_connection_get_socket (stream);
   int one = 1;
 
-  g_clear_object (&self->connecting);
-  if (self->state == STATE_CLOSED)
-    {
-      /* freed while it connected */
-      g_clear_object (&stream);
-      connection_unref (self);
-      return;
-    }
-  if (stream == NULL)
-    {
-      g_autofree char *detail = g_strdup_printf ("connecting: %s", self->connect_timed_out ? "timed out" : error->message);
-
-      self->state = STATE_CLOSED;
-      if (self->busy)
-        finish (self, self->connect_timed_out ? KV_S3_EXCHANGE_TIMED_OUT : KV_S3_EXCHANGE_REFUSED, detail);
-      connection_unref (self);
-      return;
-    }
   self->stream = stream;
-  socket = g_socket_connection_get_socket (stream);
   g_socket_set_blocking (socket, FALSE);
   self->fd = g_socket_get_fd (socket);
   /* a request's head and its body leave at once, not after an ACK */
@@ -703,18 +682,44 @@ connected (GObject      *object,
       self->state = STATE_IDLE;
       g_source_set_ready_time (self->source, -1);
     }
+}
+
+static void
+connected (GObject      *object,
+           GAsyncResult *result,
+           gpointer      user_data)
+{
+  KvS3Connection *self = user_data;
+  g_autoptr(GError) error = NULL;
+  GSocketConnection *stream = g_socket_client_connect_finish (G_SOCKET_CLIENT (object), result, &error);
+
+  g_clear_object (&self->connecting);
+  if (self->state == STATE_CLOSED)
+    {
+      /* freed while it connected */
+      g_clear_object (&stream);
+      connection_unref (self);
+      return;
+    }
+  if (stream == NULL)
+    {
+      g_autofree char *detail = g_strdup_printf ("connecting: %s",
+                                                 self->connect_timed_out ? "timed out" : error->message);
+
+      self->state = STATE_CLOSED;
+      if (self->busy)
+        finish (self, self->connect_timed_out ? KV_S3_EXCHANGE_TIMED_OUT : KV_S3_EXCHANGE_REFUSED, detail);
+      connection_unref (self);
+      return;
+    }
+  attach_stream (self, stream);
   connection_unref (self);
 }
 
-KvS3Connection *
-kv_s3_connection_new (GMainContext *context,
-                      const char   *host,
-                      guint16       port,
-                      guint         connect_timeout_ms)
+static KvS3Connection *
+connection_new (GMainContext *context)
 {
   KvS3Connection *self = g_new0 (KvS3Connection, 1);
-  g_autoptr(GSocketClient) client = g_socket_client_new ();
-  g_autoptr(GSocketConnectable) address = NULL;
 
   self->refs = 1;
   self->fd = -1;
@@ -723,6 +728,19 @@ kv_s3_connection_new (GMainContext *context,
   ((ConnectionSource *) self->source)->connection = self;
   g_source_set_name (self->source, "kvtier s3 connection");
   g_source_attach (self->source, context);
+  return self;
+}
+
+KvS3Connection *
+kv_s3_connection_new (GMainContext *context,
+                      const char   *host,
+                      guint16       port,
+                      guint         connect_timeout_ms)
+{
+  KvS3Connection *self = connection_new (context);
+  g_autoptr(GSocketClient) client = g_socket_client_new ();
+  g_autoptr(GSocketConnectable) address = NULL;
+
   self->connect_deadline = g_get_monotonic_time () + (gint64) connect_timeout_ms * 1000;
   g_source_set_ready_time (self->source, self->connect_deadline);
 
@@ -736,6 +754,16 @@ kv_s3_connection_new (GMainContext *context,
   g_main_context_push_thread_default (context);
   g_socket_client_connect_async (client, address, self->connecting, connected, connection_ref (self));
   g_main_context_pop_thread_default (context);
+  return self;
+}
+
+KvS3Connection *
+kv_s3_connection_new_for_socket (GMainContext *context,
+                                 GSocket      *socket)
+{
+  KvS3Connection *self = connection_new (context);
+
+  attach_stream (self, g_socket_connection_factory_create_connection (socket));
   return self;
 }
 

@@ -60,6 +60,10 @@ KvS3Connection *kv_s3_connection_new          (GMainContext           *context,
                                                const char             *host,
                                                guint16                 port,
                                                guint                   connect_timeout_ms);
+/* Over @socket, already connected (a test's socketpair): the connection
+ * takes a reference to it, and closes it when freed. */
+KvS3Connection *kv_s3_connection_new_for_socket (GMainContext         *context,
+                                                 GSocket              *socket);
 /* Idle, open, and with nothing unread from the server (neither its close
  * nor stray bytes): another exchange may use it. */
 gboolean        kv_s3_connection_is_reusable  (KvS3Connection         *self);

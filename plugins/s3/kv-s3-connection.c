@@ -41,6 +41,7 @@ struct _KvS3Connection
   guint                   refs;             /* the source's dispatch and a pending connect hold one */
   GSource                *source;           /* the socket, and the deadline as ready time */
   gpointer                fd_tag;
+  GIOCondition            watched;          /* G_IO_IN but while a request waits to be sent */
   GCancellable           *connecting;
   gboolean                connect_timed_out;
   gint64                  connect_deadline;
@@ -60,6 +61,7 @@ struct _KvS3Connection
   guint                   n_interim;
   guint64                 body_left;
   guint64                 reply_bytes;      /* of this exchange's reply: 0 tells NOTHING from LOST */
+  int                     early_failure;    /* a send that failed inside exchange(): its errno, or -1 cancelled */
 
   /* what came from the server and was not taken yet */
   guint8                 *in;
@@ -84,12 +86,17 @@ connection_unref (KvS3Connection *self)
   g_free (self);
 }
 
+/* Each change of what is watched (or of the ready time) wakes the
+ * context up: both change only when they must, not per request. */
 static void
 watch (KvS3Connection *self,
        GIOCondition    condition)
 {
-  if (self->fd_tag != NULL)
-    g_source_modify_unix_fd (self->source, self->fd_tag, condition);
+  if (self->fd_tag != NULL && self->watched != condition)
+    {
+      g_source_modify_unix_fd (self->source, self->fd_tag, condition);
+      self->watched = condition;
+    }
 }
 
 static void
@@ -122,12 +129,14 @@ finish (KvS3Connection     *self,
   self->busy = FALSE;
   self->sink = NULL;
   self->data = NULL;
-  g_source_set_ready_time (self->source, -1);
+  /* the deadline stays the ready time: the next exchange moves it, and
+   * one that fires on an idle connection is dropped */
   if (result == KV_S3_EXCHANGE_OK && self->keep_alive && self->in_start == self->in_end)
     {
-      /* reusable; kv_s3_connection_is_reusable() looks for its close */
+      /* reusable: while idle, anything it reads (the server's close, bytes
+       * no request asked for) closes it */
       self->state = STATE_IDLE;
-      watch (self, 0);
+      watch (self, G_IO_IN);
     }
   else
     close_socket (self);
@@ -147,9 +156,16 @@ finish_errno (KvS3Connection *self,
 
 /* ---- sending ------------------------------------------------------------- */
 
-/* FALSE when the exchange ended or must wait for the socket. */
-static gboolean
-send_request (KvS3Connection *self)
+typedef enum {
+  SEND_ALL,
+  SEND_WAIT,
+  SEND_FAILED,      /* errno says why */
+  SEND_CANCELLED,
+} SendResult;
+
+/* Sends what the socket takes of the request. */
+static SendResult
+try_send (KvS3Connection *self)
 {
   for (;;)
     {
@@ -162,16 +178,9 @@ send_request (KvS3Connection *self)
         if (self->out[i].iov_len > 0)
           vectors[n_vectors++] = self->out[i];
       if (n_vectors == 0)
-        {
-          self->state = STATE_HEAD;
-          watch (self, G_IO_IN);
-          return TRUE;
-        }
+        return SEND_ALL;
       if (self->sink->cancelled != NULL && self->sink->cancelled (self->data))
-        {
-          finish (self, KV_S3_EXCHANGE_ABORTED, "cancelled");
-          return FALSE;
-        }
+        return SEND_CANCELLED;
       message.msg_iov = vectors;
       message.msg_iovlen = n_vectors;
       /* a server that went away is an error here, not SIGPIPE */
@@ -180,10 +189,7 @@ send_request (KvS3Connection *self)
         {
           if (errno == EINTR)
             continue;
-          if (errno == EAGAIN || errno == EWOULDBLOCK)
-            return FALSE;
-          finish_errno (self, "sending the request", errno);
-          return FALSE;
+          return errno == EAGAIN || errno == EWOULDBLOCK ? SEND_WAIT : SEND_FAILED;
         }
       for (guint i = 0; i < 3 && n > 0; i++)
         {
@@ -193,6 +199,29 @@ send_request (KvS3Connection *self)
           self->out[i].iov_len -= step;
           n -= step;
         }
+    }
+}
+
+/* Sends the request on; FALSE when the exchange ended. */
+static gboolean
+send_request (KvS3Connection *self)
+{
+  switch (try_send (self))
+    {
+    case SEND_ALL:
+      self->state = STATE_HEAD;
+      watch (self, G_IO_IN);
+      return TRUE;
+    case SEND_WAIT:
+      watch (self, G_IO_OUT);
+      return TRUE;
+    case SEND_CANCELLED:
+      finish (self, KV_S3_EXCHANGE_ABORTED, "cancelled");
+      return FALSE;
+    case SEND_FAILED:
+    default:
+      finish_errno (self, "sending the request", errno);
+      return FALSE;
     }
 }
 
@@ -632,18 +661,25 @@ connection_dispatch (GSource     *source,
     }
   else if (!self->busy)
     {
-      /* idle: a reset or hang-up is reported even unwatched; a close or
-       * stray bytes are seen by whoever would reuse it */
-      if (self->fd_tag != NULL &&
-          (g_source_query_unix_fd (source, self->fd_tag) & (G_IO_HUP | G_IO_ERR | G_IO_NVAL)))
+      /* idle: the server closed it or wrote to it (it is not reused), or
+       * the last exchange's deadline came */
+      if (self->fd_tag != NULL && g_source_query_unix_fd (source, self->fd_tag) != 0)
         close_socket (self);
-      g_source_set_ready_time (source, -1);
+      if (g_source_get_ready_time (source) >= 0 && now >= g_source_get_ready_time (source))
+        g_source_set_ready_time (source, -1);
+    }
+  else if (self->early_failure != 0)
+    {
+      if (self->early_failure < 0)
+        finish (self, KV_S3_EXCHANGE_ABORTED, "cancelled");
+      else
+        finish_errno (self, "sending the request", self->early_failure);
     }
   else if (now >= self->deadline)
     finish (self, KV_S3_EXCHANGE_TIMED_OUT, "no whole reply within the request's time");
   else if (self->state == STATE_SENDING)
     {
-      if (send_request (self))
+      if (send_request (self) && self->state != STATE_SENDING)
         receive_reply (self);
     }
   else
@@ -670,12 +706,14 @@ attach_stream (KvS3Connection    *self,
   /* a request's head and its body leave at once, not after an ACK */
   setsockopt (self->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   self->in = g_malloc (KV_S3_CONNECTION_MAX_HEAD);
-  self->fd_tag = g_source_add_unix_fd (self->source, self->fd, 0);
+  self->fd_tag = g_source_add_unix_fd (self->source, self->fd, G_IO_IN);
+  self->watched = G_IO_IN;
   if (self->busy)
     {
+      /* from the connect's callback: the exchange may end here */
       self->state = STATE_SENDING;
       g_source_set_ready_time (self->source, self->deadline);
-      watch (self, G_IO_OUT);
+      send_request (self);
     }
   else
     {
@@ -806,16 +844,36 @@ kv_s3_connection_exchange (KvS3Connection         *self,
   self->keep_alive = TRUE;
   self->n_interim = 0;
   self->reply_bytes = 0;
+  self->early_failure = 0;
   self->in_start = self->in_end = 0;
   if (self->state == STATE_CONNECTING)
     {
       g_source_set_ready_time (self->source, MIN (deadline, self->connect_deadline));
       return;
     }
-  /* sent from the next dispatch: done never runs from within this call */
+  /* sent at once, most often whole; done never runs from within this
+   * call: a failure is reported from the next dispatch */
   self->state = STATE_SENDING;
-  g_source_set_ready_time (self->source, deadline);
-  watch (self, G_IO_OUT);
+  switch (try_send (self))
+    {
+    case SEND_ALL:
+      self->state = STATE_HEAD;
+      g_source_set_ready_time (self->source, deadline);
+      break;
+    case SEND_WAIT:
+      g_source_set_ready_time (self->source, deadline);
+      watch (self, G_IO_OUT);
+      break;
+    case SEND_CANCELLED:
+      self->early_failure = -1;
+      g_source_set_ready_time (self->source, 0);
+      break;
+    case SEND_FAILED:
+    default:
+      self->early_failure = errno;
+      g_source_set_ready_time (self->source, 0);
+      break;
+    }
 }
 
 void

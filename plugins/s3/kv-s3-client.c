@@ -832,6 +832,15 @@ framed_cancelled (gpointer data)
   return op->cancelled != NULL && g_atomic_int_get (op->cancelled);
 }
 
+static void
+framed_request_sent (gpointer data)
+{
+  KvS3Op *op = data;
+
+  if (op->method == KV_S3_METHOD_PUT)
+    count (op->client, KV_S3_CLIENT_BYTES_SENT, body_total (op));
+}
+
 static gboolean
 framed_reply_head (gpointer data,
                    guint    status,
@@ -839,8 +848,6 @@ framed_reply_head (gpointer data,
 {
   KvS3Op *op = data;
 
-  /* the whole request went out before its reply was read */
-  count (op->client, KV_S3_CLIENT_BYTES_SENT, op->method == KV_S3_METHOD_PUT ? body_total (op) : 0);
   set_body_mode (op, status, content_length);
   return op->body_mode != BODY_WRONG_SIZE;
 }
@@ -925,6 +932,7 @@ framed_done (gpointer            data,
 
 static const KvS3ExchangeSink framed_sink = {
   .cancelled = framed_cancelled,
+  .request_sent = framed_request_sent,
   .reply_head = framed_reply_head,
   .body_place = framed_body_place,
   .body_bytes = framed_body_bytes,

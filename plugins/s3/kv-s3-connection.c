@@ -61,6 +61,7 @@ struct _KvS3Connection
   guint                   n_interim;
   guint64                 body_left;
   guint64                 reply_bytes;      /* of this exchange's reply: 0 tells NOTHING from LOST */
+  gboolean                request_cut;      /* the server replied before the whole request went out */
   int                     early_failure;    /* a send that failed inside exchange(): its errno, or -1 cancelled */
 
   /* what came from the server and was not taken yet */
@@ -131,7 +132,8 @@ finish (KvS3Connection     *self,
   self->data = NULL;
   /* the deadline stays the ready time: the next exchange moves it, and
    * one that fires on an idle connection is dropped */
-  if (result == KV_S3_EXCHANGE_OK && self->keep_alive && self->in_start == self->in_end)
+  if (result == KV_S3_EXCHANGE_OK && self->keep_alive && !self->request_cut &&
+      self->in_start == self->in_end)
     {
       /* reusable: while idle, anything it reads (the server's close, bytes
        * no request asked for) closes it */
@@ -202,6 +204,26 @@ try_send (KvS3Connection *self)
     }
 }
 
+static void
+request_sent (KvS3Connection *self)
+{
+  self->state = STATE_HEAD;
+  watch (self, G_IO_IN);
+  if (self->sink->request_sent != NULL)
+    self->sink->request_sent (self->data);
+}
+
+/* The server answers (or hung up) before the whole request went out: a
+ * refusal at the head of an upload, which is read as the answer (its
+ * reason, not a broken pipe); the connection is not reused. */
+static void
+reply_early (KvS3Connection *self)
+{
+  self->request_cut = TRUE;
+  self->state = STATE_HEAD;
+  watch (self, G_IO_IN);
+}
+
 /* Sends the request on; FALSE when the exchange ended. */
 static gboolean
 send_request (KvS3Connection *self)
@@ -209,17 +231,22 @@ send_request (KvS3Connection *self)
   switch (try_send (self))
     {
     case SEND_ALL:
-      self->state = STATE_HEAD;
-      watch (self, G_IO_IN);
+      request_sent (self);
       return TRUE;
     case SEND_WAIT:
-      watch (self, G_IO_OUT);
+      /* and the server's early answer */
+      watch (self, G_IO_OUT | G_IO_IN);
       return TRUE;
     case SEND_CANCELLED:
       finish (self, KV_S3_EXCHANGE_ABORTED, "cancelled");
       return FALSE;
     case SEND_FAILED:
     default:
+      if (errno == EPIPE || errno == ECONNRESET)
+        {
+          reply_early (self);
+          return TRUE;
+        }
       finish_errno (self, "sending the request", errno);
       return FALSE;
     }
@@ -668,18 +695,27 @@ connection_dispatch (GSource     *source,
       if (g_source_get_ready_time (source) >= 0 && now >= g_source_get_ready_time (source))
         g_source_set_ready_time (source, -1);
     }
-  else if (self->early_failure != 0)
+  else if (self->early_failure < 0)
+    finish (self, KV_S3_EXCHANGE_ABORTED, "cancelled");
+  else if (self->early_failure == EPIPE || self->early_failure == ECONNRESET)
     {
-      if (self->early_failure < 0)
-        finish (self, KV_S3_EXCHANGE_ABORTED, "cancelled");
-      else
-        finish_errno (self, "sending the request", self->early_failure);
+      self->early_failure = 0;
+      g_source_set_ready_time (source, self->deadline);
+      reply_early (self);
+      receive_reply (self);
     }
+  else if (self->early_failure != 0)
+    finish_errno (self, "sending the request", self->early_failure);
   else if (now >= self->deadline)
     finish (self, KV_S3_EXCHANGE_TIMED_OUT, "no whole reply within the request's time");
   else if (self->state == STATE_SENDING)
     {
-      if (send_request (self) && self->state != STATE_SENDING)
+      if (g_source_query_unix_fd (source, self->fd_tag) & G_IO_IN)
+        {
+          reply_early (self);
+          receive_reply (self);
+        }
+      else if (send_request (self) && self->state != STATE_SENDING)
         receive_reply (self);
     }
   else
@@ -845,6 +881,7 @@ kv_s3_connection_exchange (KvS3Connection         *self,
   self->n_interim = 0;
   self->reply_bytes = 0;
   self->early_failure = 0;
+  self->request_cut = FALSE;
   self->in_start = self->in_end = 0;
   if (self->state == STATE_CONNECTING)
     {
@@ -857,12 +894,12 @@ kv_s3_connection_exchange (KvS3Connection         *self,
   switch (try_send (self))
     {
     case SEND_ALL:
-      self->state = STATE_HEAD;
       g_source_set_ready_time (self->source, deadline);
+      request_sent (self);
       break;
     case SEND_WAIT:
       g_source_set_ready_time (self->source, deadline);
-      watch (self, G_IO_OUT);
+      watch (self, G_IO_OUT | G_IO_IN);
       break;
     case SEND_CANCELLED:
       self->early_failure = -1;

@@ -32,8 +32,11 @@ typedef struct
 {
   /* polled before each send: TRUE stops the request (ABORTED) */
   gboolean (*cancelled)  (gpointer      data);
-  /* the whole request was sent, and the reply's head came: its status and
-   * Content-Length (-1: none); FALSE aborts */
+  /* nullable: the whole request went out (not said when the server
+   * answered first) */
+  void     (*request_sent) (gpointer    data);
+  /* the reply's head came: its status and Content-Length (-1: none); FALSE
+   * aborts */
   gboolean (*reply_head) (gpointer      data,
                           guint         status,
                           gint64        content_length);
@@ -69,7 +72,8 @@ KvS3Connection *kv_s3_connection_new_for_socket (GMainContext         *context,
 gboolean        kv_s3_connection_is_reusable  (KvS3Connection         *self);
 /* Sends @head (the request line and headers, up to the empty line) and
  * the body in @body / @body_len (two pieces, either empty), then reads the
- * reply into @sink. A HEAD request's reply has no body whatever its
+ * reply into @sink; a reply that comes before the whole request went out
+ * (a refusal at an upload's head) is read as the answer. A HEAD request's reply has no body whatever its
  * length says. @deadline: monotonic µs. */
 void            kv_s3_connection_exchange     (KvS3Connection         *self,
                                                const char             *head,

@@ -19,6 +19,7 @@ struct _S3FakeServer
   GCond          cond;
   gboolean       ready;
   gboolean       stopping;
+  gboolean       reply_before_body;
   guint          n_requests;
   guint          n_connections;
   guint          n_active;
@@ -35,9 +36,11 @@ request_clear (S3FakeRequest *request)
   g_clear_pointer (&request->headers, g_hash_table_unref);
 }
 
-/* Reads one request; FALSE at the end of the connection. */
+/* Reads one request (its body unless @skip_body); FALSE at the end of
+ * the connection. */
 static gboolean
 read_request (GDataInputStream *in,
+              gboolean          skip_body,
               S3FakeRequest    *request)
 {
   g_autofree char *line = g_data_input_stream_read_line (in, NULL, NULL, NULL);
@@ -74,7 +77,7 @@ read_request (GDataInputStream *in,
   value = g_hash_table_lookup (request->headers, "content-length");
   if (value != NULL)
     g_ascii_string_to_unsigned (value, 10, 0, G_MAXUINT32, &length, NULL);
-  while (request->body_len < length)
+  while (!skip_body && request->body_len < length)
     {
       char buffer[65536];
       gssize n = g_input_stream_read (G_INPUT_STREAM (in), buffer,
@@ -118,7 +121,7 @@ run_connection (GThreadedSocketService *service,
       S3FakeRequest request = { 0 };
       gboolean keep;
 
-      if (!read_request (in, &request))
+      if (!read_request (in, g_atomic_int_get (&server->reply_before_body), &request))
         {
           request_clear (&request);
           break;
@@ -194,6 +197,13 @@ s3_fake_server_new (S3FakeHandler handler,
     g_cond_wait (&server->cond, &server->lock);
   g_mutex_unlock (&server->lock);
   return server;
+}
+
+void
+s3_fake_server_set_reply_before_body (S3FakeServer *server,
+                                      gboolean      reply_before_body)
+{
+  g_atomic_int_set (&server->reply_before_body, reply_before_body);
 }
 
 guint

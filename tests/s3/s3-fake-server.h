@@ -32,6 +32,10 @@ typedef gboolean (*S3FakeHandler) (S3FakeServer        *server,
 
 S3FakeServer *s3_fake_server_new             (S3FakeHandler  handler,
                                               gpointer       user_data);
+/* The handler runs once a request's head came, its body unread (a server
+ * that refuses an upload at its head, as S3 may). */
+void          s3_fake_server_set_reply_before_body (S3FakeServer *server,
+                                                    gboolean      reply_before_body);
 guint         s3_fake_server_get_port        (S3FakeServer  *server);
 char         *s3_fake_server_get_endpoint    (S3FakeServer  *server);
 guint         s3_fake_server_get_n_requests  (S3FakeServer  *server);

@@ -318,6 +318,7 @@ typedef enum {
   FAKE_CLOSE_AFTER,     /* as FAKE_OK, then closes the kept-alive connection without saying */
   FAKE_HUGE_HEAD,       /* a reply head of 100 KiB */
   FAKE_BAD_LENGTH,      /* two Content-Lengths that disagree */
+  FAKE_REFUSE_UPLOAD,   /* 403 AccessDenied at a request's head, its body unread, then closes */
 } FakeMode;
 
 typedef struct
@@ -481,6 +482,11 @@ fake_handler (S3FakeServer        *server,
         s3_fake_write_str (out, "\r\nContent-Length: 1000\r\n\r\n");
         return FALSE;
       }
+    case FAKE_REFUSE_UPLOAD:
+      reply_error (out, 403, "Forbidden",
+                   "<?xml version=\"1.0\"?><Error><Code>AccessDenied</Code>"
+                   "<Message>Access Denied</Message></Error>");
+      return FALSE;
     case FAKE_BAD_LENGTH:
       s3_fake_write_str (out, "HTTP/1.1 200 OK\r\nContent-Length: 1000\r\nContent-Length: 999\r\n\r\n");
       return FALSE;
@@ -950,6 +956,27 @@ test_framing (void)
     }
 }
 
+/* A server that refuses an upload at its head, before reading its body,
+ * and hangs up: the client reads the refusal as the answer (one request,
+ * AccessDenied), not as a broken pipe to send again. */
+static void
+test_reply_before_body (void)
+{
+  gsize len = 32 * 1024 * 1024;   /* more than the sockets' buffers hold */
+  g_autofree guint8 *body = g_malloc0 (len);
+  g_autoptr(GError) error = NULL;
+  Fake fake = { 0 };
+
+  fake_start (&fake, FAKE_REFUSE_UPLOAD, NULL);
+  s3_fake_server_set_reply_before_body (fake.server, TRUE);
+  g_assert_cmpint (s3_test_request (fake.client, KV_S3_METHOD_PUT, "k", body, len, NULL, 0, &error),
+                   ==, KV_S3_OP_FAILED);
+  g_assert_error (error, KV_S3_ERROR, KV_S3_ERROR_ACCESS_DENIED);
+  g_assert_cmpuint (kv_s3_client_get_counter (fake.client, KV_S3_CLIENT_REQUESTS), ==, 1);
+  g_assert_cmpuint (kv_s3_client_get_counter (fake.client, KV_S3_CLIENT_BYTES_SENT), ==, 0);
+  fake_stop (&fake);
+}
+
 typedef struct
 {
   KvS3Client *client;
@@ -1041,6 +1068,7 @@ main (int   argc,
   g_test_add_func ("/s3-client/fake/lying-lengths", test_lying_lengths);
   g_test_add_func ("/s3-client/fake/garbage", test_garbage);
   g_test_add_func ("/s3-client/fake/framing", test_framing);
+  g_test_add_func ("/s3-client/fake/reply-before-body", test_reply_before_body);
   g_test_add_func ("/s3-client/fake/abort-and-shutdown", test_abort_and_shutdown);
   if (s3_test_start_gateway ())
     s3_test_create_bucket (BUCKET);

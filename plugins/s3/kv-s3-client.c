@@ -712,8 +712,8 @@ process_done (KvS3Client *self)
 }
 
 /* Signs @op now (SigV4: the date is part of the signature): its request
- * target (path and query, as sent) and its header lines ("name: value"),
- * the body's included. */
+ * target (path and query, as sent; op->url, the whole URL) and its header
+ * lines ("name: value"), the body's included. */
 static GPtrArray *
 sign_request (KvS3Client  *self,
               KvS3Op      *op,
@@ -737,6 +737,8 @@ sign_request (KvS3Client  *self,
     uri = g_strdup (self->path_prefix[0] != '\0' ? self->path_prefix : "/");
   /* the canonical query is encoded as the URL's must be */
   *out_target = g_strconcat (uri, query != NULL && query[0] != '\0' ? "?" : "", query, NULL);
+  g_free (op->url);
+  op->url = g_strconcat (self->base_url, *out_target, NULL);
 
   kv_s3_amz_date (g_get_real_time () / G_USEC_PER_SEC, amz_date);
   headers[n++] = (KvS3Header) { "host", self->host_header };
@@ -765,8 +767,6 @@ setup_easy (KvS3Client *self,
   g_autoptr(GPtrArray) lines = sign_request (self, op, &target);
   CURL *easy;
 
-  g_free (op->url);
-  op->url = g_strconcat (self->base_url, target, NULL);
   for (guint i = 0; i < lines->len; i++)
     {
       op->headers = curl_slist_append (op->headers, lines->pdata[i]);
@@ -970,8 +970,6 @@ framed_start (KvS3Client *self,
   const guint8 *body[2] = { NULL, NULL };
   gsize body_len[2] = { 0, 0 };
 
-  g_free (op->url);
-  op->url = g_strconcat (self->base_url, target, NULL);
   g_string_append_printf (head, "%s %s HTTP/1.1\r\n", kv_s3_method_to_string (op->method), target);
   for (guint i = 0; i < lines->len; i++)
     g_string_append_printf (head, "%s\r\n", (const char *) lines->pdata[i]);

@@ -45,6 +45,8 @@ char     *redis_cluster_start   (RedisServer        *nodes,
                                  const char         *dir);
 gboolean  redis_cluster_is_ok   (const RedisServer  *nodes,
                                  guint               n_nodes);
+gboolean  redis_cluster_agrees  (const RedisServer  *nodes,
+                                 guint               n_nodes);
 void      redis_cluster_dump    (const RedisServer  *nodes,
                                  guint               n_nodes);
 void      redis_cluster_wait_ok (const RedisServer  *nodes,

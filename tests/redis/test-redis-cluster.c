@@ -4,6 +4,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include <glib/gstdio.h>
 #include <hiredis/hiredis.h>
 
 #include "test-chunk-data.h"
@@ -28,6 +29,8 @@
 #define CHILD_FIRST_KEY 200
 
 static char *test_dir;
+static char *cluster_dir;    /* the nodes' directories, under test_dir */
+static guint n_clusters;
 static RedisServer nodes[N_NODES];
 static char *seed;           /* "127.0.0.1:<port of node 0>" */
 
@@ -416,21 +419,38 @@ test_harness_repairs_forgotten_slot (void)
   g_assert_cmpuint (master_of_slot (1234), ==, master);
 }
 
-/* The master with the most keys dies mid-run. */
+/* Stops every node and starts a new cluster in directories of its own. */
+static void
+cluster_start_new (void)
+{
+  for (guint i = 0; i < N_NODES; i++)
+    redis_server_clear (&nodes[i]);
+  g_free (cluster_dir);
+  cluster_dir = g_strdup_printf ("%s/cluster%u", test_dir, n_clusters++);
+  g_assert_cmpint (g_mkdir (cluster_dir, 0700), ==, 0);
+  g_free (seed);
+  seed = redis_cluster_start (nodes, N_NODES, 1, cluster_dir);
+  g_setenv ("KVTIER_REDIS_TEST_SEED", seed, TRUE);
+}
+
+/* The master with the most keys dies mid-run. The failover cases run on a
+ * cluster of their own: one that the slot moves of the cases before left
+ * behind could lose a slot at a failover (Redis 7.0: the promoted
+ * replica did not know it held the last slot `redis-cli --cluster
+ * reshard` moved, and the cluster never settled again). */
 static void
 test_failover (void)
 {
-  g_autoptr(KvRedisTier) tier = redis_test_tier_new (buffer, seed, "cluster", TRUE,
-                                                         "deadline-ms", 3000, NULL);
+  g_autoptr(KvRedisTier) tier = NULL;
   guint victim = G_MAXUINT;
   guint most = 0;
   guint failed_jobs = 0;
   guint rounds = 0;
   gint64 end;
 
-  /* the slot moves of the tests before have reached every replica: the
-   * one promoted here must know every slot its master held */
-  redis_cluster_wait_ok (nodes, N_NODES, 30);
+  cluster_start_new ();
+  tier = redis_test_tier_new (buffer, seed, "cluster", TRUE, "deadline-ms", 3000, NULL);
+  store_all (tier);
   g_assert_cmpuint (load_all (tier), ==, 0);
   for (guint i = 0; i < N_NODES; i++)
     if (node_is_master (i) && dbsize (i) > most)
@@ -626,7 +646,7 @@ typedef struct
 static void
 node_restart (guint i)
 {
-  g_autofree char *dir = g_strdup_printf ("%s/node%u", test_dir, i);
+  g_autofree char *dir = g_strdup_printf ("%s/node%u", cluster_dir, i);
   g_autofree char *conf = g_strdup_printf ("nodes-%u.conf", i);
   const char *extra[] = { "--cluster-enabled", "yes", "--cluster-config-file", conf,
                           "--cluster-node-timeout", "1000",
@@ -982,8 +1002,7 @@ main (int argc, char **argv)
   else
     {
       test_dir = test_dir_make ("kvtier-redis-test");
-      seed = redis_cluster_start (nodes, N_NODES, 1, test_dir);
-      g_setenv ("KVTIER_REDIS_TEST_SEED", seed, TRUE);
+      cluster_start_new ();
     }
 
   status = g_test_run ();
@@ -996,6 +1015,7 @@ main (int argc, char **argv)
     kv_key_unref (keys[i]);
   g_clear_object (&buffer);
   g_free (test_dir);
+  g_free (cluster_dir);
   g_free (seed);
   return status;
 }

@@ -296,6 +296,12 @@ connect_link (KvPeerClient  *self,
               GError       **error)
 {
   g_autoptr(GSocketClient) client = g_socket_client_new ();
+  /* an address of this connect's own: GLib 2.74 caches a parsed address
+   * in the GNetworkAddress without a lock, and two links connecting at
+   * once from two threads leaked one of the lists (LeakSanitizer) */
+  GNetworkAddress *peer = G_NETWORK_ADDRESS (self->connectable);
+  g_autoptr(GSocketConnectable) target = g_network_address_new (g_network_address_get_hostname (peer),
+                                                                g_network_address_get_port (peer));
   PeerLink *link = g_new0 (PeerLink, 1);
 
   link->buf = g_byte_array_new ();
@@ -305,7 +311,7 @@ connect_link (KvPeerClient  *self,
   link->hasher = kv_chunk_hasher_new ();
   /* straight to the peer: no system proxy between two cache nodes */
   g_socket_client_set_enable_proxy (client, FALSE);
-  link->socket_conn = g_socket_client_connect (client, self->connectable, cancellable, error);
+  link->socket_conn = g_socket_client_connect (client, target, cancellable, error);
   if (link->socket_conn == NULL)
     goto failed;
   g_socket_set_option (g_socket_connection_get_socket (link->socket_conn),

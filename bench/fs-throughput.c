@@ -873,11 +873,13 @@ stack_clear (Stack *s)
 }
 
 /* One request of the load pass: the chunks it waits for, as an engine
- * waits for a request whose lookups answered HIT_PENDING. */
+ * waits for a request whose lookups answered HIT_PENDING. It keeps their
+ * keys, as an engine keeps its blocks' hashes. */
 typedef struct
 {
   KvRequest *request;
-  guint64   *chunks;     /* chunk numbers still pending */
+  guint64   *chunks;     /* chunk numbers still pending, in prompt order */
+  KvKey    **keys;       /* their keys */
   guint      n_pending;
 } LoadRequest;
 
@@ -885,7 +887,10 @@ static void
 load_request_free (LoadRequest *lr)
 {
   g_object_unref (lr->request);
+  for (guint i = 0; i < lr->n_pending; i++)
+    kv_key_unref (lr->keys[i]);
   g_free (lr->chunks);
+  g_free (lr->keys);
   g_free (lr);
 }
 
@@ -898,11 +903,10 @@ static gboolean
 load_lookup (Stack       *s,
              LoadRequest *lr,
              guint64      chunk,
+             KvKey       *key,
              GQueue      *retry,
              guint64     *n_retried)
 {
-  g_autoptr(KvKey) key = bench_stack_key (&s->bench, chunk);
-
   switch (kv_tiering_manager_lookup (s->bench.manager, key, lr->request))
     {
     case KV_LOOKUP_RESULT_HIT:
@@ -948,15 +952,29 @@ run_load (Stack   *s,
     {
       gboolean progress = FALSE;
 
-      /* the active requests look their pending chunks up again */
+      /* The active requests look their pending chunks up again, in
+       * prompt order, up to the first one still on its way: the request
+       * cannot run before that one is in, and an engine asks for what
+       * would change its answer (a chunk after it that came in first
+       * answers HIT when the request gets to it). */
       for (guint r = 0; r < active->len; r++)
         {
           LoadRequest *lr = g_ptr_array_index (active, r);
           guint kept = 0;
+          gboolean waiting = FALSE;
 
           for (guint i = 0; i < lr->n_pending; i++)
-            if (load_lookup (s, lr, lr->chunks[i], &retry, n_retried))
-              lr->chunks[kept++] = lr->chunks[i];
+            {
+              if (waiting ||
+                  load_lookup (s, lr, lr->chunks[i], lr->keys[i], &retry, n_retried))
+                {
+                  waiting = TRUE;
+                  lr->chunks[kept] = lr->chunks[i];
+                  lr->keys[kept++] = lr->keys[i];
+                }
+              else
+                kv_key_unref (lr->keys[i]);
+            }
           progress |= kept < lr->n_pending;
           outstanding -= lr->n_pending - kept;
           lr->n_pending = kept;
@@ -978,10 +996,12 @@ run_load (Stack   *s,
 
           lr->request = kv_request_new (id, NULL);
           lr->chunks = g_new (guint64, batch);
+          lr->keys = g_new (KvKey *, batch);
           kv_tiering_manager_on_new_request (s->bench.manager, lr->request);
           while (lr->n_pending < batch)
             {
               guint64 chunk;
+              KvKey *key;
 
               if (n_to_retry > 0)
                 {
@@ -992,8 +1012,13 @@ run_load (Stack   *s,
                 chunk = first + next++;
               else
                 break;
-              if (load_lookup (s, lr, chunk, &retry, n_retried))
-                lr->chunks[lr->n_pending++] = chunk;
+              key = bench_stack_key (&s->bench, chunk);
+              if (load_lookup (s, lr, chunk, key, &retry, n_retried))
+                {
+                  lr->chunks[lr->n_pending] = chunk;
+                  lr->keys[lr->n_pending++] = g_steal_pointer (&key);
+                }
+              g_clear_pointer (&key, kv_key_unref);
             }
           outstanding += lr->n_pending;
           progress = TRUE;

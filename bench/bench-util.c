@@ -61,6 +61,17 @@ bench_self_cpu_s (void)
          usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
 }
 
+/* User + system CPU of the calling thread. */
+gdouble
+bench_thread_cpu_s (void)
+{
+  struct rusage usage;
+
+  getrusage (RUSAGE_THREAD, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
+         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+}
+
 /* User + system CPU of a live process (/proc/PID/stat); 0 if it is gone. */
 gdouble
 bench_process_cpu_s (GPid pid)

@@ -13,6 +13,7 @@ gboolean bench_parse_size      (const char *text,
 char    *bench_size_name       (guint64     bytes);
 gdouble  bench_now_s           (void);
 gdouble  bench_self_cpu_s      (void);
+gdouble  bench_thread_cpu_s    (void);
 gdouble  bench_process_cpu_s   (GPid        pid);
 guint    bench_median_index    (const gdouble *values,
                                 guint          n);

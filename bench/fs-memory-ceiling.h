@@ -11,7 +11,8 @@ G_BEGIN_DECLS
  * itself: a plain memcpy of the same chunks, between memory laid out like
  * the tier's (a primary-sized buffer of slots, and a buffer of the run's
  * total size standing for the files' pages), by 1 to n-CPUs threads,
- * measured in the same run. See fs-memory-ceiling.c.
+ * measured in the same run; and the same reads checking what they copy.
+ * See fs-memory-ceiling.c.
  */
 typedef struct
 {
@@ -30,6 +31,10 @@ typedef struct
   double   read_gbs;
   double   write_cpu;      /* s/GB */
   double   read_cpu;
+  /* reads that check what they copy, as a load of the tier must */
+  guint    checked_threads;
+  double   checked_gbs;
+  double   checked_cpu;
 } MemoryCeiling;
 
 gboolean memory_backed_dir       (const char    *dir,
@@ -43,6 +48,9 @@ double   memory_ceiling_pass     (MemoryCeiling *c,
                                   gboolean       write,
                                   guint          n_threads,
                                   double        *out_cpu);
+double   memory_ceiling_checked_read_pass (MemoryCeiling *c,
+                                           guint          n_threads,
+                                           double        *out_cpu);
 void     memory_ceiling_clear    (MemoryCeiling *c);
 
 G_END_DECLS

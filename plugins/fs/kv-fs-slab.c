@@ -799,6 +799,61 @@ copy_and_hash_record (KvFsOp *op)
   op->has_copied_checksum = TRUE;
 }
 
+/* Store into a mapped record, io_copy (an engine thread): the payload
+ * first (hashed a piece at a time as it is copied, unless the slot
+ * carried its checksum), then the header encoded in place over the
+ * slot's old one, its own checksum last. Until then the slot's header is
+ * the old chunk's or half written: a crash between leaves a slot whose
+ * header check or payload check fails, as a torn write on a disk does.
+ * A store past its deadline leaves zeros in the header instead (see
+ * store_written()). */
+static void
+store_into_map (KvFsOp *op)
+{
+  guint8 *to = op->io_map + KV_CHUNK_HEADER_SIZE;
+  const guint8 *from = op->payload;
+
+  g_assert (op->io_vec[0].iov_base == op->io_map);
+  if (op->has_payload_checksum)
+    memcpy (to, from, op->payload_len);
+  else
+    {
+      KvChunkHasher *hasher = g_private_get (&copy_hasher);
+
+      if (hasher == NULL)
+        {
+          hasher = kv_chunk_hasher_new ();
+          g_private_set (&copy_hasher, hasher);
+        }
+      kv_chunk_hasher_reset (hasher);
+      for (gsize done = 0; done < op->payload_len; done += COPY_PIECE)
+        {
+          gsize n = MIN (COPY_PIECE, op->payload_len - done);
+
+          memcpy (to + done, from + done, n);
+          kv_chunk_hasher_update (hasher, from + done, n);
+        }
+      op->payload_checksum = kv_chunk_hasher_digest (hasher);
+      op->has_payload_checksum = TRUE;
+    }
+  if (g_atomic_int_get (&op->aborted))
+    {
+      memset (op->io_map, 0, KV_CHUNK_HEADER_SIZE);
+      op->status = KV_FS_OP_STATUS_CANCELLED;
+      op->error = ECANCELED;
+      return;
+    }
+  encode_store_header (op);
+  op->status = KV_FS_OP_STATUS_OK;
+}
+
+/* io_complete of a mapped store: store_into_map() said how it went. */
+static KvFsOpIoNext
+stored_into_map (KvFsOp *op)
+{
+  return KV_FS_OP_IO_DONE;
+}
+
 /* Probe of a block device, io_complete: its slab header was read; it
  * must be intact. */
 static KvFsOpIoNext
@@ -856,6 +911,35 @@ kv_fs_slab_init_record (KvFsOp  *op,
     op->io_prepare = encode_store_header;
 }
 
+/*
+ * Makes @op (a store whose key, payload, namespace and sequence number
+ * are set) the store of the slot record mapped at @map, at @offset of
+ * @fd: one copy of the payload into the slot, then its header encoded in
+ * place (store_into_map()), both on an engine thread; nothing is encoded
+ * on the caller's, and no header buffer is taken.
+ */
+void
+kv_fs_slab_init_mapped_store (KvFsOp  *op,
+                              guint8  *map,
+                              int      fd,
+                              guint64  offset)
+{
+  g_return_if_fail (op->kind == KV_FS_OP_STORE);
+
+  op->flags |= KV_FS_OP_FLAG_AT_OFFSET | KV_FS_OP_FLAG_HEADER;
+  op->io_fd = fd;
+  op->io_offset = offset;
+  op->io_write = TRUE;
+  op->io_map = map;
+  op->io_vec[0] = (struct iovec) { map, KV_CHUNK_HEADER_SIZE };
+  op->io_vec[1] = (struct iovec) { op->payload, op->payload_len };
+  op->io_n_vec = 2;
+  op->io_prepare = NULL;
+  op->io_copy = store_into_map;
+  op->io_complete = stored_into_map;
+  op->has_copied_checksum = FALSE;
+}
+
 /* A header buffer for an op's record: one given back before, or a new
  * one (zeros: a store's may be encoded over). Lock held. */
 static guint8 *
@@ -880,6 +964,13 @@ give_back_header_locked (KvFsSlab *self,
 {
   if (!(op->flags & KV_FS_OP_FLAG_AT_OFFSET) || record_header (op) == NULL)
     return;
+  /* a mapped store's header is the slot's own, in the mapping */
+  if (op->kind == KV_FS_OP_STORE && op->io_map != NULL)
+    {
+      op->io_vec[0].iov_base = NULL;
+      op->header = NULL;
+      return;
+    }
   g_ptr_array_add (op->kind == KV_FS_OP_STORE ? self->store_headers : self->read_headers,
                    record_header (op));
   op->io_vec[0].iov_base = NULL;
@@ -998,7 +1089,8 @@ kv_fs_slab_alloc (KvFsSlab    *self,
  * the slot's memory is aligned), offset, a path naming both for
  * messages, and for a store a sequence number above every one given
  * before; then makes it the transfer of the slot's record (see
- * kv_fs_slab_init_record()). */
+ * kv_fs_slab_init_record()), or on a mapped slab file a store into the
+ * mapped record (kv_fs_slab_init_mapped_store()). */
 void
 kv_fs_slab_init_op (KvFsSlab *self,
                     KvFsOp   *op,
@@ -1006,7 +1098,8 @@ kv_fs_slab_init_op (KvFsSlab *self,
 {
   SlabFile *file = file_of_slot (self, slot);
   guint64 offset = kv_chunk_slab_slot_offset (self->payload_len, slot - file->first);
-  guint8 *header;
+  gboolean mapped_store = file->map != NULL && op->kind == KV_FS_OP_STORE;
+  guint8 *header = NULL;
   int fd;
 
   op->root = file->root;
@@ -1022,7 +1115,9 @@ kv_fs_slab_init_op (KvFsSlab *self,
       op->flags &= ~KV_FS_OP_FLAG_O_DIRECT;
     }
   g_mutex_lock (&self->lock);
-  header = take_header_locked (self, op->kind == KV_FS_OP_STORE);
+  /* a mapped store encodes its header in the slot itself */
+  if (!mapped_store)
+    header = take_header_locked (self, op->kind == KV_FS_OP_STORE);
   if (op->kind == KV_FS_OP_STORE)
     {
       /* Clock-based, so that stores made while a restart scan still
@@ -1034,6 +1129,11 @@ kv_fs_slab_init_op (KvFsSlab *self,
       op->sequence = self->last_sequence;
     }
   g_mutex_unlock (&self->lock);
+  if (mapped_store)
+    {
+      kv_fs_slab_init_mapped_store (op, file->map + offset, fd, offset);
+      return;
+    }
   kv_fs_slab_init_record (op, header, fd, offset);
   if (file->map != NULL)
     {

@@ -103,10 +103,15 @@ guint64     kv_fs_slab_scan             (KvFsSlab         *self,
 gboolean    kv_fs_slab_take_scanned     (KvFsSlab         *self,
                                          guint32          *out_slot);
 
-/* No slab needed: a slot record at an offset of a descriptor (tests). */
+/* No slab needed: a slot record at an offset of a descriptor, or a
+ * store into a record mapped at @map (tests). */
 void        kv_fs_slab_init_record      (KvFsOp           *op,
                                          guint8           *header,
                                          int               fd,
                                          guint64           offset);
+void        kv_fs_slab_init_mapped_store (KvFsOp          *op,
+                                          guint8          *map,
+                                          int              fd,
+                                          guint64          offset);
 
 G_END_DECLS

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
 #include <unistd.h>
@@ -1144,6 +1145,89 @@ test_aborted_store_invalid (Fixture       *f,
   close_tier (tier);
 }
 
+/* Runs a store of key @i (its payload in primary slot 0, its checksum
+ * not carried) into the record mapped at @offset of @path, aborted or
+ * not; returns its status. */
+static KvFsOpStatus
+run_mapped_store (Fixture    *f,
+                  const char *path,
+                  guint64     offset,
+                  guint       i,
+                  gboolean    aborted)
+{
+  guint8 ns[KV_CHUNK_NAMESPACE_DIGEST_LEN];
+  gsize size = offset + KV_CHUNK_HEADER_SIZE + FS_TEST_SLOT;
+  KvFsOpStatus status;
+  guint8 *map;
+  KvFsOp op;
+  int fd;
+
+  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
+  fd = open (path, O_RDWR);
+  g_assert_cmpint (fd, >=, 0);
+  map = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  g_assert_true (map != MAP_FAILED);
+  kv_fs_op_init (&op, KV_FS_OP_STORE, 0, 0, NULL, test_chunk_key (i));
+  test_chunk_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, i);
+  op.payload = kv_host_buffer_peek_slot (f->buffer, 0);
+  op.payload_len = FS_TEST_SLOT;
+  op.namespace_digest = ns;
+  op.sequence = G_MAXUINT64 / 2;
+  kv_fs_slab_init_mapped_store (&op, map + offset, fd, offset);
+  op.aborted = aborted;
+  kv_fs_op_run_at_offset (&op);
+  status = op.status;
+  /* the checksum it wrote is that of the payload it copied */
+  if (!aborted)
+    {
+      g_assert_true (op.has_payload_checksum);
+      g_assert_cmpuint (op.payload_checksum, ==, kv_chunk_checksum (op.payload, FS_TEST_SLOT));
+    }
+  kv_fs_op_clear (&op);
+  g_assert_cmpint (munmap (map, size), ==, 0);
+  close (fd);
+  return status;
+}
+
+/* On a memory-backed root a store copies its payload into the mapped
+ * slot and encodes the header there after it: a slot overwritten that
+ * way holds the new chunk for a restart, and one whose store was aborted
+ * (past its deadline) holds zeros in its header, so no restart finds
+ * it. */
+static void
+test_mapped_store_in_place (Fixture       *f,
+                            gconstpointer  data)
+{
+  const FsVariant *v = data;
+  KvFsTier *tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  g_autofree char *path0 = NULL;
+  g_autofree char *path1 = NULL;
+  g_autofree guint8 *header = NULL;
+  guint64 offset0 = 0, offset1 = 0;
+
+  g_assert_true (store_keys (f, tier, 0, 2));
+  path0 = locate (tier, 0, &offset0);
+  path1 = locate (tier, 1, &offset1);
+  close_tier (tier);
+
+  /* key 0's slot rewritten by a store of key 7, key 1's by an aborted
+   * store of key 8 */
+  g_assert_cmpint (run_mapped_store (f, path0, offset0, 7, FALSE), ==, KV_FS_OP_STATUS_OK);
+  g_assert_cmpint (run_mapped_store (f, path1, offset1, 8, TRUE), ==, KV_FS_OP_STATUS_CANCELLED);
+  header = read_file_at (path1, offset1, KV_CHUNK_HEADER_SIZE);
+  for (guint i = 0; i < KV_CHUNK_HEADER_SIZE; i++)
+    g_assert_cmpuint (header[i], ==, 0);
+
+  tier = fs_test_tier_new (f->buffer, f->root, v, NULL);
+  kv_fs_tier_wait_index_ready (tier);
+  g_assert_cmpuint (kv_fs_tier_get_n_chunks (tier), ==, 1);
+  g_assert_cmpint (lookup (tier, 0), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (tier, 1), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (tier, 8), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_true (load_key (f, tier, 7, 3));
+  close_tier (tier);
+}
+
 /* ---- a block device ------------------------------------------------------ */
 
 /* Attaches @image to a loop device; NULL (the test skipped, saying why)
@@ -1399,6 +1483,7 @@ main (int argc, char **argv)
         { "torn-slot-stored-again", (GTestFixtureFunc) test_torn_slot_stored_again },
         { "carried-checksum", (GTestFixtureFunc) test_carried_checksum },
         { "mapping", (GTestFixtureFunc) test_memory_mapping },
+        { "store-in-place", (GTestFixtureFunc) test_mapped_store_in_place },
       };
       const char *e = fs_engine_name (variants[i].engine);
 

@@ -769,10 +769,12 @@ free_hasher (gpointer hasher)
 
 static GPrivate copy_hasher = G_PRIVATE_INIT (free_hasher);
 
-/* Load of a mapped record, io_copy (an engine thread): the header, then
- * the payload a piece at a time, each piece hashed right after its copy,
- * so that the check (load_read()) reads no byte of it again: copy and
- * check in one pass over memory. */
+/* Load of a mapped record, io_copy (an engine thread): the payload a
+ * piece at a time, each piece hashed right after its copy, so that the
+ * check (load_read()) reads no byte of it again: copy and check in one
+ * pass over memory. The header is checked where it lies, in the
+ * mapping: the slot is pinned, so no store of the tier writes it
+ * meanwhile. */
 static void
 copy_and_hash_record (KvFsOp *op)
 {
@@ -781,13 +783,13 @@ copy_and_hash_record (KvFsOp *op)
   guint8 *to = op->payload;
 
   g_assert (op->io_n_vec == 2 && op->io_vec[1].iov_base == op->payload);
+  g_assert (record_header (op) == op->io_map);
   if (hasher == NULL)
     {
       hasher = kv_chunk_hasher_new ();
       g_private_set (&copy_hasher, hasher);
     }
   kv_chunk_hasher_reset (hasher);
-  memcpy (record_header (op), op->io_map, KV_CHUNK_HEADER_SIZE);
   for (gsize done = 0; done < op->payload_len; done += COPY_PIECE)
     {
       gsize n = MIN (COPY_PIECE, op->payload_len - done);
@@ -964,8 +966,8 @@ give_back_header_locked (KvFsSlab *self,
 {
   if (!(op->flags & KV_FS_OP_FLAG_AT_OFFSET) || record_header (op) == NULL)
     return;
-  /* a mapped store's header is the slot's own, in the mapping */
-  if (op->kind == KV_FS_OP_STORE && op->io_map != NULL)
+  /* a mapped record's header is the slot's own, in the mapping */
+  if (op->io_map != NULL)
     {
       op->io_vec[0].iov_base = NULL;
       op->header = NULL;
@@ -1099,7 +1101,8 @@ kv_fs_slab_init_op (KvFsSlab *self,
   SlabFile *file = file_of_slot (self, slot);
   guint64 offset = kv_chunk_slab_slot_offset (self->payload_len, slot - file->first);
   gboolean mapped_store = file->map != NULL && op->kind == KV_FS_OP_STORE;
-  guint8 *header = NULL;
+  /* a mapped record's header is read or written in the mapping */
+  guint8 *header = file->map != NULL ? file->map + offset : NULL;
   int fd;
 
   op->root = file->root;
@@ -1115,8 +1118,7 @@ kv_fs_slab_init_op (KvFsSlab *self,
       op->flags &= ~KV_FS_OP_FLAG_O_DIRECT;
     }
   g_mutex_lock (&self->lock);
-  /* a mapped store encodes its header in the slot itself */
-  if (!mapped_store)
+  if (header == NULL)
     header = take_header_locked (self, op->kind == KV_FS_OP_STORE);
   if (op->kind == KV_FS_OP_STORE)
     {
@@ -1137,9 +1139,10 @@ kv_fs_slab_init_op (KvFsSlab *self,
   kv_fs_slab_init_record (op, header, fd, offset);
   if (file->map != NULL)
     {
-      op->io_map = file->map + offset;
-      if (op->kind == KV_FS_OP_LOAD && (op->flags & KV_FS_OP_FLAG_VERIFY))
-        op->io_copy = copy_and_hash_record;
+      /* a slab's load is always checked */
+      g_assert (op->kind == KV_FS_OP_LOAD && (op->flags & KV_FS_OP_FLAG_VERIFY));
+      op->io_map = header;
+      op->io_copy = copy_and_hash_record;
     }
 }
 

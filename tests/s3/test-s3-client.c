@@ -1,6 +1,9 @@
 /* SPDX-License-Identifier: LGPL-2.1-or-later */
 #include "config.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include "test-s3-common.h"
 #include "kv-s3-sigv4.h"
 #include "s3-fake-server.h"
@@ -552,6 +555,51 @@ fake_get (Fake     *fake,
   return outcome;
 }
 
+/* With no file descriptor left (RLIMIT_NOFILE at the lowest free one), a
+ * request that needs a new connection fails at once with the error that
+ * says so; once descriptors are back, the same client connects again:
+ * the failed connect left no connection counted against the bound of
+ * one. Run in a subprocess, since the limit is the whole process's. */
+static void
+test_out_of_descriptors (void)
+{
+  if (g_test_subprocess ())
+    {
+      KvS3ClientConfig config = s3_test_config ("fake-bucket");
+      g_autoptr(GError) error = NULL;
+      struct rlimit saved, low;
+      Fake fake = { 0 };
+      int lowest_free;
+
+      config.access_key = "AKFAKE";
+      config.secret_key = "SKFAKE";
+      config.reply_timeout_ms = 2000;
+      config.max_connections = 1;
+      fake_start (&fake, FAKE_OK, &config);
+
+      g_assert_cmpint (getrlimit (RLIMIT_NOFILE, &saved), ==, 0);
+      lowest_free = dup (0);
+      g_assert_cmpint (lowest_free, >=, 0);
+      close (lowest_free);
+      low = saved;
+      low.rlim_cur = lowest_free;
+      g_assert_cmpint (setrlimit (RLIMIT_NOFILE, &low), ==, 0);
+      g_assert_cmpint (fake_get (&fake, 1000, &error), ==, KV_S3_OP_FAILED);
+      g_assert_nonnull (error);
+      g_assert_nonnull (strstr (error->message, g_strerror (EMFILE)));
+      g_clear_error (&error);
+      g_assert_cmpint (setrlimit (RLIMIT_NOFILE, &saved), ==, 0);
+
+      g_assert_cmpint (fake_get (&fake, 1000, &error), ==, KV_S3_OP_OK);
+      g_assert_no_error (error);
+      g_assert_cmpuint (s3_fake_server_get_n_requests (fake.server), ==, 1);
+      fake_stop (&fake);
+      return;
+    }
+  g_test_trap_subprocess (NULL, 60 * G_USEC_PER_SEC, G_TEST_SUBPROCESS_DEFAULT);
+  g_test_trap_assert_passed ();
+}
+
 static void
 test_signed_headers (void)
 {
@@ -1069,6 +1117,7 @@ main (int   argc,
   g_test_add_func ("/s3-client/fake/garbage", test_garbage);
   g_test_add_func ("/s3-client/fake/framing", test_framing);
   g_test_add_func ("/s3-client/fake/reply-before-body", test_reply_before_body);
+  g_test_add_func ("/s3-client/fake/out-of-descriptors", test_out_of_descriptors);
   g_test_add_func ("/s3-client/fake/abort-and-shutdown", test_abort_and_shutdown);
   if (s3_test_start_gateway ())
     s3_test_create_bucket (BUCKET);

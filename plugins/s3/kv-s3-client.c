@@ -712,13 +712,15 @@ process_done (KvS3Client *self)
 }
 
 /* Signs @op now (SigV4: the date is part of the signature): its request
- * target (path and query, as sent; op->url, the whole URL) and its header
- * lines ("name: value"), the body's included. */
+ * target (path and query, as sent, in @out_target when not NULL; op->url,
+ * the whole URL) and its header lines ("name: value"), the body's
+ * included. */
 static GPtrArray *
 sign_request (KvS3Client  *self,
               KvS3Op      *op,
               char       **out_target)
 {
+  g_autofree char *target = NULL;
   g_autofree char *encoded_key = op->key != NULL ? kv_s3_uri_encode (op->key, FALSE) : NULL;
   g_autofree char *uri = NULL;
   g_autofree char *query = op->query != NULL ? kv_s3_canonical_query_pairs (op->query) : NULL;
@@ -736,9 +738,11 @@ sign_request (KvS3Client  *self,
   else
     uri = g_strdup (self->path_prefix[0] != '\0' ? self->path_prefix : "/");
   /* the canonical query is encoded as the URL's must be */
-  *out_target = g_strconcat (uri, query != NULL && query[0] != '\0' ? "?" : "", query, NULL);
+  target = g_strconcat (uri, query != NULL && query[0] != '\0' ? "?" : "", query, NULL);
   g_free (op->url);
-  op->url = g_strconcat (self->base_url, *out_target, NULL);
+  op->url = g_strconcat (self->base_url, target, NULL);
+  if (out_target != NULL)
+    *out_target = g_steal_pointer (&target);
 
   kv_s3_amz_date (g_get_real_time () / G_USEC_PER_SEC, amz_date);
   headers[n++] = (KvS3Header) { "host", self->host_header };
@@ -763,8 +767,8 @@ setup_easy (KvS3Client *self,
             KvS3Op     *op,
             long        timeout_ms)
 {
-  g_autofree char *target = NULL;
-  g_autoptr(GPtrArray) lines = sign_request (self, op, &target);
+  /* libcurl frames the request from op->url */
+  g_autoptr(GPtrArray) lines = sign_request (self, op, NULL);
   CURL *easy;
 
   for (guint i = 0; i < lines->len; i++)

@@ -38,6 +38,8 @@ typedef struct
 
   GMutex     lock;
   GCond      cond;
+  guint      n_waiting;   /* threads in g_cond_wait() on cond: a wake-up
+                           * is a system call, made only for them */
   RootQueue *roots;
   guint      next_root;
   guint      n_queued;
@@ -57,8 +59,18 @@ kv_fs_engine_real_kick (KvFsEngine *self)
   KvFsEnginePrivate *priv = kv_fs_engine_get_instance_private (self);
 
   g_mutex_lock (&priv->lock);
-  g_cond_broadcast (&priv->cond);
+  if (priv->n_waiting > 0)
+    g_cond_broadcast (&priv->cond);
   g_mutex_unlock (&priv->lock);
+}
+
+/* Lock held: waits on cond, counted (see n_waiting). */
+static void
+wait_locked (KvFsEnginePrivate *priv)
+{
+  priv->n_waiting++;
+  g_cond_wait (&priv->cond, &priv->lock);
+  priv->n_waiting--;
 }
 
 static void
@@ -392,7 +404,7 @@ _kv_fs_engine_pop (KvFsEngine *self,
       op = pop_locked (priv, prefer_loads);
       if (op != NULL || !wait || priv->stopping)
         break;
-      g_cond_wait (&priv->cond, &priv->lock);
+      wait_locked (priv);
     }
   g_mutex_unlock (&priv->lock);
   return op;
@@ -412,7 +424,9 @@ _kv_fs_engine_finish (KvFsEngine *self,
   g_mutex_lock (&priv->lock);
   rq->inflight -= op->cost;
   priv->n_running--;
-  g_cond_broadcast (&priv->cond);
+  /* budget freed, maybe the last op: for a worker or a drain waiting */
+  if (priv->n_waiting > 0)
+    g_cond_broadcast (&priv->cond);
   g_mutex_unlock (&priv->lock);
 
   op->done (op, op->done_data);
@@ -457,7 +471,7 @@ _kv_fs_engine_wait_idle (KvFsEngine *self)
 
   g_mutex_lock (&priv->lock);
   while (priv->n_running > 0)
-    g_cond_wait (&priv->cond, &priv->lock);
+    wait_locked (priv);
   g_mutex_unlock (&priv->lock);
 }
 

@@ -45,9 +45,13 @@ typedef struct
   KvFsEntry     **entries;      /* loads: the pinned index entries; stores: the
                                  * evicted entry whose file the store takes over */
   guint8         *from_spare;   /* stores: TRUE where op->reuse_path is a spare file */
-  guint           n_outstanding;
+  /* (atomic, no lock: each op's report touches these alone, and two
+   * engine threads reporting ops of one job would contend on a lock) */
+  gint            n_outstanding;
+  gint            probe_failed;
+  gint64          io_start;     /* the ops' I/O span, monotonic µs; 0: none yet */
+  gint64          io_end;
   gboolean        expired;      /* failed by its deadline; I/O may still run */
-  gboolean        probe_failed;
   guint           refs;         /* the ops (as one), the launcher, a running cancel func */
 } FsJob;
 
@@ -481,7 +485,7 @@ fs_job_finish (FsJob *fj)
       gulong handler;
 
       kv_secondary_tier_complete_probe (KV_SECONDARY_TIER (fj->tier), fj->probe_id,
-                                        !fj->probe_failed);
+                                        !g_atomic_int_get (&fj->probe_failed));
       g_mutex_lock (&fj->tier->lock);
       handler = fj->probe_handler;
       fj->probe_handler = 0;
@@ -492,8 +496,34 @@ fs_job_finish (FsJob *fj)
         g_signal_handler_disconnect (fj->probe_cancellable, handler);
     }
   else
-    kv_tier_job_report (fj->tier_job);
+    {
+      gint64 io_start = __atomic_load_n (&fj->io_start, __ATOMIC_RELAXED);
+
+      if (io_start > 0)
+        kv_tier_job_record_io (fj->tier_job, io_start,
+                               __atomic_load_n (&fj->io_end, __ATOMIC_RELAXED));
+      kv_tier_job_report (fj->tier_job);
+    }
   fs_job_unref (fj);
+}
+
+/* Widens @fj's I/O span to take in [@start_us, @end_us]. Any thread. */
+static void
+fs_job_add_io (FsJob  *fj,
+               gint64  start_us,
+               gint64  end_us)
+{
+  gint64 seen = __atomic_load_n (&fj->io_start, __ATOMIC_RELAXED);
+
+  while ((seen == 0 || start_us < seen) &&
+         !__atomic_compare_exchange_n (&fj->io_start, &seen, start_us, TRUE, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED))
+    ;
+  seen = __atomic_load_n (&fj->io_end, __ATOMIC_RELAXED);
+  while (end_us > seen &&
+         !__atomic_compare_exchange_n (&fj->io_end, &seen, end_us, TRUE, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED))
+    ;
 }
 
 static void
@@ -651,11 +681,12 @@ op_done (KvFsOp   *op,
       g_assert_not_reached ();
     }
 
-  /* Marked before the op is counted out: the last op reports the job. */
+  /* Marked before the op is counted out: the last op reports the job
+   * (and records the I/O span of them all, see fs_job_finish()). */
   if (fj->tier_job != NULL)
     {
       if (op->start_us > 0 && op->end_us >= op->start_us)
-        kv_tier_job_record_io (fj->tier_job, op->start_us, op->end_us);
+        fs_job_add_io (fj, op->start_us, op->end_us);
       if (landed)
         kv_tier_job_mark_landed (fj->tier_job, i);
       else if (skipped)
@@ -678,12 +709,11 @@ op_done (KvFsOp   *op,
         }
     }
 
-  g_mutex_lock (&self->lock);
   if (fj->is_probe && !landed)
-    fj->probe_failed = TRUE;
-  g_assert (fj->n_outstanding > 0);
-  last = --fj->n_outstanding == 0;
-  g_mutex_unlock (&self->lock);
+    g_atomic_int_set (&fj->probe_failed, TRUE);
+  /* a full barrier: the last op's reporter sees every mark and span */
+  g_assert (g_atomic_int_get (&fj->n_outstanding) > 0);
+  last = g_atomic_int_dec_and_test (&fj->n_outstanding);
 
   if (last)
     fs_job_finish (fj);
@@ -776,8 +806,9 @@ start_ops (KvFsTier  *self,
       handler = g_cancellable_connect (fj->probe_cancellable, G_CALLBACK (probe_cancelled), fj,
                                        (GDestroyNotify) fs_job_unref);
       g_mutex_lock (&self->lock);
-      /* a probe reported already disconnects nothing: do it here */
-      if (fj->n_outstanding > 0)
+      /* a probe reported already disconnects nothing: do it here (its
+       * report takes the lock after its last op is counted out) */
+      if (g_atomic_int_get (&fj->n_outstanding) > 0)
         {
           fj->probe_handler = handler;
           kept = TRUE;
@@ -809,7 +840,7 @@ kv_fs_tier_probe (KvSecondaryTier  *tier,
   fj->n_keys = n;
   fj->ops = g_new0 (KvFsOp, n);
   fj->entries = g_new0 (KvFsEntry *, n);
-  fj->n_outstanding = n;
+  g_atomic_int_set (&fj->n_outstanding, n);
   ops = g_new (KvFsOp *, n);
   for (guint r = 0; r < n; r++)
     {
@@ -904,7 +935,7 @@ launch_ops (KvFsTier  *self,
       n++;
 
   g_mutex_lock (&self->lock);
-  fj->n_outstanding = n;
+  g_atomic_int_set (&fj->n_outstanding, n);
   fj->refs = 1;
   self->n_live_jobs++;
   g_mutex_unlock (&self->lock);

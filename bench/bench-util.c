@@ -50,26 +50,29 @@ bench_now_s (void)
   return g_get_monotonic_time () / 1e6;
 }
 
+/* User + system CPU of @who (getrusage()). */
+static gdouble
+cpu_s (int who)
+{
+  struct rusage usage;
+
+  getrusage (who, &usage);
+  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
+         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+}
+
 /* User + system CPU of this process, all threads. */
 gdouble
 bench_self_cpu_s (void)
 {
-  struct rusage usage;
-
-  getrusage (RUSAGE_SELF, &usage);
-  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
-         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+  return cpu_s (RUSAGE_SELF);
 }
 
 /* User + system CPU of the calling thread. */
 gdouble
 bench_thread_cpu_s (void)
 {
-  struct rusage usage;
-
-  getrusage (RUSAGE_THREAD, &usage);
-  return usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6 +
-         usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6;
+  return cpu_s (RUSAGE_THREAD);
 }
 
 /* User + system CPU of a live process (/proc/PID/stat); 0 if it is gone. */

@@ -757,7 +757,7 @@ load_read (KvFsOp *op)
   return KV_FS_OP_IO_DONE;
 }
 
-/* Bytes a mapped load copies before hashing them, while they are still
+/* Bytes a mapped copy moves before hashing them, while they are still
  * in the core's cache. */
 #define COPY_PIECE (64 * 1024)
 
@@ -769,6 +769,32 @@ free_hasher (gpointer hasher)
 
 static GPrivate copy_hasher = G_PRIVATE_INIT (free_hasher);
 
+/* Copies @len bytes from @from to @to a piece at a time, each piece
+ * hashed right after its copy, while it is still in the core's cache;
+ * returns the XXH3-64 of the bytes (the calling thread's hasher). */
+static guint64
+copy_and_hash (guint8       *to,
+               const guint8 *from,
+               gsize         len)
+{
+  KvChunkHasher *hasher = g_private_get (&copy_hasher);
+
+  if (hasher == NULL)
+    {
+      hasher = kv_chunk_hasher_new ();
+      g_private_set (&copy_hasher, hasher);
+    }
+  kv_chunk_hasher_reset (hasher);
+  for (gsize done = 0; done < len; done += COPY_PIECE)
+    {
+      gsize n = MIN (COPY_PIECE, len - done);
+
+      memcpy (to + done, from + done, n);
+      kv_chunk_hasher_update (hasher, to + done, n);
+    }
+  return kv_chunk_hasher_digest (hasher);
+}
+
 /* Load of a mapped record, io_copy (an engine thread): the payload a
  * piece at a time, each piece hashed right after its copy, so that the
  * check (load_read()) reads no byte of it again: copy and check in one
@@ -778,26 +804,10 @@ static GPrivate copy_hasher = G_PRIVATE_INIT (free_hasher);
 static void
 copy_and_hash_record (KvFsOp *op)
 {
-  KvChunkHasher *hasher = g_private_get (&copy_hasher);
-  const guint8 *from = op->io_map + KV_CHUNK_HEADER_SIZE;
-  guint8 *to = op->payload;
-
   g_assert (op->io_n_vec == 2 && op->io_vec[1].iov_base == op->payload);
   g_assert (record_header (op) == op->io_map);
-  if (hasher == NULL)
-    {
-      hasher = kv_chunk_hasher_new ();
-      g_private_set (&copy_hasher, hasher);
-    }
-  kv_chunk_hasher_reset (hasher);
-  for (gsize done = 0; done < op->payload_len; done += COPY_PIECE)
-    {
-      gsize n = MIN (COPY_PIECE, op->payload_len - done);
-
-      memcpy (to + done, from + done, n);
-      kv_chunk_hasher_update (hasher, to + done, n);
-    }
-  op->copied_checksum = kv_chunk_hasher_digest (hasher);
+  op->copied_checksum = copy_and_hash (op->payload, op->io_map + KV_CHUNK_HEADER_SIZE,
+                                       op->payload_len);
   op->has_copied_checksum = TRUE;
 }
 
@@ -813,29 +823,13 @@ static void
 store_into_map (KvFsOp *op)
 {
   guint8 *to = op->io_map + KV_CHUNK_HEADER_SIZE;
-  const guint8 *from = op->payload;
 
   g_assert (op->io_vec[0].iov_base == op->io_map);
   if (op->has_payload_checksum)
-    memcpy (to, from, op->payload_len);
+    memcpy (to, op->payload, op->payload_len);
   else
     {
-      KvChunkHasher *hasher = g_private_get (&copy_hasher);
-
-      if (hasher == NULL)
-        {
-          hasher = kv_chunk_hasher_new ();
-          g_private_set (&copy_hasher, hasher);
-        }
-      kv_chunk_hasher_reset (hasher);
-      for (gsize done = 0; done < op->payload_len; done += COPY_PIECE)
-        {
-          gsize n = MIN (COPY_PIECE, op->payload_len - done);
-
-          memcpy (to + done, from + done, n);
-          kv_chunk_hasher_update (hasher, from + done, n);
-        }
-      op->payload_checksum = kv_chunk_hasher_digest (hasher);
+      op->payload_checksum = copy_and_hash (to, op->payload, op->payload_len);
       op->has_payload_checksum = TRUE;
     }
   if (g_atomic_int_get (&op->aborted))

@@ -1093,6 +1093,23 @@ test_newest_copy_wins (Fixture       *f,
     }
 }
 
+/* @op: a store of key @i (its payload in primary slot 0, its checksum not
+ * carried) in namespace @ns, the newest one, for a record set up next. */
+static void
+init_test_store (Fixture  *f,
+                 KvFsOp   *op,
+                 guint     i,
+                 guint8   *ns)
+{
+  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
+  kv_fs_op_init (op, KV_FS_OP_STORE, 0, 0, NULL, test_chunk_key (i));
+  test_chunk_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, i);
+  op->payload = kv_host_buffer_peek_slot (f->buffer, 0);
+  op->payload_len = FS_TEST_SLOT;
+  op->namespace_digest = ns;
+  op->sequence = G_MAXUINT64 / 2;
+}
+
 /* A store whose deadline passed while it wrote (its primary slot may
  * hold another chunk's bytes by then) leaves no valid slot behind: the
  * header it wrote is overwritten with zeros, so no restart finds it. */
@@ -1117,15 +1134,9 @@ test_aborted_store_invalid (Fixture       *f,
   /* key 1's slot rewritten by an aborted store of key 7 */
   g_assert_cmpint (posix_memalign ((void **) &buf, 4096, KV_CHUNK_HEADER_SIZE), ==, 0);
   memset (buf, 0, KV_CHUNK_HEADER_SIZE);
-  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
   fd = open (path, O_RDWR);
   g_assert_cmpint (fd, >=, 0);
-  kv_fs_op_init (&op, KV_FS_OP_STORE, 0, 0, NULL, test_chunk_key (7));
-  test_chunk_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, 7);
-  op.payload = kv_host_buffer_peek_slot (f->buffer, 0);
-  op.payload_len = FS_TEST_SLOT;
-  op.namespace_digest = ns;
-  op.sequence = G_MAXUINT64 / 2;
+  init_test_store (f, &op, 7, ns);
   kv_fs_slab_init_record (&op, buf, fd, offset);
   op.aborted = TRUE;
   kv_fs_op_run_at_offset (&op);
@@ -1162,17 +1173,11 @@ run_mapped_store (Fixture    *f,
   KvFsOp op;
   int fd;
 
-  kv_chunk_namespace_digest ("default", FS_TEST_SLOT, ns);
   fd = open (path, O_RDWR);
   g_assert_cmpint (fd, >=, 0);
   map = mmap (NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   g_assert_true (map != MAP_FAILED);
-  kv_fs_op_init (&op, KV_FS_OP_STORE, 0, 0, NULL, test_chunk_key (i));
-  test_chunk_fill (kv_host_buffer_peek_slot (f->buffer, 0), FS_TEST_SLOT, i);
-  op.payload = kv_host_buffer_peek_slot (f->buffer, 0);
-  op.payload_len = FS_TEST_SLOT;
-  op.namespace_digest = ns;
-  op.sequence = G_MAXUINT64 / 2;
+  init_test_store (f, &op, i, ns);
   kv_fs_slab_init_mapped_store (&op, map + offset, fd, offset);
   op.aborted = aborted;
   kv_fs_op_run_at_offset (&op);

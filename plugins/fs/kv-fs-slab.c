@@ -70,7 +70,9 @@ struct _KvFsSlab
   guint32      *free_stack;
   guint32       n_free;
   GHashTable   *map;         /* KvKey (slot->key) → slot number + 1 */
-  guint64       last_sequence;
+  guint64       last_sequence;      /* (atomic) the newest store's */
+  gint          scanned_unchecked;  /* (atomic) a restart scan mapped a slot
+                                     * on its header's word (never cleared) */
   /* header buffers of no op now, for ops' records: a store's buffer only
    * ever holds headers its stores encoded, zeros past the fields (see
    * kv_chunk_slot_header_reencode()); loads and probes read anything */
@@ -1080,6 +1082,38 @@ kv_fs_slab_alloc (KvFsSlab    *self,
   return found;
 }
 
+/* A store's sequence number: above every one given before, and
+ * clock-based, so that stores made while a restart scan still reads the
+ * slots (whose highest number it does not know yet) are newer than
+ * theirs. Any thread. */
+static guint64
+next_sequence (KvFsSlab *self)
+{
+  guint64 now = g_get_real_time ();
+  guint64 seen = __atomic_load_n (&self->last_sequence, __ATOMIC_RELAXED);
+  guint64 next;
+
+  do
+    next = MAX (seen + 1, now);
+  while (!__atomic_compare_exchange_n (&self->last_sequence, &seen, next, TRUE,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return next;
+}
+
+/* The restart scan found stores numbered up to @sequence: later ones
+ * get higher numbers. Any thread. */
+static void
+raise_sequence (KvFsSlab *self,
+                guint64   sequence)
+{
+  guint64 seen = __atomic_load_n (&self->last_sequence, __ATOMIC_RELAXED);
+
+  while (sequence > seen &&
+         !__atomic_compare_exchange_n (&self->last_sequence, &seen, sequence, TRUE,
+                                       __ATOMIC_RELAXED, __ATOMIC_RELAXED))
+    ;
+}
+
 /* Points @op (a store or load whose key, payload and namespace are set)
  * at @slot: its file's descriptor (O_DIRECT where the file has one and
  * the slot's memory is aligned), offset, a path naming both for
@@ -1111,20 +1145,14 @@ kv_fs_slab_init_op (KvFsSlab *self,
       fd = file->fd;
       op->flags &= ~KV_FS_OP_FLAG_O_DIRECT;
     }
-  g_mutex_lock (&self->lock);
   if (header == NULL)
-    header = take_header_locked (self, op->kind == KV_FS_OP_STORE);
-  if (op->kind == KV_FS_OP_STORE)
     {
-      /* Clock-based, so that stores made while a restart scan still
-       * reads the slots (whose highest number it does not know yet)
-       * are newer than theirs. */
-      guint64 now = g_get_real_time ();
-
-      self->last_sequence = MAX (self->last_sequence + 1, now);
-      op->sequence = self->last_sequence;
+      g_mutex_lock (&self->lock);
+      header = take_header_locked (self, op->kind == KV_FS_OP_STORE);
+      g_mutex_unlock (&self->lock);
     }
-  g_mutex_unlock (&self->lock);
+  if (op->kind == KV_FS_OP_STORE)
+    op->sequence = next_sequence (self);
   if (mapped_store)
     {
       kv_fs_slab_init_mapped_store (op, file->map + offset, fd, offset);
@@ -1378,6 +1406,9 @@ kv_fs_slab_take_unchecked (KvFsSlab    *self,
   gpointer value;
   gboolean taken = FALSE;
 
+  /* a tier that found no slot on restart holds none: no lock per store */
+  if (!g_atomic_int_get (&self->scanned_unchecked))
+    return FALSE;
   g_mutex_lock (&self->lock);
   value = g_hash_table_lookup (self->map, key);
   if (value != NULL)
@@ -1740,9 +1771,7 @@ kv_fs_slab_scan (KvFsSlab         *self,
       g_array_unref (scan->found);
     }
 
-  g_mutex_lock (&self->lock);
-  self->last_sequence = MAX (self->last_sequence, max_sequence);
-  g_mutex_unlock (&self->lock);
+  raise_sequence (self, max_sequence);
 
   /* Oldest first in the eviction order: the newest go in first, each
    * then ahead of the ones before. */
@@ -1758,6 +1787,8 @@ kv_fs_slab_scan (KvFsSlab         *self,
       g_mutex_lock (&self->lock);
       if (!g_atomic_int_get (cancel) && !g_hash_table_contains (self->map, c->key))
         {
+          /* before the key can be found: see kv_fs_slab_take_unchecked() */
+          g_atomic_int_set (&self->scanned_unchecked, TRUE);
           s->key = kv_key_ref (c->key);
           s->state = SLOT_VALID;
           s->checked = FALSE;

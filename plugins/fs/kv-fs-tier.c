@@ -45,12 +45,8 @@ typedef struct
   KvFsEntry     **entries;      /* loads: the pinned index entries; stores: the
                                  * evicted entry whose file the store takes over */
   guint8         *from_spare;   /* stores: TRUE where op->reuse_path is a spare file */
-  /* (atomic, no lock: each op's report touches these alone, and two
-   * engine threads reporting ops of one job would contend on a lock) */
-  gint            n_outstanding;
-  gint            probe_failed;
-  gint64          io_start;     /* the ops' I/O span, monotonic µs; 0: none yet */
-  gint64          io_end;
+  gint            n_outstanding;  /* (atomic) ops not reported yet (see op_done()) */
+  gboolean        probe_failed;   /* set as the last op settles the job's ops */
   gboolean        expired;      /* failed by its deadline; I/O may still run */
   guint           refs;         /* the ops (as one), the launcher, a running cancel func */
 } FsJob;
@@ -485,7 +481,7 @@ fs_job_finish (FsJob *fj)
       gulong handler;
 
       kv_secondary_tier_complete_probe (KV_SECONDARY_TIER (fj->tier), fj->probe_id,
-                                        !g_atomic_int_get (&fj->probe_failed));
+                                        !fj->probe_failed);
       g_mutex_lock (&fj->tier->lock);
       handler = fj->probe_handler;
       fj->probe_handler = 0;
@@ -496,41 +492,17 @@ fs_job_finish (FsJob *fj)
         g_signal_handler_disconnect (fj->probe_cancellable, handler);
     }
   else
-    {
-      gint64 io_start = __atomic_load_n (&fj->io_start, __ATOMIC_RELAXED);
-
-      if (io_start > 0)
-        kv_tier_job_record_io (fj->tier_job, io_start,
-                               __atomic_load_n (&fj->io_end, __ATOMIC_RELAXED));
-      kv_tier_job_report (fj->tier_job);
-    }
+    kv_tier_job_report (fj->tier_job);
   fs_job_unref (fj);
 }
 
-/* Widens @fj's I/O span to take in [@start_us, @end_us]. Any thread. */
+/* What @op's outcome means for the tier (counters, slab slot, index
+ * entry, events) and for its job (the key's mark). Run for every op of
+ * a job by the thread that reports its last op (see op_done()). */
 static void
-fs_job_add_io (FsJob  *fj,
-               gint64  start_us,
-               gint64  end_us)
+settle_op (FsJob  *fj,
+           KvFsOp *op)
 {
-  gint64 seen = __atomic_load_n (&fj->io_start, __ATOMIC_RELAXED);
-
-  while ((seen == 0 || start_us < seen) &&
-         !__atomic_compare_exchange_n (&fj->io_start, &seen, start_us, TRUE, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED))
-    ;
-  seen = __atomic_load_n (&fj->io_end, __ATOMIC_RELAXED);
-  while (end_us > seen &&
-         !__atomic_compare_exchange_n (&fj->io_end, &seen, end_us, TRUE, __ATOMIC_RELAXED,
-                                       __ATOMIC_RELAXED))
-    ;
-}
-
-static void
-op_done (KvFsOp   *op,
-         gpointer  user_data)
-{
-  FsJob *fj = user_data;
   KvFsTier *self = fj->tier;
   guint i = op - fj->ops;
   gboolean landed = FALSE;
@@ -538,7 +510,6 @@ op_done (KvFsOp   *op,
   gboolean missing = FALSE;
   KvKeyFailureFlags failure = KV_KEY_FAILURE_FLAGS_NOT_A_FAULT;
   gboolean removed = FALSE;
-  gboolean last;
 
   switch (op->kind)
     {
@@ -681,12 +652,8 @@ op_done (KvFsOp   *op,
       g_assert_not_reached ();
     }
 
-  /* Marked before the op is counted out: the last op reports the job
-   * (and records the I/O span of them all, see fs_job_finish()). */
   if (fj->tier_job != NULL)
     {
-      if (op->start_us > 0 && op->end_us >= op->start_us)
-        fs_job_add_io (fj, op->start_us, op->end_us);
       if (landed)
         kv_tier_job_mark_landed (fj->tier_job, i);
       else if (skipped)
@@ -710,13 +677,43 @@ op_done (KvFsOp   *op,
     }
 
   if (fj->is_probe && !landed)
-    g_atomic_int_set (&fj->probe_failed, TRUE);
-  /* a full barrier: the last op's reporter sees every mark and span */
-  g_assert (g_atomic_int_get (&fj->n_outstanding) > 0);
-  last = g_atomic_int_dec_and_test (&fj->n_outstanding);
+    fj->probe_failed = TRUE;
+}
 
-  if (last)
-    fs_job_finish (fj);
+/* An op of @fj is over. The job's last one settles them all, on the
+ * thread that reports it, then reports the job: the job says nothing
+ * before its last op anyway, and two engine threads settling ops of one
+ * job each would contend on the slab's, the index's and the job's locks
+ * for every chunk. (An op's slot and index pins are held until then.) */
+static void
+op_done (KvFsOp   *op,
+         gpointer  user_data)
+{
+  FsJob *fj = user_data;
+  gint64 io_start = 0, io_end = 0;
+
+  /* a full barrier: the last op's reporter sees every op's outcome */
+  g_assert (g_atomic_int_get (&fj->n_outstanding) > 0);
+  if (!g_atomic_int_dec_and_test (&fj->n_outstanding))
+    return;
+
+  for (guint i = 0; i < fj->n_keys; i++)
+    {
+      KvFsOp *settled = &fj->ops[i];
+
+      /* the ops launched (launch_ops()) */
+      if (!kv_fs_op_is_set_up (settled))
+        continue;
+      settle_op (fj, settled);
+      if (settled->start_us > 0 && settled->end_us >= settled->start_us)
+        {
+          io_start = io_start == 0 ? settled->start_us : MIN (io_start, settled->start_us);
+          io_end = MAX (io_end, settled->end_us);
+        }
+    }
+  if (fj->tier_job != NULL && io_start > 0)
+    kv_tier_job_record_io (fj->tier_job, io_start, io_end);
+  fs_job_finish (fj);
 }
 
 /* ---- deadlines, probes --------------------------------------------------- */

@@ -496,51 +496,145 @@ fs_job_finish (FsJob *fj)
   fs_job_unref (fj);
 }
 
-/* What @op's outcome means for the tier (counters, slab slot, index
- * entry, events) and for its job (the key's mark). Run for every op of
- * a job by the thread that reports its last op (see op_done()). */
+/* How an op ended, for its key's mark and for the tier's state. */
+typedef struct
+{
+  gboolean          landed;
+  gboolean          skipped;   /* a store of a key the tier holds already */
+  gboolean          missing;   /* a load of a chunk no longer there */
+  gboolean          removed;   /* a load whose chunk the tier lets go */
+  KvKeyFailureFlags failure;   /* neither landed, skipped nor missing */
+} OpOutcome;
+
+static OpOutcome
+op_outcome (const KvFsOp *op)
+{
+  OpOutcome o = { FALSE, FALSE, FALSE, FALSE, KV_KEY_FAILURE_FLAGS_NOT_A_FAULT };
+
+  switch (op->kind)
+    {
+    case KV_FS_OP_STORE:
+      o.landed = op->status == KV_FS_OP_STATUS_OK;
+      o.skipped = op->status == KV_FS_OP_STATUS_EXISTS;
+      /* the device, not the data: counts against the breaker */
+      if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error != ENOSPC)
+        o.failure = KV_KEY_FAILURE_FLAGS_NONE;
+      break;
+
+    case KV_FS_OP_LOAD:
+      switch (op->status)
+        {
+        case KV_FS_OP_STATUS_OK:
+          o.landed = TRUE;
+          break;
+        case KV_FS_OP_STATUS_CORRUPT:
+          o.removed = TRUE;
+          if (op->check == KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM ||
+              op->check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM ||
+              op->check == KV_CHUNK_CHECK_BAD_FILE_CHECKSUM)
+            o.failure = KV_KEY_FAILURE_FLAGS_CHECKSUM;
+          break;
+        case KV_FS_OP_STATUS_NOT_FOUND:
+          o.removed = TRUE;
+          o.missing = TRUE;
+          break;
+        case KV_FS_OP_STATUS_FOREIGN:
+          /* another user's file: a miss from now on, left in place */
+          o.removed = TRUE;
+          break;
+        case KV_FS_OP_STATUS_IO_ERROR:
+          /* Transient (EIO, EACCES, ELOOP...): the file may be fine. */
+          if (op->error != ELOOP && op->error != EACCES && op->error != EPERM)
+            o.failure = KV_KEY_FAILURE_FLAGS_NONE;
+          break;
+        default:
+          break;
+        }
+      break;
+
+    case KV_FS_OP_PROBE:
+      o.landed = op->status == KV_FS_OP_STATUS_OK;
+      break;
+
+    case KV_FS_OP_DELETE:
+      g_assert_not_reached ();
+    }
+  return o;
+}
+
+/* Marks @op's key in its job as soon as the op is over, so that a job
+ * failed by its deadline meanwhile still counts what landed (the
+ * partial-load rule). Any engine thread. */
+static void
+mark_op (FsJob           *fj,
+         KvFsOp          *op,
+         const OpOutcome *o)
+{
+  KvFsTier *self = fj->tier;
+  guint i = op - fj->ops;
+
+  if (fj->tier_job == NULL)
+    return;
+  /* verified against its header: other tiers storing the promoted
+   * chunk need not read it again (before the key is marked, while the
+   * slot is still this load's) */
+  if (o->landed && op->kind == KV_FS_OP_LOAD && op->has_payload_checksum)
+    kv_host_buffer_set_slot_checksum (self->primary, op->slot, op->payload_checksum);
+  if (o->landed)
+    kv_tier_job_mark_landed (fj->tier_job, i);
+  else if (o->skipped)
+    kv_tier_job_mark_skipped (fj->tier_job, i);
+  else if (o->missing)
+    kv_tier_job_mark_missing (fj->tier_job, i);
+  else
+    {
+      g_autofree char *where = self->slab != NULL ? kv_fs_slab_describe_op (self->slab, op)
+                                                  : g_strdup (op->path);
+      g_autoptr(GError) error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
+                                             "%s %s: %s%s%s",
+                                             op->kind == KV_FS_OP_STORE ? "store" : "load",
+                                             where,
+                                             kv_fs_op_status_to_string (op->status),
+                                             op->error != 0 ? ": " : "",
+                                             op->error != 0 ? g_strerror (op->error) : "");
+
+      kv_tier_job_mark_failed (fj->tier_job, i, o->failure, error);
+    }
+}
+
+/* What @op's outcome means for the tier: counters, slab slot, index
+ * entry, events. Run for every op of a job by the thread that reports
+ * its last op (see op_done()). */
 static void
 settle_op (FsJob  *fj,
            KvFsOp *op)
 {
   KvFsTier *self = fj->tier;
   guint i = op - fj->ops;
-  gboolean landed = FALSE;
-  gboolean skipped = FALSE;
-  gboolean missing = FALSE;
-  KvKeyFailureFlags failure = KV_KEY_FAILURE_FLAGS_NOT_A_FAULT;
-  gboolean removed = FALSE;
+  OpOutcome o = op_outcome (op);
 
   switch (op->kind)
     {
     case KV_FS_OP_STORE:
-      if (op->status == KV_FS_OP_STATUS_OK)
+      if (o.landed)
         {
-          landed = TRUE;
           count (self, KV_FS_COUNTER_STORED_CHUNKS, 1);
           count (self, KV_FS_COUNTER_BYTES_WRITTEN, op->payload_len);
         }
-      else if (op->status == KV_FS_OP_STATUS_EXISTS)
-        {
-          skipped = TRUE;
-          count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
-        }
+      else if (o.skipped)
+        count (self, KV_FS_COUNTER_SKIPPED_CHUNKS, 1);
       else
         {
           count (self, KV_FS_COUNTER_STORE_FAILURES, 1);
           if (op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC)
             count (self, KV_FS_COUNTER_NO_SPACE, 1);
           else if (op->status == KV_FS_OP_STATUS_IO_ERROR)
-            {
-              count (self, KV_FS_COUNTER_IO_ERRORS, 1);
-              /* the device, not the data: counts against the breaker */
-              failure = KV_KEY_FAILURE_FLAGS_NONE;
-            }
+            count (self, KV_FS_COUNTER_IO_ERRORS, 1);
         }
       if (self->slab != NULL)
-        kv_fs_slab_store_done (self->slab, op, landed);
+        kv_fs_slab_store_done (self->slab, op, o.landed);
       if (self->index != NULL)
-        kv_fs_index_end_store (self->index, op->key, landed);
+        kv_fs_index_end_store (self->index, op->key, o.landed);
       if (fj->entries[i] != NULL)
         {
           release_reused_victim (self, op, fj->entries[i]);
@@ -564,7 +658,7 @@ settle_op (FsJob  *fj,
        * victim). Not after ENOSPC: the disk is smaller than max-size,
        * and a spare written now would take the space the next store
        * needs. */
-      if (!landed && !skipped &&
+      if (!o.landed && !o.skipped &&
           !(op->status == KV_FS_OP_STATUS_IO_ERROR && op->error == ENOSPC))
         want_spares (self);
       break;
@@ -573,25 +667,13 @@ settle_op (FsJob  *fj,
       switch (op->status)
         {
         case KV_FS_OP_STATUS_OK:
-          landed = TRUE;
           count (self, KV_FS_COUNTER_LOADED_CHUNKS, 1);
           count (self, KV_FS_COUNTER_BYTES_READ, op->payload_len);
-          /* verified against its header: other tiers storing the
-           * promoted chunk need not read it again (before the job is
-           * reported, while the slot is still this load's) */
-          if (op->has_payload_checksum)
-            kv_host_buffer_set_slot_checksum (self->primary, op->slot, op->payload_checksum);
           break;
         case KV_FS_OP_STATUS_CORRUPT:
-          removed = TRUE;
           count (self, KV_FS_COUNTER_CORRUPT_CHUNKS, 1);
-          if (op->check == KV_CHUNK_CHECK_BAD_PAYLOAD_CHECKSUM ||
-              op->check == KV_CHUNK_CHECK_BAD_HEADER_CHECKSUM ||
-              op->check == KV_CHUNK_CHECK_BAD_FILE_CHECKSUM)
-            {
-              count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
-              failure = KV_KEY_FAILURE_FLAGS_CHECKSUM;
-            }
+          if (o.failure == KV_KEY_FAILURE_FLAGS_CHECKSUM)
+            count (self, KV_FS_COUNTER_CHECKSUM_FAILURES, 1);
           if (self->slab != NULL)
             {
               g_autofree char *where = kv_fs_slab_describe_op (self->slab, op);
@@ -604,38 +686,31 @@ settle_op (FsJob  *fj,
                        kv_chunk_check_to_string (op->check));
           break;
         case KV_FS_OP_STATUS_NOT_FOUND:
-          removed = TRUE;
-          missing = TRUE;
           count (self, KV_FS_COUNTER_MISSING_CHUNKS, 1);
           break;
         case KV_FS_OP_STATUS_FOREIGN:
-          /* another user's file: a miss from now on, left in place */
-          removed = TRUE;
           count (self, KV_FS_COUNTER_FOREIGN_FILES, 1);
           g_message ("fs tier: did not load %s: not a file of the tier's user", op->path);
           break;
         case KV_FS_OP_STATUS_IO_ERROR:
-          /* Transient (EIO, EACCES, ELOOP...): the file may be fine. */
           count (self, KV_FS_COUNTER_IO_ERRORS, 1);
-          if (op->error != ELOOP && op->error != EACCES && op->error != EPERM)
-            failure = KV_KEY_FAILURE_FLAGS_NONE;
           break;
         default:
           break;
         }
-      if (!landed)
+      if (!o.landed)
         count (self, KV_FS_COUNTER_LOAD_FAILURES, 1);
       /* before the index lets the entry go: its slot may be reused then */
       if (self->slab != NULL)
-        kv_fs_slab_unpin (self->slab, op, landed, removed);
+        kv_fs_slab_unpin (self->slab, op, o.landed, o.removed);
       if (fj->entries[i] != NULL)
         {
-          kv_fs_index_unpin (self->index, fj->entries[i], removed);
+          kv_fs_index_unpin (self->index, fj->entries[i], o.removed);
           fj->entries[i] = NULL;
         }
-      else if (removed && self->index != NULL)
+      else if (o.removed && self->index != NULL)
         kv_fs_index_remove (self->index, op->key);
-      if (removed)
+      if (o.removed)
         {
           push_event (self, &op->key, 1, TRUE);
           want_spares (self);
@@ -643,55 +718,32 @@ settle_op (FsJob  *fj,
       break;
 
     case KV_FS_OP_PROBE:
-      landed = op->status == KV_FS_OP_STATUS_OK;
       if (self->slab != NULL)
         kv_fs_slab_probe_done (self->slab, op);
+      if (!o.landed)
+        fj->probe_failed = TRUE;
       break;
 
     case KV_FS_OP_DELETE:
       g_assert_not_reached ();
     }
-
-  if (fj->tier_job != NULL)
-    {
-      if (landed)
-        kv_tier_job_mark_landed (fj->tier_job, i);
-      else if (skipped)
-        kv_tier_job_mark_skipped (fj->tier_job, i);
-      else if (missing)
-        kv_tier_job_mark_missing (fj->tier_job, i);
-      else
-        {
-          g_autofree char *where = self->slab != NULL ? kv_fs_slab_describe_op (self->slab, op)
-                                                      : g_strdup (op->path);
-          g_autoptr(GError) error = g_error_new (KV_TIER_ERROR, KV_TIER_ERROR_FAILED,
-                                                 "%s %s: %s%s%s",
-                                                 op->kind == KV_FS_OP_STORE ? "store" : "load",
-                                                 where,
-                                                 kv_fs_op_status_to_string (op->status),
-                                                 op->error != 0 ? ": " : "",
-                                                 op->error != 0 ? g_strerror (op->error) : "");
-
-          kv_tier_job_mark_failed (fj->tier_job, i, failure, error);
-        }
-    }
-
-  if (fj->is_probe && !landed)
-    fj->probe_failed = TRUE;
 }
 
-/* An op of @fj is over. The job's last one settles them all, on the
- * thread that reports it, then reports the job: the job says nothing
- * before its last op anyway, and two engine threads settling ops of one
- * job each would contend on the slab's, the index's and the job's locks
- * for every chunk. (An op's slot and index pins are held until then.) */
+/* An op of @fj is over: its key is marked at once (mark_op()); the
+ * job's last op settles the tier's state for every op of the job, on
+ * the thread that reports it, then reports the job. Two engine threads
+ * settling ops of one job each would contend on the slab's and the
+ * index's locks for every chunk. (An op's slot and index pins are held
+ * until then.) */
 static void
 op_done (KvFsOp   *op,
          gpointer  user_data)
 {
   FsJob *fj = user_data;
+  OpOutcome outcome = op_outcome (op);
   gint64 io_start = 0, io_end = 0;
 
+  mark_op (fj, op, &outcome);
   /* a full barrier: the last op's reporter sees every op's outcome */
   g_assert (g_atomic_int_get (&fj->n_outstanding) > 0);
   if (!g_atomic_int_dec_and_test (&fj->n_outstanding))

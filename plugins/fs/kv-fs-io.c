@@ -18,36 +18,6 @@ kv_fs_io_vec_length (const struct iovec *iov,
   return len;
 }
 
-/* Copies @iov to or from @map, memory laid out like the file the vector
- * would be read from or written to at @map's place (a mapping of a file
- * on a memory-backed root): the buffers one after another. Into the
- * mapping, the first buffer goes last, so that a record whose header
- * leads its vector is never whole before its payload is. */
-void
-kv_fs_io_copy_vec (guint8             *map,
-                   const struct iovec *iov,
-                   guint               n_iov,
-                   gboolean            to_map)
-{
-  gsize offset = 0;
-
-  if (n_iov == 0)
-    return;
-  offset = iov[0].iov_len;
-  for (guint i = 1; i < n_iov; i++)
-    {
-      if (to_map)
-        memcpy (map + offset, iov[i].iov_base, iov[i].iov_len);
-      else
-        memcpy (iov[i].iov_base, map + offset, iov[i].iov_len);
-      offset += iov[i].iov_len;
-    }
-  if (to_map)
-    memcpy (map, iov[0].iov_base, iov[0].iov_len);
-  else
-    memcpy (iov[0].iov_base, map, iov[0].iov_len);
-}
-
 /* Moves all of @iov at @offset, in as many calls as it takes. Returns the
  * bytes moved (fewer than asked only when a read met end of file) or
  * -errno. The vector is copied: a short transfer trims the copy, never

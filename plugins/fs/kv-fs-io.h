@@ -38,9 +38,5 @@ int     kv_fs_io_pwritev_full (int                 fd,
                                guint64             offset);
 gsize   kv_fs_io_vec_length   (const struct iovec *iov,
                                guint               n_iov);
-void    kv_fs_io_copy_vec     (guint8             *map,
-                               const struct iovec *iov,
-                               guint               n_iov,
-                               gboolean            to_map);
 
 G_END_DECLS

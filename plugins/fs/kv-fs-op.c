@@ -147,9 +147,10 @@ kv_fs_op_check_load (KvFsOp *op)
  * thread-pool and GIO engines, and the io_uring engine's pool for a
  * mapped op): the layout's prepare hook, the vector moved whole (a read
  * that meets end of file is EIO: the layout's records lie inside its
- * files) or copied where the op has a mapping, fdatasync() with
- * DATASYNC (not for a mapping: its pages are memory), then the layout's
- * complete hook, as long as it asks for another transfer. */
+ * files) or, where the op has a mapping, the layout's copy hook;
+ * fdatasync() with DATASYNC (not for a mapping: its pages are memory),
+ * then the layout's complete hook, as long as it asks for another
+ * transfer. */
 void
 kv_fs_op_run_at_offset (KvFsOp *op)
 {
@@ -163,10 +164,8 @@ kv_fs_op_run_at_offset (KvFsOp *op)
 
       if (op->io_map != NULL)
         {
-          if (op->io_copy != NULL)
-            op->io_copy (op);
-          else
-            kv_fs_io_copy_vec (op->io_map, op->io_vec, op->io_n_vec, op->io_write);
+          g_assert (op->io_copy != NULL);
+          op->io_copy (op);
           err = 0;
         }
       else if (op->io_write)

@@ -130,11 +130,12 @@ struct _KvFsOp
   struct iovec        io_vec[KV_FS_OP_MAX_VEC];
   guint               io_n_vec;
   /* (nullable): the bytes at @io_offset in the layout's shared mapping
-   * of @io_fd (a memory-backed root): the vector is copied, not read or
-   * written, and not synced (see kv_fs_io_copy_vec()) */
+   * of @io_fd (a memory-backed root): they are copied by @io_copy, not
+   * read or written, and not synced */
   guint8             *io_map;
-  KvFsOpCopyFunc      io_copy;     /* (nullable) a mapped op's copy, when the
-                                    * layout checks the bytes as they move */
+  KvFsOpCopyFunc      io_copy;     /* a mapped op's copy (set with @io_map): the
+                                    * layout's, which lays out and checks its
+                                    * record as it moves */
   KvFsOpPrepareFunc   io_prepare;  /* (nullable) */
   KvFsOpCompleteFunc  io_complete; /* (nullable): without, a whole transfer is OK */
 

@@ -16,7 +16,8 @@ G_BEGIN_DECLS
  * A bucket holds all a lookup needs: the hash, the key, the entry pointer
  * tagged while the entry is being written (see KV_ENTRY_PENDING_TAG), and
  * the manager's stamp (the serial of the last request that counted the
- * chunk, see _kv_primary_tier_lookup_stamp(); 0 for none). A hit, metrics
+ * chunk, and the tier it counted it on when its lookup promoted it, see
+ * _kv_primary_tier_lookup_stamp(); 0 for none). A hit, metrics
  * included, reads one bucket and never the entry.
  *
  * Owner thread only, as the tier: no lock. What a lookup, a store's

@@ -69,6 +69,14 @@ KvLookupResult _kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
                                               const KvKey    *key,
                                               guint64       **stamp);
 
+/* The stamp word of @key's entry, pending or not (NULL when the tier has
+ * none): for the manager's accounting of the lookup that just promoted
+ * the key into a new entry. Valid until the next call that changes the
+ * tier. */
+G_GNUC_INTERNAL
+guint64       *_kv_primary_tier_stamp_of (KvPrimaryTier *self,
+                                          const KvKey   *key);
+
 /* Installs the owner of the stamps (one per primary tier: the manager that
  * records metrics); clears every stamp. NULL uninstalls. */
 G_GNUC_INTERNAL

@@ -727,6 +727,15 @@ _kv_primary_tier_lookup_stamp (KvPrimaryTier  *self,
   return KV_LOOKUP_RESULT_HIT;
 }
 
+guint64 *
+_kv_primary_tier_stamp_of (KvPrimaryTier *self,
+                           const KvKey   *key)
+{
+  KvBucket *bucket = _kv_entry_table_find (&self->entries, key);
+
+  return bucket != NULL ? &bucket->stamp : NULL;
+}
+
 void
 _kv_primary_tier_set_stamp_drop_func (KvPrimaryTier          *self,
                                       KvPrimaryStampDropFunc  func,

@@ -141,11 +141,14 @@ initiate_promotion (KvTieringManager *self,
   return TRUE;
 }
 
+/* *@promoted_stamp: the stamp word of the primary entry a promotion
+ * made, for the metrics hook; left NULL otherwise. */
 static KvLookupResult
 lookup_secondary (KvTieringManager *self,
                   KvKey            *key,
                   KvRequest        *request,
-                  guint             exclude_tier)
+                  guint             exclude_tier,
+                  guint64         **promoted_stamp)
 {
   KvTierFilter *filter = kv_request_get_load_tier_filter (request);
   gboolean any_retry = FALSE;
@@ -176,8 +179,11 @@ lookup_secondary (KvTieringManager *self,
           if (self->promotions.n_lazy_tiers > 0 &&
               kv_request_get_state (request, &self->promotions.promotion_failed_tag) != NULL)
             return KV_LOOKUP_RESULT_MISS;
-          return initiate_promotion (self, i, key, request) ? KV_LOOKUP_RESULT_HIT_PENDING
-                                                             : KV_LOOKUP_RESULT_MISS;
+          if (!initiate_promotion (self, i, key, request))
+            return KV_LOOKUP_RESULT_MISS;
+          if (self->hooks != NULL && !slot->lazy)
+            *promoted_stamp = _kv_primary_tier_stamp_of (self->primary, key);
+          return KV_LOOKUP_RESULT_HIT_PENDING;
         case KV_LOOKUP_RESULT_RETRY:
           /* keep asking: a later tier's HIT still wins */
           any_retry = TRUE;
@@ -254,15 +260,13 @@ pending_or_released (KvTieringManager *self,
   return KV_LOOKUP_RESULT_MISS;
 }
 
-/* A key the primary tier did not answer HIT for: out of line (in this
- * unit), so that the primary-hit path inlined into each entry point stays
- * small. */
-KvLookupResult
-_kv_tiering_manager_lookup_beyond_primary_hit (KvTieringManager *self,
-                                               KvKey            *key,
-                                               KvRequest        *request,
-                                               guint             exclude_tier,
-                                               KvLookupResult    primary_result)
+static KvLookupResult
+lookup_beyond_primary_hit (KvTieringManager *self,
+                           KvKey            *key,
+                           KvRequest        *request,
+                           guint             exclude_tier,
+                           KvLookupResult    primary_result,
+                           guint64         **promoted_stamp)
 {
   /* A pending primary key is being written or promoted already: asking the
    * secondary tiers again would promote it twice. */
@@ -283,7 +287,26 @@ _kv_tiering_manager_lookup_beyond_primary_hit (KvTieringManager *self,
   /* A promotion that starts now starts no wait: the request's next lookup
    * of the chunk, a step later at most, does. The lookup that finds a chunk
    * in a tier stays free of the bookkeeping. */
-  return lookup_secondary (self, key, request, exclude_tier);
+  return lookup_secondary (self, key, request, exclude_tier, promoted_stamp);
+}
+
+/* A key the primary tier did not answer HIT for: out of line (in this
+ * unit), so that the primary-hit path inlined into each entry point stays
+ * small. */
+KvLookupResult
+_kv_tiering_manager_lookup_beyond_primary_hit (KvTieringManager *self,
+                                               KvKey            *key,
+                                               KvRequest        *request,
+                                               guint             exclude_tier,
+                                               KvLookupResult    primary_result)
+{
+  guint64 *promoted_stamp = NULL;
+  KvLookupResult result = lookup_beyond_primary_hit (self, key, request, exclude_tier,
+                                                     primary_result, &promoted_stamp);
+
+  if (self->hooks != NULL)
+    self->hooks->lookup_settled (self->hooks_data, promoted_stamp);
+  return result;
 }
 
 void

@@ -122,6 +122,12 @@ typedef struct
   /* A secondary tier's answer and how long it took. */
   void (*tier_lookup)        (gpointer data, KvRequest *request, KvKey *key, guint label,
                               KvLookupResult result, gint64 duration_us);
+  /* A lookup that the primary tier did not answer HIT for is over;
+   * @promoted_stamp is the stamp word of the primary entry it made for a
+   * promotion (0 in a new entry), NULL when it made none. The hook may
+   * keep what the lookup's earlier calls saw there instead of in a table
+   * of its own. */
+  void (*lookup_settled)     (gpointer data, guint64 *promoted_stamp);
   void (*job_registered)     (gpointer data, guint label, KvJobKind kind, guint n_keys);
   void (*job_finished)       (gpointer data, guint label, KvJobKind kind, guint n_keys,
                               KvJobResult *result);

@@ -102,7 +102,9 @@ void              kv_tiering_metrics_on_primary_lookup      (KvTieringMetrics   
                                                              guint64                *stamp);
 /* A KvPrimaryStampDropFunc (@user_data: the tracker): a stamped chunk left
  * the primary tier, so its stamp's request, if still accounting, keeps the
- * fact that it counted the chunk in the table. */
+ * fact that it counted the chunk (on the primary label, and on the tier
+ * the stamp names when the request's lookup promoted the chunk from there)
+ * in the tables. */
 void              kv_tiering_metrics_on_stamp_dropped       (KvKey                  *key,
                                                              guint64                 stamp,
                                                              gpointer                user_data);

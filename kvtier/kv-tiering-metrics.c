@@ -22,6 +22,17 @@ static const gdouble async_buckets[] = {
  * the (relative) time the key was first deferred with RETRY. */
 #define RESOLVED_MARK G_MININT64
 
+/* A primary entry's stamp word: in its low 56 bits, the serial of the last
+ * request that counted the chunk on the primary label (a hit, or the miss
+ * of the lookup that promoted it); in its high 8 bits, a tier label the
+ * same request counted the chunk's hit on when that lookup promoted it
+ * from there (0: none). Serials, one per request, never reach 2^56. */
+#define STAMP_SERIAL_BITS 56
+#define STAMP_SERIAL_MASK ((G_GUINT64_CONSTANT (1) << STAMP_SERIAL_BITS) - 1)
+#define STAMP_MAX_LABEL 255
+#define stamp_serial(stamp) ((stamp) & STAMP_SERIAL_MASK)
+#define stamp_label(stamp) ((guint) ((stamp) >> STAMP_SERIAL_BITS))
+
 /* Keys a label's table remembers beyond those of accounting requests (see
  * observation_for()): as many as the primary tier holds chunks, within
  * these bounds. A remembered key costs about 100 bytes (plus the key itself
@@ -84,11 +95,15 @@ typedef struct
   /* Unique for the tracker's lifetime: observations name their request by
    * it, so a request that stops accounting needs no per-key work. */
   guint64      serial;
-  /* The request has observations in the primary label's table (a miss, or
-   * a hit whose primary stamp was taken over or dropped): a primary hit
-   * whose stamp is not this request's must ask the table. While FALSE, the
-   * stamp alone says whether the chunk was counted. */
+  /* The request has observations in the primary label's table (a miss
+   * that promoted nothing, or a count whose primary stamp was taken over or
+   * dropped): a primary hit whose stamp is not this request's must ask the
+   * table. While FALSE, the stamp alone says whether the chunk was
+   * counted. */
   gboolean     primary_in_table;
+  /* Bit i: the request may have observations in tier label i's table (set
+   * with the first; labels from 64 on are always asked). */
+  guint64      tiers_in_table;
 } RequestState;
 
 /* What one request saw of one key on one tier label (reference §9's
@@ -141,6 +156,12 @@ struct _KvTieringMetrics
   RequestState *last_state;
   KvStats      *pending;       /* job and backpressure metrics */
   gboolean      every_series_sent;
+  /* The manager's lookup in progress: the primary miss it counted and the
+   * tier hit it may count after it, whose observations wait for the lookup
+   * to settle (see hold_primary_miss()). held_key is NULL when none. */
+  KvKey        *held_key;
+  RequestState *held_state;
+  guint         held_label;
 };
 
 char *
@@ -327,6 +348,7 @@ request_state_add (KvTieringMetrics *m,
   memcpy (state->id, id, id_size);
   state->accounting = accounting;
   state->primary_in_table = FALSE;
+  state->tiers_in_table = 0;
   state->serial = ++m->next_serial;
   g_hash_table_insert (m->requests, state->id, state);
   if (accounting)
@@ -439,6 +461,49 @@ forget_oldest (KvTieringMetrics *m,
   observation_release (m, head);
 }
 
+/* The observation of @key by the request of @serial on @label, or NULL. */
+static Observation *
+observation_of (KvTieringMetrics *m,
+                guint64           serial,
+                guint             label_index,
+                KvKey            *key)
+{
+  for (Observation *obs = g_hash_table_lookup (m->observed[label_index], key); obs != NULL;
+       obs = obs->next)
+    if (obs->serial == serial)
+      return obs;
+  return NULL;
+}
+
+/* Whether @state looked @key up on @label before, asking the table only
+ * when the request has observations there. */
+static gboolean
+observed_before (KvTieringMetrics *m,
+                 RequestState     *state,
+                 guint             label_index,
+                 KvKey            *key)
+{
+  if (label_index == 0 ? !state->primary_in_table
+                       : label_index < 64 && (state->tiers_in_table & (G_GUINT64_CONSTANT (1) << label_index)) == 0)
+    return FALSE;
+  return observation_of (m, state->serial, label_index, key) != NULL;
+}
+
+static Observation *observation_for (KvTieringMetrics *m, RequestState *state,
+                                     guint label_index, KvKey *key, gboolean *fresh);
+
+/* Keeps in @label's table that @state counted @key there. */
+static void
+record_resolved (KvTieringMetrics *m,
+                 RequestState     *state,
+                 guint             label_index,
+                 KvKey            *key)
+{
+  gboolean fresh;
+
+  observation_for (m, state, label_index, key, &fresh)->value = RESOLVED_MARK;
+}
+
 /* The observation of @key by @state on @label, or a fresh one for it
  * (*fresh TRUE: the request never looked the key up before). */
 static Observation *
@@ -452,6 +517,10 @@ observation_for (KvTieringMetrics *m,
   Observation *head = g_hash_table_lookup (table, key);
   Observation *obs;
 
+  if (label_index == 0)
+    state->primary_in_table = TRUE;
+  else if (label_index < 64)
+    state->tiers_in_table |= G_GUINT64_CONSTANT (1) << label_index;
   *fresh = TRUE;
   if (G_LIKELY (head != NULL))
     {
@@ -509,26 +578,66 @@ count_answer (LabelState *ls,
   ls->sync_sum += dt_s;
 }
 
-/* Records that @serial (a live request) counted @key on the primary label,
- * in the table: its stamp is about to be taken over or dropped. */
+/* Records what @stamp says its request counted of @key (on the primary
+ * label, and on a tier's when the stamp names one) in the tables, if that
+ * request still accounts: the stamp is about to be taken over or dropped. */
 static void
 primary_spill (KvTieringMetrics *m,
                KvKey            *key,
-               guint64           serial)
+               guint64           stamp)
 {
+  guint64 serial = stamp_serial (stamp);
   gpointer orig = NULL;
   RequestState *owner;
-  Observation *obs;
-  gboolean fresh;
 
   if (serial < m->oldest_live || serial == m->known_dead ||
       !g_hash_table_lookup_extended (m->live, &serial, &orig, NULL))
     return;
   /* live holds &RequestState.serial */
   owner = (RequestState *) ((guint8 *) orig - G_STRUCT_OFFSET (RequestState, serial));
-  obs = observation_for (m, owner, 0, key, &fresh);
-  obs->value = RESOLVED_MARK;
-  owner->primary_in_table = TRUE;
+  record_resolved (m, owner, 0, key);
+  if (stamp_label (stamp) != 0)
+    record_resolved (m, owner, stamp_label (stamp), key);
+}
+
+/* The held observations go to the tables: the lookup made no entry to
+ * keep them in. */
+static void
+release_held (KvTieringMetrics *m)
+{
+  record_resolved (m, m->held_state, 0, m->held_key);
+  if (m->held_label != 0)
+    record_resolved (m, m->held_state, m->held_label, m->held_key);
+  m->held_key = NULL;
+  m->held_label = 0;
+}
+
+/* A primary miss of the manager's lookup, counted now. Its observation is
+ * held until the lookup settles (hook_lookup_settled()), with the hit on
+ * the tier it finds the chunk in (hook_tier_lookup()): when the lookup
+ * promotes the chunk, the new entry's stamp keeps both, and the lookup that
+ * finds a chunk in a tier inserts nothing into a table (two inserts, and
+ * as many keys forgotten, were most of its cost). */
+static void
+hold_primary_miss (KvTieringMetrics *m,
+                   KvRequest        *request,
+                   KvKey            *key)
+{
+  RequestState *state = request == m->last_request ? m->last_state
+                                                    : get_request_state (m, request, kv_request_get_id (request));
+
+  /* a lookup that never settled (not the manager's way) loses nothing */
+  if (m->held_key != NULL)
+    release_held (m);
+  if (!state->accounting)
+    return;
+  /* counted before: a primary observation is always resolved */
+  if (observed_before (m, state, 0, key))
+    return;
+  count_answer (&m->label_state[0], FALSE, 0);
+  m->held_key = key;
+  m->held_state = state;
+  m->held_label = 0;
 }
 
 /* A primary hit whose stamp is not the request's: the table decides when
@@ -553,20 +662,24 @@ primary_hit_taken_over (KvTieringMetrics *m,
   m->label_state[0].stamped_hits += 1;
 }
 
+/* @may_hold: the manager's lookup, which settles (hook_lookup_settled()). */
 static inline void
 on_primary_lookup (KvTieringMetrics *m,
                    KvRequest        *request,
                    KvKey            *key,
                    KvLookupResult    result,
-                   guint64          *stamp)
+                   guint64          *stamp,
+                   gboolean          may_hold)
 {
   RequestState *state;
   guint64 previous;
 
   if (G_UNLIKELY (result != KV_LOOKUP_RESULT_HIT))
     {
-      /* A miss is rare on the hot path: the table, as for the tiers. */
-      kv_tiering_metrics_on_lookup (m, request, key, 0, result, 0);
+      if (may_hold && result == KV_LOOKUP_RESULT_MISS)
+        hold_primary_miss (m, request, key);
+      else
+        kv_tiering_metrics_on_lookup (m, request, key, 0, result, 0);
       return;
     }
 
@@ -577,12 +690,17 @@ on_primary_lookup (KvTieringMetrics *m,
     return;
 
   previous = *stamp;
+  /* the lookup of this request that promoted the chunk counted its miss:
+   * the stamp stays, with the tier hit it may hold */
+  if (stamp_serial (previous) == state->serial)
+    return;
   *stamp = state->serial;
   /* A primary lookup is one hash probe, far below the 1 µs resolution of
    * the clock: its sync-delay sample is 0 s. The previous owner is most
    * often a request that stopped counting. */
   if (G_LIKELY (!state->primary_in_table &&
-                (previous < m->oldest_live || previous == m->known_dead)))
+                (stamp_serial (previous) < m->oldest_live ||
+                 stamp_serial (previous) == m->known_dead)))
     m->label_state[0].stamped_hits += 1;
   else
     primary_hit_taken_over (m, state, key, previous);
@@ -595,7 +713,7 @@ kv_tiering_metrics_on_primary_lookup (KvTieringMetrics *m,
                                       KvLookupResult    result,
                                       guint64          *stamp)
 {
-  on_primary_lookup (m, request, key, result, stamp);
+  on_primary_lookup (m, request, key, result, stamp, FALSE);
 }
 
 void
@@ -635,8 +753,6 @@ kv_tiering_metrics_on_lookup (KvTieringMetrics *m,
     return;
 
   obs = observation_for (m, state, label_index, key, &fresh);
-  if (label_index == 0)
-    state->primary_in_table = TRUE;
 
   if (result == KV_LOOKUP_RESULT_RETRY)
     {
@@ -1017,7 +1133,7 @@ hook_primary_lookup (gpointer        data,
                      KvLookupResult  result,
                      guint64        *stamp)
 {
-  on_primary_lookup (data, request, key, result, stamp);
+  on_primary_lookup (data, request, key, result, stamp, TRUE);
 }
 
 static void
@@ -1028,7 +1144,39 @@ hook_tier_lookup (gpointer        data,
                   KvLookupResult  result,
                   gint64          duration_us)
 {
-  kv_tiering_metrics_on_lookup (data, request, key, label, result, duration_us);
+  KvTieringMetrics *m = data;
+
+  /* the first hit of the chunk on this tier for the request whose primary
+   * miss is held: held with it (the lookup answers with this tier's hit) */
+  if (result == KV_LOOKUP_RESULT_HIT && key == m->held_key && label <= STAMP_MAX_LABEL &&
+      !observed_before (m, m->held_state, label, key))
+    {
+      count_answer (&m->label_state[label], TRUE, duration_us / 1e6);
+      m->held_label = label;
+      return;
+    }
+  kv_tiering_metrics_on_lookup (m, request, key, label, result, duration_us);
+}
+
+static void
+hook_lookup_settled (gpointer  data,
+                     guint64  *promoted_stamp)
+{
+  KvTieringMetrics *m = data;
+
+  if (m->held_key == NULL)
+    return;
+  if (promoted_stamp == NULL)
+    {
+      release_held (m);
+      return;
+    }
+  /* a new entry's word is 0; whatever it held is kept first */
+  if (*promoted_stamp != 0)
+    primary_spill (m, m->held_key, *promoted_stamp);
+  *promoted_stamp = m->held_state->serial | ((guint64) m->held_label << STAMP_SERIAL_BITS);
+  m->held_key = NULL;
+  m->held_label = 0;
 }
 
 static void
@@ -1088,6 +1236,7 @@ hook_hit_pending_released (gpointer    data,
 const KvTieringManagerHooks kv_tiering_metrics_hooks = {
   .primary_lookup = hook_primary_lookup,
   .tier_lookup = hook_tier_lookup,
+  .lookup_settled = hook_lookup_settled,
   .job_registered = hook_job_registered,
   .job_finished = hook_job_finished,
   .promotion_allocation_failed = hook_promotion_allocation_failed,

@@ -604,6 +604,89 @@ test_primary_hit_once_per_request (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, c);
 }
 
+/* No new count: the series is absent or 0. */
+static void
+assert_no_count (KvStats            *stats,
+                 const char         *name,
+                 const char * const *labels)
+{
+  g_assert_cmpfloat (MAX (value_of (stats, name, labels), 0), ==, 0);
+}
+
+/* The lookup that promotes a chunk counts its primary miss and its tier
+ * hit once for its request: not again when the chunk lands and answers
+ * HIT, nor when another request's hit took the chunk's stamp over, nor
+ * when the chunk was evicted and the request finds it in the tier again. */
+static void
+test_promoted_chunk_counted_once (Fixture       *f,
+                                  gconstpointer  data)
+{
+  g_autoptr(KvRequest) a = kv_request_new ("a", NULL);
+  g_autoptr(KvRequest) b = kv_request_new ("b", NULL);
+  g_autoptr(KvRequest) c = kv_request_new ("c", NULL);
+  g_autoptr(KvStats) stats = NULL;
+
+  put (f->tier1, f, 1);
+  put (f->tier2, f, 2);
+  kv_tiering_manager_on_new_request (f->manager, a);
+  kv_tiering_manager_on_new_request (f->manager, b);
+  kv_tiering_manager_on_new_request (f->manager, c);
+  g_assert_cmpint (lookup (f, 1, a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpint (lookup (f, 1, a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  /* tier 1 misses key 2 first, tier 2 has it */
+  g_assert_cmpint (lookup (f, 2, c), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  step (f);
+  kv_delayed_tier_complete_all (f->tier1, TRUE);
+  kv_delayed_tier_complete_all (f->tier2, TRUE);
+  step (f);
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  assert_no_count (stats, KV_METRIC_CHUNK_HITS, P);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T2), ==, 1);
+  g_assert_cmpuint (sync_count (stats, P), ==, 2);
+  g_clear_object (&stats);
+
+  /* landed: the requests that promoted them counted them already; b's
+   * first hit counts, and takes key 1's stamp over from a */
+  g_assert_cmpint (lookup (f, 1, a), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 2, c), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 1, b), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 1, a), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (lookup (f, 2, c), ==, KV_LOOKUP_RESULT_HIT);
+  stats = get_stats (f);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 1);
+  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T1);
+  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T2);
+  g_clear_object (&stats);
+
+  /* both evicted by 8 other chunks; found in the tiers again, counted by
+   * nobody (c's stamp on key 2 still held its tier 2 hit) */
+  for (guint i = 3; i <= 10; i++)
+    store_in_primary (f, i);
+  g_assert_cmpint (kv_primary_tier_lookup (f->primary, f->keys[1]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (kv_primary_tier_lookup (f->primary, f->keys[2]), ==, KV_LOOKUP_RESULT_MISS);
+  g_assert_cmpint (lookup (f, 1, a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpint (lookup (f, 2, c), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpint (lookup (f, 1, b), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  stats = get_stats (f);
+  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, P);
+  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T1);
+  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T2);
+  g_clear_object (&stats);
+
+  step (f);
+  kv_delayed_tier_complete_all (f->tier1, TRUE);
+  kv_delayed_tier_complete_all (f->tier2, TRUE);
+  step (f);
+  kv_tiering_manager_on_request_finished (f->manager, a);
+  kv_tiering_manager_on_request_finished (f->manager, b);
+  kv_tiering_manager_on_request_finished (f->manager, c);
+}
+
 /* A request whose blocks were allocated (new request ids of the step end)
  * stops counting lookups; other requests still count. */
 static void
@@ -1653,6 +1736,7 @@ main (int    argc,
   ADD ("jobs/active-job-gauges", setup_default, test_active_job_gauges);
   ADD ("jobs/promotion-allocation-failures", setup_small, test_promotion_allocation_failures);
   ADD ("lookups/primary-hit-once-per-request", setup_default, test_primary_hit_once_per_request);
+  ADD ("lookups/promoted-chunk-counted-once", setup_default, test_promoted_chunk_counted_once);
   ADD ("stats/every-series-before-start", setup_fresh, test_stats_every_series_before_start);
   ADD ("stats/every-series-after-start", setup_fresh, test_stats_every_series_after_start);
   g_test_add_func ("/kvtier/manager-metrics/stats/metrics-off-not-null", test_stats_metrics_off_not_null);

@@ -473,7 +473,7 @@ process_result (KvTieringManager *self,
        * lazy_promoting), or its reservation failed (no key left): nothing
        * reached the primary tier. */
       if (!reserved)
-        _kv_promotions_forget_lazy_keys (&self->promotions, keys, n_keys);
+        _kv_promotions_forget_lazy_keys (self, keys, n_keys);
       if (kv_job_result_get_success (result) && !reserved && n_keys > 0)
         g_warning ("Tier #%u (%s) reported load job %" G_GUINT64_FORMAT " as done without "
                    "reserving its primary slots (kv_secondary_tier_reserve_load_slots); "

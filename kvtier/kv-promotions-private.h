@@ -28,8 +28,13 @@ typedef struct
   gint64 hit_pending_deadline_us;
 
   /* Keys of lazy promotions not reserved yet: they answer HIT_PENDING
-   * though the primary tier does not know them. KvKey (owned) → itself. */
+   * though the primary tier does not know them. KvKey (owned) → the stamp
+   * word the metrics hook gave the lookup that found it (see
+   * KvTieringManagerHooks.lookup_settled), which moves into the key's
+   * primary entry when the promotion reserves it; NULL for none (always
+   * where a pointer has fewer than 64 bits). */
   GHashTable *lazy_promoting;
+  guint64 lazy_stamp;           /* the hook's word for the lookup in progress */
   guint n_lazy_tiers;
   /* Lazy promotions found by this step's lookups, submitted at its end:
    * until then the step's stores leave them room, as they would a slot
@@ -59,9 +64,9 @@ _kv_promotions_forget_request (KvPromotions *promotions,
 /* A lazy promotion ended without reserving its slots: its keys stop
  * answering HIT_PENDING. */
 G_GNUC_INTERNAL
-void _kv_promotions_forget_lazy_keys (KvPromotions  *promotions,
-                                      KvKey * const *keys,
-                                      guint          n_keys);
+void _kv_promotions_forget_lazy_keys (KvTieringManager *self,
+                                      KvKey * const    *keys,
+                                      guint             n_keys);
 
 /* The per-tier queue of the step's promotions, made when tier @index is
  * added. */

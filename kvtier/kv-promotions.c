@@ -43,13 +43,53 @@ _kv_promotions_finalize (KvPromotions *promotions)
   g_clear_pointer (&promotions->lazy_promoting, g_hash_table_unref);
 }
 
+/* A lazy promotion's key keeps its lookup's stamp word as its value in
+ * lazy_promoting, where a pointer holds 64 bits; elsewhere the lookup's
+ * observations go to the metrics' tables. */
+#if GLIB_SIZEOF_VOID_P == 8
+#define LAZY_STAMPS 1
+#define STAMP_TO_POINTER(stamp) ((gpointer) (guintptr) (stamp))
+#define STAMP_FROM_POINTER(p) ((guint64) (guintptr) (p))
+#else
+#define LAZY_STAMPS 0
+#define STAMP_TO_POINTER(stamp) NULL
+#define STAMP_FROM_POINTER(p) 0
+#endif
+
+/* Takes @key out of the lazy promotions; returns the stamp word it kept. */
+static guint64
+take_lazy_key (KvTieringManager *self,
+               KvKey            *key)
+{
+  gpointer stamp = NULL;
+  gpointer owned = NULL;
+
+  if (!g_hash_table_steal_extended (self->promotions.lazy_promoting, key, &owned, &stamp))
+    return 0;
+  kv_key_unref (owned);
+  return STAMP_FROM_POINTER (stamp);
+}
+
+/* The stamp a lazy promotion kept for @key goes to the key's primary
+ * entry (@to_entry, when it has one), or is dropped. */
+static void
+move_lazy_stamp (KvTieringManager *self,
+                 KvKey            *key,
+                 guint64           stamp,
+                 gboolean          to_entry)
+{
+  if (stamp != 0 && self->hooks != NULL)
+    self->hooks->stamp_moved (self->hooks_data, key, stamp,
+                              to_entry ? _kv_primary_tier_stamp_of (self->primary, key) : NULL);
+}
+
 void
-_kv_promotions_forget_lazy_keys (KvPromotions  *promotions,
-                                 KvKey * const *keys,
-                                 guint          n_keys)
+_kv_promotions_forget_lazy_keys (KvTieringManager *self,
+                                 KvKey * const    *keys,
+                                 guint             n_keys)
 {
   for (guint i = 0; i < n_keys; i++)
-    g_hash_table_remove (promotions->lazy_promoting, keys[i]);
+    move_lazy_stamp (self, keys[i], take_lazy_key (self, keys[i]), FALSE);
 }
 
 void
@@ -111,7 +151,7 @@ initiate_promotion (KvTieringManager *self,
       /* No slot now: the tier reserves it when it starts the load. */
       guint32 no_slot = G_MAXUINT32;
 
-      g_hash_table_add (self->promotions.lazy_promoting, kv_key_ref (key));
+      g_hash_table_insert (self->promotions.lazy_promoting, kv_key_ref (key), NULL);
       self->promotions.n_lazy_claims++;
       p = pending_promotion_for (tier_slot (self, tier), request);
       g_ptr_array_add (p->keys, kv_key_ref (key));
@@ -181,8 +221,16 @@ lookup_secondary (KvTieringManager *self,
             return KV_LOOKUP_RESULT_MISS;
           if (!initiate_promotion (self, i, key, request))
             return KV_LOOKUP_RESULT_MISS;
-          if (self->hooks != NULL && !slot->lazy)
-            *promoted_stamp = _kv_primary_tier_stamp_of (self->primary, key);
+          /* a lazy promotion's key has no entry yet: it keeps the word
+           * (see KvPromotions.lazy_promoting) */
+          if (self->hooks != NULL)
+            {
+              self->promotions.lazy_stamp = 0;
+              if (!slot->lazy)
+                *promoted_stamp = _kv_primary_tier_stamp_of (self->primary, key);
+              else if (LAZY_STAMPS)
+                *promoted_stamp = &self->promotions.lazy_stamp;
+            }
           return KV_LOOKUP_RESULT_HIT_PENDING;
         case KV_LOOKUP_RESULT_RETRY:
           /* keep asking: a later tier's HIT still wins */
@@ -269,21 +317,27 @@ lookup_beyond_primary_hit (KvTieringManager *self,
                            guint64         **promoted_stamp)
 {
   /* A pending primary key is being written or promoted already: asking the
-   * secondary tiers again would promote it twice. */
+   * secondary tiers again would promote it twice. (Metrics count no
+   * pending lookup.) */
   if (primary_result == KV_LOOKUP_RESULT_HIT_PENDING)
     return pending_or_released (self, key, request);
 
-  /* So is a lazy promotion's key, which holds no primary slot yet; a
-   * request whose lazy promotion found no room recomputes. */
+  /* So is a lazy promotion's key, which holds no primary slot yet (pending
+   * for the metrics too); a request whose lazy promotion found no room
+   * recomputes. */
   if (self->promotions.n_lazy_tiers > 0 &&
       g_hash_table_size (self->promotions.lazy_promoting) > 0 &&
       g_hash_table_contains (self->promotions.lazy_promoting, key))
     {
-      if (kv_request_get_state (request, &self->promotions.promotion_failed_tag) != NULL)
-        return KV_LOOKUP_RESULT_MISS;
-      return pending_or_released (self, key, request);
+      if (kv_request_get_state (request, &self->promotions.promotion_failed_tag) == NULL)
+        return pending_or_released (self, key, request);
+      if (self->hooks != NULL)
+        self->hooks->primary_lookup (self->hooks_data, request, key, KV_LOOKUP_RESULT_MISS, NULL);
+      return KV_LOOKUP_RESULT_MISS;
     }
 
+  if (self->hooks != NULL)
+    self->hooks->primary_lookup (self->hooks_data, request, key, KV_LOOKUP_RESULT_MISS, NULL);
   /* A promotion that starts now starts no wait: the request's next lookup
    * of the chunk, a step later at most, does. The lookup that finds a chunk
    * in a tier stays free of the bookkeeping. */
@@ -305,7 +359,12 @@ _kv_tiering_manager_lookup_beyond_primary_hit (KvTieringManager *self,
                                                      primary_result, &promoted_stamp);
 
   if (self->hooks != NULL)
-    self->hooks->lookup_settled (self->hooks_data, promoted_stamp);
+    {
+      self->hooks->lookup_settled (self->hooks_data, promoted_stamp);
+      if (promoted_stamp == &self->promotions.lazy_stamp && self->promotions.lazy_stamp != 0)
+        g_hash_table_insert (self->promotions.lazy_promoting, kv_key_ref (key),
+                             STAMP_TO_POINTER (self->promotions.lazy_stamp));
+    }
   return result;
 }
 
@@ -362,6 +421,7 @@ _kv_tiering_manager_reserve_lazy_promotion (gpointer          user_data,
   g_autofree KvKey **to_store = NULL;
   g_autofree guint32 *chunk_ids = NULL;
   g_autofree KvKey **evicted_room = NULL;
+  g_autofree guint64 *stamps = NULL;
   KvKey **evicted;
   g_autoptr(GError) local_error = NULL;
   gboolean stored;
@@ -397,8 +457,9 @@ _kv_tiering_manager_reserve_lazy_promotion (gpointer          user_data,
 
   keys = kv_transfer_job_get_keys (job, &n_keys);
   /* From now on the primary tier answers for them. */
+  stamps = g_new (guint64, MAX (n_keys, 1));
   for (guint i = 0; i < n_keys; i++)
-    g_hash_table_remove (self->promotions.lazy_promoting, keys[i]);
+    stamps[i] = take_lazy_key (self, keys[i]);
 
   to_store = g_new (KvKey *, MAX (n_keys, 1));
   chunk_ids = g_new (guint32, MAX (n_keys, 1));
@@ -430,6 +491,8 @@ _kv_tiering_manager_reserve_lazy_promotion (gpointer          user_data,
     kv_key_unref (evicted[i]);
   if (evicted != evicted_room)
     g_free (evicted);
+  for (guint i = 0; i < n_keys; i++)
+    move_lazy_stamp (self, keys[i], stamps[i], TRUE);
 
   if (!stored || n_fit < n_keys)
     {
@@ -513,6 +576,15 @@ _kv_tiering_manager_reset_promotions (KvTieringManager *self)
 
       g_hash_table_remove_all (slot->pending_loads_by_req);
       g_ptr_array_set_size (slot->pending_loads, 0);
+    }
+  if (self->hooks != NULL)
+    {
+      GHashTableIter iter;
+      gpointer key, stamp;
+
+      g_hash_table_iter_init (&iter, self->promotions.lazy_promoting);
+      while (g_hash_table_iter_next (&iter, &key, &stamp))
+        move_lazy_stamp (self, key, STAMP_FROM_POINTER (stamp), FALSE);
     }
   g_hash_table_remove_all (self->promotions.lazy_promoting);
   self->promotions.n_lazy_claims = 0;

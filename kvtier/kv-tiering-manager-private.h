@@ -128,6 +128,10 @@ typedef struct
    * keep what the lookup's earlier calls saw there instead of in a table
    * of its own. */
   void (*lookup_settled)     (gpointer data, guint64 *promoted_stamp);
+  /* A stamp word a lazy promotion kept (see KvPromotions.lazy_promoting)
+   * goes into @word, the stamp word of the key's new primary entry, or,
+   * with @word NULL, is dropped: the promotion reserved no slot for it. */
+  void (*stamp_moved)        (gpointer data, KvKey *key, guint64 stamp, guint64 *word);
   void (*job_registered)     (gpointer data, guint label, KvJobKind kind, guint n_keys);
   void (*job_finished)       (gpointer data, guint label, KvJobKind kind, guint n_keys,
                               KvJobResult *result);

@@ -805,10 +805,13 @@ lookup_one (KvTieringManager *self,
    * gets the chunk's stamp, so that counting it once per request takes no
    * second probe. */
   result = _kv_primary_tier_lookup_stamp (self->primary, key, &stamp);
-  if (self->hooks != NULL)
-    self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
   if (G_LIKELY (result == KV_LOOKUP_RESULT_HIT))
-    return result;
+    {
+      if (self->hooks != NULL)
+        self->hooks->primary_lookup (self->hooks_data, request, key, result, stamp);
+      return result;
+    }
+  /* the hook hears the other answers there, with what became of them */
   return _kv_tiering_manager_lookup_beyond_primary_hit (self, key, request, exclude_tier, result);
 }
 

@@ -1159,23 +1159,41 @@ hook_tier_lookup (gpointer        data,
 }
 
 static void
+hook_stamp_moved (gpointer  data,
+                  KvKey    *key,
+                  guint64   stamp,
+                  guint64  *word)
+{
+  KvTieringMetrics *m = data;
+
+  if (word == NULL)
+    {
+      primary_spill (m, key, stamp);
+      return;
+    }
+  /* a new entry's word is 0; what another one held is kept first */
+  if (*word != 0)
+    primary_spill (m, key, *word);
+  *word = stamp;
+}
+
+static void
 hook_lookup_settled (gpointer  data,
                      guint64  *promoted_stamp)
 {
   KvTieringMetrics *m = data;
+  KvKey *key = m->held_key;
 
-  if (m->held_key == NULL)
+  if (key == NULL)
     return;
   if (promoted_stamp == NULL)
     {
       release_held (m);
       return;
     }
-  /* a new entry's word is 0; whatever it held is kept first */
-  if (*promoted_stamp != 0)
-    primary_spill (m, m->held_key, *promoted_stamp);
-  *promoted_stamp = m->held_state->serial | ((guint64) m->held_label << STAMP_SERIAL_BITS);
   m->held_key = NULL;
+  hook_stamp_moved (m, key, m->held_state->serial | ((guint64) m->held_label << STAMP_SERIAL_BITS),
+                    promoted_stamp);
   m->held_label = 0;
 }
 
@@ -1237,6 +1255,7 @@ const KvTieringManagerHooks kv_tiering_metrics_hooks = {
   .primary_lookup = hook_primary_lookup,
   .tier_lookup = hook_tier_lookup,
   .lookup_settled = hook_lookup_settled,
+  .stamp_moved = hook_stamp_moved,
   .job_registered = hook_job_registered,
   .job_finished = hook_job_finished,
   .promotion_allocation_failed = hook_promotion_allocation_failed,

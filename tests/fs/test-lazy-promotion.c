@@ -408,6 +408,83 @@ test_failed_before_start (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, other);
 }
 
+/* No new count: the series is absent or 0. */
+static void
+assert_no_count (KvStats            *stats,
+                 const char         *name,
+                 const char * const *labels)
+{
+  g_assert_cmpfloat (MAX (value_of (stats, name, labels), 0), ==, 0);
+}
+
+/* The lookup that starts a lazy promotion counts its primary miss and its
+ * tier hit once for its request (kept with the key until its slot is
+ * reserved, then in the slot's entry, or in the tables when the load
+ * failed first); a chunk waiting for its lazy promotion is pending for
+ * every request, as a promoted chunk with a slot is. */
+static void
+test_metrics_counted_once (Fixture       *f,
+                           gconstpointer  data)
+{
+  const char * const primary[] = { "0:primary", NULL };
+  const char * const slow[] = { "1:slow", NULL };
+  g_autoptr(KvRequest) a = kv_request_new ("a", NULL);
+  g_autoptr(KvRequest) b = kv_request_new ("b", NULL);
+  g_autoptr(KvJobResult) failed = NULL;
+  g_autoptr(KvStats) stats = NULL;
+  g_autoptr(GError) error = NULL;
+  KvTransferJob *job;
+
+  g_object_unref (kv_tiering_manager_get_stats (f->manager));
+  kv_tiering_manager_on_new_request (f->manager, a);
+  kv_tiering_manager_on_new_request (f->manager, b);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[1], a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], b), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  stats = kv_tiering_manager_get_stats (f->manager);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 2);
+  assert_no_count (stats, KV_METRIC_CHUNK_HITS, primary);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, slow), ==, 2);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, slow), ==, 2);
+  g_clear_object (&stats);
+
+  step (f);
+  job = kv_delayed_tier_get_pending (f->tier, 0);
+  g_assert_true (kv_secondary_tier_reserve_load_slots (KV_SECONDARY_TIER (f->tier), job, &error));
+  g_assert_no_error (error);
+  kv_delayed_tier_complete_all (f->tier, TRUE);
+  step (f);
+  /* landed: a counted them; b's first hit counts */
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], a), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[1], a), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], b), ==, KV_LOOKUP_RESULT_HIT);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], a), ==, KV_LOOKUP_RESULT_HIT);
+  stats = kv_tiering_manager_get_stats (f->manager);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, primary), ==, 1);
+  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, slow);
+  g_clear_object (&stats);
+
+  /* a load that fails before it reserved its slot: a's next lookups of
+   * the key (the tier now answers MISS to it) count nothing */
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[2], a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
+  step (f);
+  job = kv_delayed_tier_get_pending (f->tier, 0);
+  failed = kv_job_result_new (kv_transfer_job_get_id (job), FALSE);
+  g_assert_true (kv_delayed_tier_complete_job_with (f->tier, kv_transfer_job_get_id (job), failed));
+  step (f);
+  g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[2], a), ==, KV_LOOKUP_RESULT_MISS);
+  stats = kv_tiering_manager_get_stats (f->manager);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 1);
+  assert_no_count (stats, KV_METRIC_CHUNK_HITS, primary);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, slow), ==, 1);
+  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, slow), ==, 1);
+
+  kv_tiering_manager_on_request_finished (f->manager, a);
+  kv_tiering_manager_on_request_finished (f->manager, b);
+}
+
 /* Stores the keys @first .. @first + @n - 1 for @request without
  * completing them: they hold their slots as writes in flight. Returns the
  * result (NULL with @error when refused). */
@@ -681,6 +758,7 @@ main (int    argc,
   ADD ("prefix-that-fits", fixture_setup_4, test_prefix_that_fits);
   ADD ("room-kept-until-step-end", fixture_setup_8, test_room_kept_until_step_end);
   ADD ("reserve-errors", fixture_setup_8, test_reserve_errors);
+  ADD ("metrics-counted-once", fixture_setup_8, test_metrics_counted_once);
 #undef ADD
   g_test_add_func ("/kvtier/lazy-promotion/fs-tier", test_fs_tier_is_lazy);
 

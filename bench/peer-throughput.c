@@ -25,8 +25,14 @@
  * <t> is the slots-to-slots transfer's. Without TLS the line adds the
  * ratio to that slots-to-slots transfer: the raw runs send one buffer
  * that stays in the caches, while the tier (and that transfer) reads
- * and writes primary-sized memory. With TLS the line adds the ratio to the
- * TLS transfer and compares the CPU with it.
+ * and writes primary-sized memory. It also gives the ratio to the same
+ * transfer with each received piece hashed (XXH3-64) as it lands, the
+ * check the tier's client must make: the fastest a checked fetch can be
+ * here. And the same checked transfer with the sender's slots in a memfd
+ * sent by sendfile(), no copy into the socket: what a server sending from
+ * a memfd primary could gain on this machine (on loopback the receiver
+ * pays for the page references instead). With TLS the line adds the ratio
+ * to the TLS transfer and compares the CPU with it.
  *
  * Usage: peer-throughput [--seconds S] [--rounds R] [--connections N]
  *                        [--chunk-sizes 256KiB,2MiB] [--tls no|yes|both]
@@ -35,9 +41,11 @@
 #include <kvtier.h>
 
 #include "bench-util.h"
+#include "kv-chunk-format.h"
 #include "kv-secondary-tier-private.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <glib/gstdio.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -45,7 +53,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -60,6 +70,14 @@ static gint opt_chunks_per_job = 0;   /* 0: MIN (16, 8 MiB of chunks) */
 
 /* ---- the ceilings: raw loopback TCP, and TLS over it ------------------------ */
 
+/* How a slots-to-slots ceiling moves its messages. */
+typedef enum
+{
+  MOVE_PLAIN,             /* send() from memory, recv() into memory */
+  MOVE_CHECKED,           /* and the receiver hashes each piece as it lands */
+  MOVE_SENDFILE_CHECKED,  /* sendfile() from a memfd instead of send() */
+} Move;
+
 typedef struct
 {
   int        fd;
@@ -69,7 +87,29 @@ typedef struct
   guint64    bytes;
   guint8    *slots;     /* NULL: one reused buffer; else n_slots messages in turn */
   guint      n_slots;
+  gboolean   check;     /* receiver: XXH3 of each piece right after it lands */
+  int        memfd;     /* sender: >= 0 to sendfile() its slots from there */
+  goffset    memfd_offset;
+  guint64    digests;   /* receiver: the checks' results, kept */
 } Flow;
+
+/* Sends message @i of the flow's slots from its memfd. */
+static gboolean
+flow_sendfile (Flow  *flow,
+               guint  i)
+{
+  off_t offset = flow->memfd_offset + (goffset) (i % flow->n_slots) * flow->message;
+
+  for (gsize left = flow->message; left > 0; )
+    {
+      ssize_t n = sendfile (flow->fd, flow->memfd, &offset, left);
+
+      if (n <= 0)
+        return FALSE;
+      left -= n;
+    }
+  return TRUE;
+}
 
 static gboolean
 flow_send (Flow         *flow,
@@ -88,6 +128,30 @@ flow_send (Flow         *flow,
       off += n;
     }
   return TRUE;
+}
+
+/* Receives a message into @buffer as the peer tier's client does: each
+ * piece hashed as it lands, while it is in the cache. */
+static gssize
+flow_receive_checked (Flow          *flow,
+                      KvChunkHasher *hasher,
+                      guint8        *buffer,
+                      gsize          len)
+{
+  gsize done = 0;
+
+  kv_chunk_hasher_reset (hasher);
+  while (done < len)
+    {
+      ssize_t n = recv (flow->fd, buffer + done, len - done, 0);
+
+      if (n <= 0)
+        return done > 0 ? (gssize) done : n;
+      kv_chunk_hasher_update (hasher, buffer + done, n);
+      done += n;
+    }
+  flow->digests ^= kv_chunk_hasher_digest (hasher);
+  return done;
 }
 
 static gssize
@@ -115,7 +179,7 @@ send_main (gpointer data)
       const guint8 *source = flow->slots != NULL ? flow->slots + (gsize) (i % flow->n_slots) * flow->message
                                                  : buffer;
 
-      if (!flow_send (flow, source, flow->message))
+      if (!(flow->memfd >= 0 ? flow_sendfile (flow, i) : flow_send (flow, source, flow->message)))
         return NULL;
     }
   if (flow->tls != NULL)
@@ -129,17 +193,20 @@ receive_main (gpointer data)
 {
   Flow *flow = data;
   g_autofree guint8 *buffer = g_malloc (flow->message);
+  KvChunkHasher *hasher = flow->check ? kv_chunk_hasher_new () : NULL;
 
   for (guint i = 0; ; i++)
     {
       guint8 *target = flow->slots != NULL ? flow->slots + (gsize) (i % flow->n_slots) * flow->message
                                            : buffer;
-      gssize n = flow_receive (flow, target, flow->message);
+      gssize n = hasher != NULL ? flow_receive_checked (flow, hasher, target, flow->message)
+                                : flow_receive (flow, target, flow->message);
 
       if (n <= 0)
         break;
       flow->bytes += n;
     }
+  g_clear_pointer (&hasher, kv_chunk_hasher_free);
   return NULL;
 }
 
@@ -209,9 +276,11 @@ tcp_ceiling (gsize     message,
              guint     n_conns,
              gsize     slots_bytes,
              gboolean  tls,
+             Move      move,
              gdouble  *cpu_s_per_gb)
 {
   g_autofree guint8 *slots = slots_bytes > 0 ? g_malloc (2 * slots_bytes) : NULL;
+  int memfd = -1;
   struct sockaddr_in addr = { .sin_family = AF_INET, .sin_addr.s_addr = htonl (INADDR_LOOPBACK) };
   socklen_t len = sizeof addr;
   int listener = socket (AF_INET, SOCK_STREAM, 0);
@@ -237,6 +306,14 @@ tcp_ceiling (gsize     message,
     start_tls (senders, receivers, n_conns);
   if (slots != NULL)
     memset (slots, 0, 2 * slots_bytes);   /* faulted in, as warm primary slots are */
+  if (move == MOVE_SENDFILE_CHECKED)
+    {
+      /* the senders' slots in a memfd, as a primary tier shared with an
+       * engine is, its pages allocated before anything is timed */
+      memfd = memfd_create ("peer-throughput-slots", MFD_CLOEXEC);
+      g_assert_cmpint (memfd, >=, 0);
+      g_assert_cmpint (fallocate (memfd, 0, 0, slots_bytes), ==, 0);
+    }
   start = bench_now_s ();
   cpu = bench_self_cpu_s ();
   for (guint i = 0; i < n_conns; i++)
@@ -247,7 +324,11 @@ tcp_ceiling (gsize     message,
           receivers[i].n_slots = senders[i].n_slots = MAX (1, slots_bytes / n_conns / message);
           receivers[i].slots = slots + (gsize) i * receivers[i].n_slots * message;
           senders[i].slots = receivers[i].slots + slots_bytes;
+          senders[i].memfd_offset = (goffset) i * senders[i].n_slots * message;
         }
+      senders[i].memfd = memfd;
+      receivers[i].memfd = -1;
+      receivers[i].check = move != MOVE_PLAIN;
       senders[i].until = start + opt_seconds;
       threads[2 * i] = g_thread_new (tls ? "tls-send" : "tcp-send", send_main, &senders[i]);
       threads[2 * i + 1] = g_thread_new (tls ? "tls-recv" : "tcp-recv", receive_main, &receivers[i]);
@@ -265,6 +346,8 @@ tcp_ceiling (gsize     message,
       close (receivers[i].fd);
     }
   close (listener);
+  if (memfd >= 0)
+    close (memfd);
   *cpu_s_per_gb = cpu / (total / GB);
   return total / elapsed / GB;
 }
@@ -628,6 +711,10 @@ main (int   argc,
         g_autofree gdouble *slot_ceilings = g_new (gdouble, opt_rounds);
         g_autofree gdouble *tls_ceilings = g_new (gdouble, opt_rounds);
         g_autofree gdouble *tls_cpus = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *checked_ceilings = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *checked_cpus = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *sendfile_ceilings = g_new (gdouble, opt_rounds);
+        g_autofree gdouble *sendfile_cpus = g_new (gdouble, opt_rounds);
         g_autofree gdouble *cpus = g_new (gdouble, opt_rounds);
         guint m;
 
@@ -638,14 +725,22 @@ main (int   argc,
 
         for (gint r = 0; r < opt_rounds; r++)
           {
-            gdouble cpu_one, cpu_many, cpu_slots, cpu_tls = 0;
-            gdouble one = tcp_ceiling (message, 1, 0, FALSE, &cpu_one);
-            gdouble many = tcp_ceiling (message, opt_connections, 0, FALSE, &cpu_many);
+            gdouble cpu_one, cpu_many, cpu_slots, cpu_tls = 0, cpu_checked = 0, cpu_sendfile = 0;
+            gdouble one = tcp_ceiling (message, 1, 0, FALSE, MOVE_PLAIN, &cpu_one);
+            gdouble many = tcp_ceiling (message, opt_connections, 0, FALSE, MOVE_PLAIN, &cpu_many);
             gdouble into_slots = tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), FALSE,
-                                              &cpu_slots);
+                                              MOVE_PLAIN, &cpu_slots);
             gdouble over_tls = tls ? tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), TRUE,
-                                                  &cpu_tls)
+                                                  MOVE_PLAIN, &cpu_tls)
                                    : 0;
+            /* what checking the payload as it lands costs the transfer,
+             * and what sending from a memfd without a copy would save */
+            gdouble checked = !tls ? tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk), FALSE,
+                                                  MOVE_CHECKED, &cpu_checked)
+                                   : 0;
+            gdouble by_sendfile = !tls ? tcp_ceiling (message, opt_connections, peer_slots_bytes (chunk),
+                                                      FALSE, MOVE_SENDFILE_CHECKED, &cpu_sendfile)
+                                       : 0;
             PeerResult result = peer_fetch (chunk, tls);
 
             ceilings[r] = MAX (one, many);
@@ -655,6 +750,10 @@ main (int   argc,
             slot_ceilings[r] = into_slots;
             tls_ceilings[r] = over_tls;
             tls_cpus[r] = cpu_tls;
+            checked_ceilings[r] = checked;
+            checked_cpus[r] = cpu_checked;
+            sendfile_ceilings[r] = by_sendfile;
+            sendfile_cpus[r] = cpu_sendfile;
             peer_rates[r] = result.gb_per_s;
             cpus[r] = result.cpu_s_per_gb;
             ratios[r] = peer_rates[r] / ceilings[r];
@@ -663,6 +762,9 @@ main (int   argc,
                     opt_connections, into_slots, cpu_slots);
             if (tls)
               printf (", tls %.2f GB/s (cpu %.2f s/GB) slots to slots", over_tls, cpu_tls);
+            else
+              printf (", checked %.2f GB/s (cpu %.2f s/GB), sendfile and checked %.2f GB/s (cpu %.2f s/GB)",
+                      checked, cpu_checked, by_sendfile, cpu_sendfile);
             printf ("; peer%s %.2f GB/s, cpu %.2f s/GB (client %.2f, server %.2f)\n", tls ? " tls" : "",
                     peer_rates[r], cpus[r], result.client_cpu_s_per_gb, result.server_cpu_s_per_gb);
             fflush (stdout);
@@ -673,8 +775,11 @@ main (int   argc,
         if (tls)
           printf (" (%.0f%% of TLS over it, %.2f GB/s)", 100 * peer_rates[m] / tls_ceilings[m], tls_ceilings[m]);
         else
-          printf (" (%.0f%% of TCP slots to slots, %.2f GB/s)", 100 * peer_rates[m] / slot_ceilings[m],
-                  slot_ceilings[m]);
+          printf (" (%.0f%% of TCP slots to slots, %.2f GB/s; %.0f%% of it checked as it lands, %.2f GB/s,"
+                  " cpu %.2f s/GB; sent from a memfd by sendfile and checked: %.2f GB/s, cpu %.2f s/GB)",
+                  100 * peer_rates[m] / slot_ceilings[m], slot_ceilings[m],
+                  100 * peer_rates[m] / checked_ceilings[m], checked_ceilings[m], checked_cpus[m],
+                  sendfile_ceilings[m], sendfile_cpus[m]);
         printf (", cpu %.2f s/GB = %.2fx %s's %.2f s/GB\n", cpus[m],
                 cpus[m] / (tls ? tls_cpus[m] : ceiling_cpus[m]), tls ? "TLS" : "TCP",
                 tls ? tls_cpus[m] : ceiling_cpus[m]);

@@ -7,6 +7,7 @@
 
 #include "kv-delayed-tier.h"
 #include "kv-tiering-metrics-private.h"
+#include "test-stats.h"
 
 /* Admission policies (vLLM's TieringAdmissionPolicy, RFC #53485): the
  * manager asks the policy before any pin, slot or job id, tells it about
@@ -775,18 +776,6 @@ test_backpressure_feedback (Bp            *b,
   g_assert_false (kv_backpressure_detector_is_under_pressure (KV_BACKPRESSURE_DETECTOR (det)));
 }
 
-static gdouble
-value_of (KvStats            *stats,
-          const char         *name,
-          const char * const *labels)
-{
-  gdouble value = -1;
-
-  if (!kv_stats_lookup (stats, name, labels, &value))
-    return -1;
-  return value;
-}
-
 static void
 test_backpressure_metrics (Bp            *b,
                            gconstpointer  data)
@@ -819,17 +808,17 @@ test_backpressure_metrics (Bp            *b,
 
   /* vLLM's labels: "<index + 1>:<tier-type>" */
   stats = kv_admission_policy_get_stats (policy);
-  g_assert_cmpfloat_with_epsilon (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, delayed), 0.010, 1e-12);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 3);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, plain), ==, -1);
+  g_assert_cmpfloat_with_epsilon (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, delayed), 0.010, 1e-12);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 3);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, plain), ==, -1);
   g_clear_object (&stats);
 
   /* the counters were taken; the gauge persists */
   stats = kv_admission_policy_get_stats (policy);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 0);
-  g_assert_cmpfloat_with_epsilon (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, delayed), 0.010, 1e-12);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 0);
+  g_assert_cmpfloat_with_epsilon (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, delayed), 0.010, 1e-12);
 }
 
 /* A manager with the default policy gates cascades with the detector and
@@ -875,8 +864,8 @@ test_backpressure_through_manager (Bp            *b,
   g_assert_cmpint (kv_tiering_manager_lookup (manager, b->keys[3], req), ==, KV_LOOKUP_RESULT_HIT);
 
   stats = kv_tiering_manager_get_stats (manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 3);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, delayed), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, delayed), ==, 3);
   kv_tiering_manager_on_request_finished (manager, req);
   g_assert_true (kv_tiering_manager_shutdown (manager, &error));
   g_assert_no_error (error);

@@ -7,6 +7,7 @@
 
 #include "kv-delayed-tier.h"
 #include "kv-tiering-metrics-private.h"
+#include "test-stats.h"
 
 /* Reference §11 items 18 (metrics), 19 (backpressure, manager side) and 20
  * (admission wiring), seen through KvTieringManager: what
@@ -236,19 +237,6 @@ get_stats (Fixture *f)
   return stats;
 }
 
-/* The value of a counter or gauge, or -1 when @stats does not have it. */
-static gdouble
-value_of (KvStats            *stats,
-          const char         *name,
-          const char * const *labels)
-{
-  gdouble value = -1.0;
-
-  if (!kv_stats_lookup (stats, name, labels, &value))
-    return -1.0;
-  return value;
-}
-
 static guint64
 sync_count (KvStats            *stats,
             const char * const *labels)
@@ -347,11 +335,11 @@ test_sync_delay_per_tier (Fixture       *f,
   g_assert_cmpuint (async_count (stats, P, NULL), ==, 0);
   g_assert_cmpuint (async_count (stats, T1, NULL), ==, 0);
   g_assert_cmpuint (async_count (stats, T2, NULL), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T1), ==, -1);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -383,11 +371,11 @@ test_no_async_delay_immediate_or_promotion (Fixture       *f,
   g_assert_cmpuint (async_count (stats, T1, NULL), ==, 0);
   g_assert_cmpuint (async_count (stats, T2, NULL), ==, 0);
   /* key 3: primary, tier 1 and tier 2 miss; key 5: primary miss, tier 1 hit */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 1);
   g_assert_cmpuint (sync_count (stats, P), ==, 2);
   g_assert_cmpuint (sync_count (stats, T1), ==, 2);
   g_assert_cmpuint (sync_count (stats, T2), ==, 1);
@@ -416,11 +404,11 @@ test_async_delay_after_retry (Fixture       *f,
 
   /* unresolved: tier 1 has counted nothing yet */
   before = get_stats (f);
-  g_assert_cmpfloat (value_of (before, KV_METRIC_CHUNK_QUERIES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (before, KV_METRIC_CHUNK_QUERIES, T1), ==, -1);
   g_assert_cmpuint (sync_count (before, T1), ==, 0);
   g_assert_cmpuint (async_count (before, T1, NULL), ==, 0);
-  g_assert_cmpfloat (value_of (before, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
-  g_assert_cmpfloat (value_of (before, KV_METRIC_CHUNK_QUERIES, T2), ==, 2);
+  g_assert_cmpfloat (test_stats_value (before, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (before, KV_METRIC_CHUNK_QUERIES, T2), ==, 2);
 
   /* still RETRY 20 ms later: the first deferral time is kept */
   kv_clock_advance (f->clock, 20000);
@@ -449,11 +437,11 @@ test_async_delay_after_retry (Fixture       *f,
   g_assert_cmpuint (async_count (stats, P, NULL), ==, 0);
   g_assert_cmpuint (async_count (stats, T2, NULL), ==, 0);
   g_assert_cmpuint (sync_count (stats, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
   /* primary and tier 2 answered at once in the first step: nothing new */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, -1);
 
   /* consumed once */
   again = get_stats (f);
@@ -503,20 +491,20 @@ test_queries_and_hits_per_label (Fixture       *f,
   g_assert_cmpint (lookup (f, 3, b), ==, KV_LOOKUP_RESULT_MISS);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 4 + 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 1 + 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 3 + 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 2 + 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 4 + 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, 1 + 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 3 + 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 2 + 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T2), ==, 1);
   g_assert_cmpuint (sync_count (stats, P), ==, 6);
   g_assert_cmpuint (sync_count (stats, T1), ==, 4);
   g_assert_cmpuint (sync_count (stats, T2), ==, 3);
 
   /* counters are consumed by the read */
   again = get_stats (f);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_CHUNK_HITS, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_CHUNK_HITS, T1), ==, -1);
 
   step (f);
   kv_delayed_tier_complete_all (f->tier1, TRUE);
@@ -567,8 +555,8 @@ test_primary_hit_once_per_request (Fixture       *f,
       step (f);
     }
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, 2);
   g_assert_cmpuint (sync_count (stats, P), ==, 2);
   g_clear_object (&stats);
 
@@ -586,8 +574,8 @@ test_primary_hit_once_per_request (Fixture       *f,
   g_assert_cmpint (lookup (f, 0, b), ==, KV_LOOKUP_RESULT_HIT);
   g_assert_cmpint (lookup (f, 0, a), ==, KV_LOOKUP_RESULT_HIT);
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, 1);
   g_clear_object (&stats);
 
   /* b got its blocks: no more counting; "a" announced again starts over */
@@ -597,20 +585,11 @@ test_primary_hit_once_per_request (Fixture       *f,
   g_assert_cmpint (lookup (f, 0, a_again), ==, KV_LOOKUP_RESULT_HIT);
   g_assert_cmpint (lookup (f, 0, a_again), ==, KV_LOOKUP_RESULT_HIT);
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
 
   kv_tiering_manager_on_request_finished (f->manager, a_again);
   kv_tiering_manager_on_request_finished (f->manager, b);
   kv_tiering_manager_on_request_finished (f->manager, c);
-}
-
-/* No new count: the series is absent or 0. */
-static void
-assert_no_count (KvStats            *stats,
-                 const char         *name,
-                 const char * const *labels)
-{
-  g_assert_cmpfloat (MAX (value_of (stats, name, labels), 0), ==, 0);
 }
 
 /* The lookup that promotes a chunk counts its primary miss and its tier
@@ -640,12 +619,12 @@ test_promoted_chunk_counted_once (Fixture       *f,
   kv_delayed_tier_complete_all (f->tier2, TRUE);
   step (f);
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
-  assert_no_count (stats, KV_METRIC_CHUNK_HITS, P);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_HITS, P);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T2), ==, 1);
   g_assert_cmpuint (sync_count (stats, P), ==, 2);
   g_clear_object (&stats);
 
@@ -657,10 +636,10 @@ test_promoted_chunk_counted_once (Fixture       *f,
   g_assert_cmpint (lookup (f, 1, a), ==, KV_LOOKUP_RESULT_HIT);
   g_assert_cmpint (lookup (f, 2, c), ==, KV_LOOKUP_RESULT_HIT);
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 1);
-  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T1);
-  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, 1);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T1);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T2);
   g_clear_object (&stats);
 
   /* both evicted by 8 other chunks; found in the tiers again, counted by
@@ -673,9 +652,9 @@ test_promoted_chunk_counted_once (Fixture       *f,
   g_assert_cmpint (lookup (f, 2, c), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   g_assert_cmpint (lookup (f, 1, b), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   stats = get_stats (f);
-  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, P);
-  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T1);
-  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T2);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, P);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T1);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, T2);
   g_clear_object (&stats);
 
   step (f);
@@ -707,9 +686,9 @@ test_ignored_after_allocation (Fixture       *f,
 
   stats = get_stats (f);
   /* a's key 0 and b's key 1, on every tier */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, T2), ==, 2);
   g_assert_cmpuint (sync_count (stats, P), ==, 2);
   kv_tiering_manager_on_request_finished (f->manager, a);
   kv_tiering_manager_on_request_finished (f->manager, b);
@@ -732,7 +711,7 @@ test_restarted_request_counts_again (Fixture       *f,
   g_assert_cmpint (lookup (f, 0, again), ==, KV_LOOKUP_RESULT_MISS);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 2);
   g_assert_cmpuint (sync_count (stats, P), ==, 2);
   kv_tiering_manager_on_request_finished (f->manager, again);
 }
@@ -764,19 +743,19 @@ test_bytes_and_time (Fixture       *f,
   step (f);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, T1), ==, 2 * SLOT_SIZE);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_TIME, T1), ==, 0.25);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, T2), ==, 2 * SLOT_SIZE);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_TIME, T2), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, T1), ==, 3 * SLOT_SIZE);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_TIME, T1), ==, 0.5);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, T2), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, T1), ==, 2 * SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_TIME, T1), ==, 0.25);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, T2), ==, 2 * SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_TIME, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, T1), ==, 3 * SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_TIME, T1), ==, 0.5);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, T1), ==, -1);
 
   again = get_stats (f);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_WRITE_BYTES, T1), ==, -1);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_READ_BYTES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_WRITE_BYTES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_READ_BYTES, T1), ==, -1);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -803,14 +782,14 @@ test_failure_counters (Fixture       *f,
   g_assert_cmpint (ref_count (f, 0), ==, 0);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, T1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, T2), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T2), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, T1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_TIME, T1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, T2), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, T1), ==, 2 * SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_TIME, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, T1), ==, 2 * SLOT_SIZE);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -844,9 +823,9 @@ test_partial_promotion_bytes (Fixture       *f,
   g_assert_cmpint (kv_primary_tier_lookup (f->primary, f->keys[1]), ==, KV_LOOKUP_RESULT_MISS);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, T1), ==, 2 * SLOT_SIZE);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_TIME, T1), ==, 0.125);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, T1), ==, 2 * SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_TIME, T1), ==, 0.125);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T1), ==, 1);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -872,25 +851,25 @@ test_primary_usage_gauges (Fixture       *f,
 
   /* promotions are jobs only once submitted at the step end */
   early = get_stats (f);
-  g_assert_cmpfloat (value_of (early, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T1), ==, 0);
-  g_assert_cmpfloat (value_of (early, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 3.0 / 6);
+  g_assert_cmpfloat (test_stats_value (early, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (early, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 3.0 / 6);
 
   step (f);
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T1), ==, 2.0 / 6);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 3.0 / 6);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T2), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 3.0 / 6);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T1), ==, 2.0 / 6);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 3.0 / 6);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 3.0 / 6);
   /* the primary tier runs no job and has no usage gauge */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, P), ==, -1);
 
   kv_delayed_tier_complete_all (f->tier1, TRUE);
   kv_delayed_tier_complete_all (f->tier2, TRUE);
   step (f);
   idle = get_stats (f);
-  g_assert_cmpfloat (value_of (idle, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T1), ==, 0);
-  g_assert_cmpfloat (value_of (idle, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 0);
-  g_assert_cmpfloat (value_of (idle, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (idle, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (idle, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (idle, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 0);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -917,27 +896,27 @@ test_active_job_gauges (Fixture       *f,
   step (f);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T2), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, P), ==, -1);
   g_assert_cmpuint (kv_tiering_manager_get_n_active_jobs (f->manager), ==, 6);
 
   /* tier 2's jobs finish */
   kv_delayed_tier_complete_all (f->tier2, TRUE);
   step (f);
   half = get_stats (f);
-  g_assert_cmpfloat (value_of (half, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 2);
-  g_assert_cmpfloat (value_of (half, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 2);
-  g_assert_cmpfloat (value_of (half, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (half, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (half, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (half, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
 
   kv_delayed_tier_complete_all (f->tier1, TRUE);
   step (f);
   idle = get_stats (f);
-  g_assert_cmpfloat (value_of (idle, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 0);
-  g_assert_cmpfloat (value_of (idle, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 0);
-  g_assert_cmpfloat (value_of (idle, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (idle, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (idle, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (idle, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
   kv_tiering_manager_on_request_finished (f->manager, a);
   kv_tiering_manager_on_request_finished (f->manager, b);
 }
@@ -961,12 +940,12 @@ test_promotion_allocation_failures (Fixture       *f,
   g_assert_cmpint (lookup (f, 10, req), ==, KV_LOOKUP_RESULT_MISS);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, T1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 0);
   again = get_stats (f);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, -1);
 
   kv_delayed_tier_complete_all (f->tier1, TRUE);
   kv_delayed_tier_complete_all (f->tier2, TRUE);
@@ -1013,32 +992,32 @@ test_stats_every_series_before_start (Fixture       *f,
         g_error ("a scrape before the first request lacks %s:\n%s", every_metric[i], text);
     }
   /* each label's series, at zero */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, 0);
   g_assert_nonnull (strstr (text, "vllm:kv_offload_tiering_lookup_sync_delay_seconds_count{tier=\"0:primary\"} 0"));
   g_assert_nonnull (strstr (text, "vllm:kv_offload_tiering_promotion_allocation_failures_total 0"));
   for (guint t = 0; t < G_N_ELEMENTS (tiers); t++)
     {
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_TIME, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, tiers[t]), ==, 0);
-      g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_TIME, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, tiers[t]), ==, 0);
+      g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, tiers[t]), ==, 0);
     }
   /* the primary tier runs no job: no job series under its label */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, P), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, P), ==, -1);
 
   /* the next read is a delta: untouched counters are left out */
   kv_tiering_manager_on_new_request (f->manager, req);
   g_clear_object (&stats);
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
   /* per-tier gauges are always sent */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 0);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -1058,19 +1037,19 @@ test_stats_every_series_after_start (Fixture       *f,
   kv_tiering_manager_on_request_finished (f->manager, req);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, P), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_HIT_PENDING_RELEASES, NULL), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, T1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T2), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_SERVED_BYTES, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, P), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_HIT_PENDING_RELEASES, NULL), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_SERVED_BYTES, T2), ==, 0);
   g_assert_cmpuint (async_count (stats, T1, NULL), ==, 0);
   g_assert_true (kv_stats_get_histogram_count (stats, KV_METRIC_LOOKUP_ASYNC_DELAY, T2, NULL) == 0);
   /* the tiers' inherited families, under the same label */
-  g_assert_cmpfloat (value_of (stats, "kvtier_tier_deadline_failures", T1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, "kvtier_tier_breaker_openings", T2), ==, 0);
-  g_assert_cmpfloat (value_of (stats, "kvtier_tier_breaker_open", T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, "kvtier_tier_deadline_failures", T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, "kvtier_tier_breaker_openings", T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, "kvtier_tier_breaker_open", T2), ==, 0);
 }
 
 /* With metrics off, get_stats still answers (the tiers' own), never NULL. */
@@ -1113,18 +1092,18 @@ test_tier_stats_aggregated_once (Fixture       *f,
   stats = get_stats (f);
   g_assert_cmpuint (kv_delayed_tier_get_n_get_stats (f->tier1), ==, 2);
   g_assert_cmpuint (kv_delayed_tier_get_n_get_stats (f->tier2), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_DELAYED_TIER_METRIC_OPERATIONS, NULL), ==, 12);
-  g_assert_cmpfloat (value_of (stats, "kvtier_test_tier1_gauge", T1), ==, 0.5);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_DELAYED_TIER_METRIC_OPERATIONS, NULL), ==, 12);
+  g_assert_cmpfloat (test_stats_value (stats, "kvtier_test_tier1_gauge", T1), ==, 0.5);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, P), ==, 1);
   /* the tiers' objects were aggregated, not modified */
-  g_assert_cmpfloat (value_of (s1, KV_DELAYED_TIER_METRIC_OPERATIONS, NULL), ==, 5);
+  g_assert_cmpfloat (test_stats_value (s1, KV_DELAYED_TIER_METRIC_OPERATIONS, NULL), ==, 5);
 
   again = get_stats (f);
   g_assert_cmpuint (kv_delayed_tier_get_n_get_stats (f->tier1), ==, 3);
   g_assert_cmpuint (kv_delayed_tier_get_n_get_stats (f->tier2), ==, 3);
-  g_assert_cmpfloat (value_of (again, KV_DELAYED_TIER_METRIC_OPERATIONS, NULL), ==, -1);
-  g_assert_cmpfloat (value_of (again, "kvtier_test_tier1_gauge", T1), ==, -1);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_DELAYED_TIER_METRIC_OPERATIONS, NULL), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, "kvtier_test_tier1_gauge", T1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_CHUNK_QUERIES, P), ==, -1);
   g_assert_cmpuint (sync_count (again, P), ==, 0);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
@@ -1268,9 +1247,9 @@ test_bp_resume_after_clear (Fixture       *f,
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier1, "submit_store"), ==, 4);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 1);
-  g_assert_cmpfloat_with_epsilon (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1),
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 1);
+  g_assert_cmpfloat_with_epsilon (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1),
                                   0.010 / 16, 1e-15);
   kv_delayed_tier_complete_all (f->tier1, TRUE);
   kv_delayed_tier_complete_all (f->tier2, TRUE);
@@ -1297,11 +1276,11 @@ test_bp_drop_counters (Fixture       *f,
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier2, "submit_store"), ==, 2);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 3);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 3);
   /* tier 2 has no detector: no backpressure metric at all */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T2), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T2), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T2), ==, -1);
   /* popped from the policy */
   kv_backpressure_policy_pop_stores_dropped (kv_backpressure_detector_get_policy (KV_BACKPRESSURE_DETECTOR (f->det1)),
                                              &stores, &chunks);
@@ -1309,8 +1288,8 @@ test_bp_drop_counters (Fixture       *f,
   g_assert_cmpuint (chunks, ==, 0);
 
   again = get_stats (f);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), <=, 0);
-  g_assert_cmpfloat (value_of (again, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), <=, 0);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), <=, 0);
+  g_assert_cmpfloat (test_stats_value (again, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), <=, 0);
 
   kv_delayed_tier_complete_all (f->tier2, TRUE);
   kv_tiering_manager_on_request_finished (f->manager, req);
@@ -1328,12 +1307,12 @@ test_bp_ema_gauge_every_read (Fixture       *f,
 
   kv_tiering_manager_on_new_request (f->manager, req);
   cold = get_stats (f);
-  g_assert_cmpfloat (value_of (cold, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (cold, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), ==, 0);
   pressurize (f->det1);
   first = get_stats (f);
   second = get_stats (f);
-  g_assert_cmpfloat_with_epsilon (value_of (first, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), 0.010, 1e-15);
-  g_assert_cmpfloat_with_epsilon (value_of (second, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), 0.010, 1e-15);
+  g_assert_cmpfloat_with_epsilon (test_stats_value (first, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), 0.010, 1e-15);
+  g_assert_cmpfloat_with_epsilon (test_stats_value (second, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), 0.010, 1e-15);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -1398,8 +1377,8 @@ test_bp_request_level_gated (Fixture       *f,
 
   stats = get_stats (f);
   /* warm (3 chunks), writer (1), parked (1) */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 3);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 5);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 3);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 5);
 
   kv_delayed_tier_complete_all (f->tier2, TRUE);
   kv_tiering_manager_on_request_finished (f->manager, writer);
@@ -1434,8 +1413,8 @@ test_bp_loads_continue (Fixture       *f,
   g_assert_cmpuint (kv_ema_backpressure_detector_get_n_completions (f->det1), ==, 4);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, T1), ==, SLOT_SIZE);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, T1), ==, SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 0);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -1542,9 +1521,9 @@ test_bp_fed_by_successful_stores (Fixture       *f,
 
   /* the gauge reports the detector's average */
   stats = get_stats (f);
-  g_assert_cmpfloat_with_epsilon (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1),
+  g_assert_cmpfloat_with_epsilon (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1),
                                   ema_of (f->det1), 1e-15);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, T1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, T1), ==, 2);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -1579,9 +1558,9 @@ test_bp_reset_cache (Fixture       *f,
   assert_detector_reset (f->det2);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), <=, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T2), <=, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORE_LATENCY_EMA, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), <=, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T2), <=, 0);
 
   store_keys (f, req, 1, 1);
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier1, "submit_store"), ==, 1);
@@ -1623,11 +1602,11 @@ test_admission_rejected_no_job (Fixture       *f,
   g_assert_false (kv_tiering_manager_has_pending_work (f->manager));
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T2), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T2), ==, 2);
 
   /* the next job gets id 2: the rejected cascades consumed none */
   put (f->tier2, f, 9);
@@ -1664,11 +1643,11 @@ test_admission_promotion_admitted (Fixture       *f,
   g_assert_cmpuint (kv_delayed_tier_count_calls (f->tier2, "submit_load 1 r1"), ==, 1);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T2), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T2), ==, 1.0 / 8);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, T2), ==, 1.0 / 8);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T2), ==, 0);
 
   kv_delayed_tier_complete_all (f->tier1, TRUE);
   kv_delayed_tier_complete_all (f->tier2, TRUE);
@@ -1676,8 +1655,8 @@ test_admission_promotion_admitted (Fixture       *f,
   g_assert_cmpint (lookup (f, 7, req), ==, KV_LOOKUP_RESULT_HIT);
   g_assert_cmpint (lookup (f, 8, req), ==, KV_LOOKUP_RESULT_HIT);
   after = get_stats (f);
-  g_assert_cmpfloat (value_of (after, KV_METRIC_READ_BYTES, T1), ==, SLOT_SIZE);
-  g_assert_cmpfloat (value_of (after, KV_METRIC_READ_BYTES, T2), ==, SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (after, KV_METRIC_READ_BYTES, T1), ==, SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (after, KV_METRIC_READ_BYTES, T2), ==, SLOT_SIZE);
   kv_tiering_manager_on_request_finished (f->manager, req);
 }
 
@@ -1700,10 +1679,10 @@ test_admission_tier_without_detector (Fixture       *f,
     g_assert_cmpint (ref_count (f, i), ==, 1);
 
   stats = get_stats (f);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 3);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 3.0 / 8);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_STORES_DROPPED, T1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_BACKPRESSURE_BLOCKS_DROPPED, T1), ==, 3);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, T2), ==, 3.0 / 8);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, T2), ==, 1);
 
   kv_delayed_tier_complete_all (f->tier2, TRUE);
   step (f);

@@ -7,24 +7,13 @@
 #include "kvtier.h"
 #include "kv-stats-private.h"
 #include "kv-tiering-metrics-private.h"
+#include "test-stats.h"
 
 #define CHUNK 4096
 
 static const char * const L0[] = { "0:primary", NULL };
 static const char * const L1[] = { "1:example", NULL };
 static const char * const L2[] = { "2:example", NULL };
-
-static gdouble
-value_of (KvStats            *stats,
-          const char         *name,
-          const char * const *labels)
-{
-  gdouble value = -1.0;
-
-  if (!kv_stats_lookup (stats, name, labels, &value))
-    return -1.0;
-  return value;
-}
 
 static KvKey *
 make_key (guint8 first)
@@ -163,23 +152,23 @@ test_stats_basic (void)
   kv_stats_observe_histogram (stats, "h", 1.5, NULL);
   g_assert_false (kv_stats_is_empty (stats));
 
-  g_assert_cmpfloat (value_of (stats, "c", L1), ==, 3.5);
-  g_assert_cmpfloat (value_of (stats, "c", L2), ==, 1);
-  g_assert_cmpfloat (value_of (stats, "c", L0), ==, -1);
-  g_assert_cmpfloat (value_of (stats, "g", L1), ==, 0.25);
+  g_assert_cmpfloat (test_stats_value (stats, "c", L1), ==, 3.5);
+  g_assert_cmpfloat (test_stats_value (stats, "c", L2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, "c", L0), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, "g", L1), ==, 0.25);
   g_assert_cmpuint (kv_stats_get_histogram_count (stats, "h", NULL, &sum), ==, 2);
   g_assert_cmpfloat (sum, ==, 2.0);
   g_assert_false (kv_stats_lookup (stats, "h", NULL, NULL));
 
   /* Zero makes the series exist. */
   kv_stats_increase_counter (stats, "zero", 0, NULL);
-  g_assert_cmpfloat (value_of (stats, "zero", NULL), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, "zero", NULL), ==, 0);
 
   /* A name used with another kind is refused. */
   g_test_expect_message ("Kvtier", G_LOG_LEVEL_CRITICAL, "Metric c is a counter, not a gauge");
   kv_stats_set_gauge (stats, "c", 1, L1);
   g_test_assert_expected_messages ();
-  g_assert_cmpfloat (value_of (stats, "c", L1), ==, 3.5);
+  g_assert_cmpfloat (test_stats_value (stats, "c", L1), ==, 3.5);
 }
 
 static void
@@ -199,16 +188,16 @@ test_stats_aggregate (void)
   kv_stats_observe_histogram (b, "h", 3, L1);
 
   kv_stats_aggregate (a, b);
-  g_assert_cmpfloat (value_of (a, "c", L1), ==, 3);
-  g_assert_cmpfloat (value_of (a, "c", L2), ==, 5);
-  g_assert_cmpfloat (value_of (a, "g", L1), ==, 7);
+  g_assert_cmpfloat (test_stats_value (a, "c", L1), ==, 3);
+  g_assert_cmpfloat (test_stats_value (a, "c", L2), ==, 5);
+  g_assert_cmpfloat (test_stats_value (a, "g", L1), ==, 7);
   g_assert_cmpuint (kv_stats_get_histogram_count (a, "h", L1, &sum), ==, 3);
   g_assert_cmpfloat (sum, ==, 6);
   /* b is unchanged. */
-  g_assert_cmpfloat (value_of (b, "c", L1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (b, "c", L1), ==, 2);
 
   kv_stats_aggregate (a, a);
-  g_assert_cmpfloat (value_of (a, "c", L1), ==, 3);
+  g_assert_cmpfloat (test_stats_value (a, "c", L1), ==, 3);
 }
 
 static void
@@ -220,10 +209,10 @@ test_stats_take_and_reset (void)
   kv_stats_increase_counter (stats, "c", 4, NULL);
   taken = kv_stats_take (stats);
   g_assert_true (kv_stats_is_empty (stats));
-  g_assert_cmpfloat (value_of (taken, "c", NULL), ==, 4);
+  g_assert_cmpfloat (test_stats_value (taken, "c", NULL), ==, 4);
 
   kv_stats_increase_counter (stats, "c", 1, NULL);
-  g_assert_cmpfloat (value_of (stats, "c", NULL), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, "c", NULL), ==, 1);
   kv_stats_reset (stats);
   g_assert_true (kv_stats_is_empty (stats));
 }
@@ -651,17 +640,17 @@ test_tracker_queries_and_hits (Tracker       *t,
   on_lookup (t, t->r2, 2, 0, KV_LOOKUP_RESULT_HIT, 10);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 3);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L2), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 3);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L0), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L2), ==, 1);
   g_clear_object (&stats);
 
   /* Consumed once. */
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, -1);
 }
 
 /* Primary hits through the stamp word: each request counts a chunk once,
@@ -691,8 +680,8 @@ test_tracker_primary_stamp (Tracker       *t,
       HIT (t->r1, key, &stamp);
     }
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L0), ==, 2);
   g_assert_cmpuint (kv_stats_get_histogram_count (stats, KV_METRIC_LOOKUP_SYNC_DELAY, L0, NULL), ==, 2);
   g_clear_object (&stats);
 
@@ -706,8 +695,8 @@ test_tracker_primary_stamp (Tracker       *t,
   HIT (r3, other, &other_stamp);
   HIT (r3, other, &other_stamp);
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L0), ==, -1);
   g_clear_object (&stats);
 
   /* a request that got its blocks stops counting; a restarted id counts
@@ -718,8 +707,8 @@ test_tracker_primary_stamp (Tracker       *t,
   HIT (t->r1, key, &stamp);
   HIT (t->r1, key, &stamp);
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L0), ==, 1);
 
 #undef HIT
 }
@@ -745,8 +734,8 @@ test_tracker_primary_stamp_and_table (Tracker       *t,
   kv_tiering_metrics_on_primary_lookup (t->m, t->r2, gone, KV_LOOKUP_RESULT_MISS, NULL);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L0), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L0), ==, 1);
 }
 
 static void
@@ -796,8 +785,8 @@ test_tracker_async_delay (Tracker       *t,
   g_assert_cmpfloat_with_epsilon (sum, 0.0501, 1e-12);
   g_assert_cmpuint (kv_stats_get_histogram_count (stats, KV_METRIC_LOOKUP_SYNC_DELAY, L1, &sum), ==, 1);
   g_assert_cmpfloat_with_epsilon (sum, 40e-6, 1e-12);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, L1), ==, 1);
 }
 
 static void
@@ -815,8 +804,8 @@ test_tracker_ignored_after_allocation (Tracker       *t,
   on_lookup (t, t->r2, 4, 0, KV_LOOKUP_RESULT_HIT, 10);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L1), ==, -1);
 
   /* A finished request's state is dropped; a new request with the same id
    * is counted afresh. */
@@ -825,7 +814,7 @@ test_tracker_ignored_after_allocation (Tracker       *t,
   on_lookup (t, t->r1, 1, 0, KV_LOOKUP_RESULT_HIT, 10);
   g_clear_object (&stats);
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, L0), ==, 1);
 }
 
 static KvJobResult *
@@ -856,12 +845,12 @@ test_tracker_bytes_and_time (Tracker       *t,
   kv_tiering_metrics_on_job_finished (t->m, 2, KV_JOB_KIND_CASCADE, 1, untimed);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, L1), ==, 3 * CHUNK);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_TIME, L1), ==, 0.5);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, L2), ==, 3 * CHUNK);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_TIME, L2), ==, 0.25);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, L1), ==, 3 * CHUNK);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_TIME, L1), ==, 0.5);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, L2), ==, 3 * CHUNK);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_TIME, L2), ==, 0.25);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, L1), ==, -1);
   g_assert_true (kv_tiering_metrics_is_idle (t->m));
 }
 
@@ -881,12 +870,12 @@ test_tracker_failures (Tracker       *t,
   kv_tiering_metrics_on_job_finished (t->m, 1, KV_JOB_KIND_CASCADE, 2, failed_store);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, L1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, L1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, L1), ==, 2);
   /* Failed jobs move no bytes and add no time. */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_TIME, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_TIME, L1), ==, -1);
 }
 
 /* A store a tier served to another node (KvParentManager) reads the
@@ -904,21 +893,21 @@ test_tracker_served_jobs (Tracker       *t,
   kv_tiering_metrics_on_job_registered (t->m, 1, KV_JOB_KIND_SERVED, 4);
   kv_tiering_metrics_on_job_registered (t->m, 1, KV_JOB_KIND_SERVED, 2);
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_SERVED_JOBS, L1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L1), ==, 1.0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_SERVED_JOBS, L1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L1), ==, 1.0);
   g_clear_object (&stats);
 
   kv_tiering_metrics_on_job_finished (t->m, 1, KV_JOB_KIND_SERVED, 4, ok);
   kv_tiering_metrics_on_job_finished (t->m, 1, KV_JOB_KIND_SERVED, 2, failed);
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_SERVED_BYTES, L1), ==, 4 * CHUNK);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_SERVED_TIME, L1), ==, 0.25);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_SERVED_JOB_FAILURES, L1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_BYTES, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_WRITE_TIME, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CASCADE_JOB_FAILURES, L1), ==, -1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_SERVED_JOBS, L1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_SERVED_BYTES, L1), ==, 4 * CHUNK);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_SERVED_TIME, L1), ==, 0.25);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_SERVED_JOB_FAILURES, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_BYTES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_WRITE_TIME, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CASCADE_JOB_FAILURES, L1), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_SERVED_JOBS, L1), ==, 0);
   g_assert_true (kv_tiering_metrics_is_idle (t->m));
 }
 
@@ -937,9 +926,9 @@ test_tracker_partial_promotion (Tracker       *t,
   kv_tiering_metrics_on_job_finished (t->m, 1, KV_JOB_KIND_PROMOTION, 3, partial);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_BYTES, L1), ==, 2 * CHUNK);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_READ_TIME, L1), ==, 0.125);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_BYTES, L1), ==, 2 * CHUNK);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_READ_TIME, L1), ==, 0.125);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES, L1), ==, 1);
 }
 
 static void
@@ -958,15 +947,15 @@ test_tracker_usage_and_active_gauges (Tracker       *t,
   g_assert_false (kv_tiering_metrics_is_idle (t->m));
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, L1), ==, 2.0 / 6);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L1), ==, 3.0 / 6);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L2), ==, 1.0 / 6);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, L2), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, L1), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L1), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L2), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, L1), ==, 2.0 / 6);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L1), ==, 3.0 / 6);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L2), ==, 1.0 / 6);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, L2), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, L1), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L1), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L2), ==, 1);
   /* The primary has no jobs and no job gauges. */
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L0), ==, -1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_CASCADE_JOBS, L0), ==, -1);
   g_clear_object (&stats);
 
   kv_tiering_metrics_on_job_finished (t->m, 1, KV_JOB_KIND_PROMOTION, 2, ok);
@@ -977,8 +966,8 @@ test_tracker_usage_and_active_gauges (Tracker       *t,
 
   /* Gauges are sent every time, also at zero. */
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L1), ==, 0);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, L1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PRIMARY_READ_USAGE_PERC, L1), ==, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_ACTIVE_PROMOTION_JOBS, L1), ==, 0);
 }
 
 static void
@@ -1005,7 +994,7 @@ test_tracker_allocation_failures (Tracker       *t,
   kv_tiering_metrics_on_promotion_allocation_failure (t->m);
 
   stats = kv_tiering_metrics_take_stats (t->m);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 2);
   flat = kv_stats_reduce (stats);
   g_assert_true (g_variant_lookup (flat, KV_METRIC_PROMOTION_ALLOCATION_FAILURES ":()", "d", &v));
   g_assert_cmpfloat (v, ==, 2);

@@ -7,6 +7,7 @@
 #include "test-dir.h"
 #include "test-fs-tier.h"
 #include "test-manager-stack.h"
+#include "test-stats.h"
 
 #include "kv-delayed-tier.h"
 #include "kv-tiering-metrics-private.h"
@@ -118,18 +119,6 @@ step (Fixture *f)
   kv_tiering_manager_on_schedule_end (f->manager, end);
 }
 
-static gdouble
-value_of (KvStats            *stats,
-          const char         *name,
-          const char * const *labels)
-{
-  gdouble value = -1;
-
-  if (!kv_stats_lookup (stats, name, labels, &value))
-    return -1;
-  return value;
-}
-
 static void
 assert_slot_holds (Fixture *f,
                    guint    key_index)
@@ -227,9 +216,9 @@ test_long_prefix_holds_no_slot (Fixture       *f,
   for (guint i = 0; i < 10; i++)
     g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[i], r1), ==, KV_LOOKUP_RESULT_MISS);
   stats = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_JOB_FAILURES,
-                               (const char * const[]) { "1:slow", NULL }), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_JOB_FAILURES,
+                                       (const char * const[]) { "1:slow", NULL }), ==, 1);
 
   /* the writes fail and free their slots; r2 did not fail: its lookup
    * promotes key 0 anew, and that one fits */
@@ -281,8 +270,8 @@ test_reserved_when_started (Fixture       *f,
     g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[i], req), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   step (f);
   before = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (before, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, slow), ==, 0);
-  g_assert_cmpfloat (value_of (before, KV_METRIC_ACTIVE_PROMOTION_JOBS, slow), ==, 1);
+  g_assert_cmpfloat (test_stats_value (before, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, slow), ==, 0);
+  g_assert_cmpfloat (test_stats_value (before, KV_METRIC_ACTIVE_PROMOTION_JOBS, slow), ==, 1);
   g_assert_cmpuint (kv_primary_tier_get_n_write_pending (f->primary), ==, 0);
 
   job = kv_delayed_tier_get_pending (f->tier, 0);
@@ -303,7 +292,7 @@ test_reserved_when_started (Fixture       *f,
   /* now the primary tier answers for the keys */
   g_assert_cmpint (kv_primary_tier_lookup (f->primary, f->keys[0]), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   during = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (during, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, slow), ==, 3.0 / 8.0);
+  g_assert_cmpfloat (test_stats_value (during, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, slow), ==, 3.0 / 8.0);
 
   kv_delayed_tier_complete_all (f->tier, TRUE);
   step (f);
@@ -313,8 +302,8 @@ test_reserved_when_started (Fixture       *f,
       assert_slot_holds (f, i);
     }
   after = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (after, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, slow), ==, 0);
-  g_assert_cmpfloat (value_of (after, KV_METRIC_READ_BYTES, slow), ==, 3 * SLOT_SIZE);
+  g_assert_cmpfloat (test_stats_value (after, KV_METRIC_PRIMARY_WRITE_USAGE_PERC, slow), ==, 0);
+  g_assert_cmpfloat (test_stats_value (after, KV_METRIC_READ_BYTES, slow), ==, 3 * SLOT_SIZE);
   kv_tiering_manager_on_request_finished (f->manager, req);
   assert_unpinned (f, 3);
 }
@@ -390,7 +379,7 @@ test_failed_before_start (Fixture       *f,
   step (f);
   g_assert_cmpuint (kv_primary_tier_get_n_allocated (f->primary), ==, 0);
   stats = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), <=, 0);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), <=, 0);
 
   /* the key left the lazy set: the tier is asked again (its negative
    * cache answers MISS to the request whose load failed), and another
@@ -406,15 +395,6 @@ test_failed_before_start (Fixture       *f,
   assert_slot_holds (f, 4);
   kv_tiering_manager_on_request_finished (f->manager, req);
   kv_tiering_manager_on_request_finished (f->manager, other);
-}
-
-/* No new count: the series is absent or 0. */
-static void
-assert_no_count (KvStats            *stats,
-                 const char         *name,
-                 const char * const *labels)
-{
-  g_assert_cmpfloat (MAX (value_of (stats, name, labels), 0), ==, 0);
 }
 
 /* The lookup that starts a lazy promotion counts its primary miss and its
@@ -443,10 +423,10 @@ test_metrics_counted_once (Fixture       *f,
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], a), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], b), ==, KV_LOOKUP_RESULT_HIT_PENDING);
   stats = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 2);
-  assert_no_count (stats, KV_METRIC_CHUNK_HITS, primary);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, slow), ==, 2);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, slow), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 2);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_HITS, primary);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, slow), ==, 2);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, slow), ==, 2);
   g_clear_object (&stats);
 
   step (f);
@@ -461,9 +441,9 @@ test_metrics_counted_once (Fixture       *f,
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], b), ==, KV_LOOKUP_RESULT_HIT);
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[0], a), ==, KV_LOOKUP_RESULT_HIT);
   stats = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, primary), ==, 1);
-  assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, slow);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, primary), ==, 1);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_QUERIES, slow);
   g_clear_object (&stats);
 
   /* a load that fails before it reserved its slot: a's next lookups of
@@ -476,10 +456,10 @@ test_metrics_counted_once (Fixture       *f,
   step (f);
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[2], a), ==, KV_LOOKUP_RESULT_MISS);
   stats = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 1);
-  assert_no_count (stats, KV_METRIC_CHUNK_HITS, primary);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_QUERIES, slow), ==, 1);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_CHUNK_HITS, slow), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, primary), ==, 1);
+  test_stats_assert_no_count (stats, KV_METRIC_CHUNK_HITS, primary);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_QUERIES, slow), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_CHUNK_HITS, slow), ==, 1);
 
   kv_tiering_manager_on_request_finished (f->manager, a);
   kv_tiering_manager_on_request_finished (f->manager, b);
@@ -546,7 +526,7 @@ test_prefix_that_fits (Fixture       *f,
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[2], req), ==, KV_LOOKUP_RESULT_MISS);
   g_assert_cmpint (kv_tiering_manager_lookup (f->manager, f->keys[3], req), ==, KV_LOOKUP_RESULT_MISS);
   stats = kv_tiering_manager_get_stats (f->manager);
-  g_assert_cmpfloat (value_of (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 1);
+  g_assert_cmpfloat (test_stats_value (stats, KV_METRIC_PROMOTION_ALLOCATION_FAILURES, NULL), ==, 1);
 
   finish_store (f, writer, held);
   kv_tiering_manager_on_request_finished (f->manager, writer);

@@ -241,21 +241,45 @@ node_id (guint i)
   return redis_cli (&nodes[i], "CLUSTER", "MYID", NULL);
 }
 
-/* The node index serving @slot (its master). */
+/* Whether node @i says it holds @slot itself: the slot is in the
+ * "myself" line of its CLUSTER NODES (a slot in migration is not). */
+static gboolean
+node_holds_slot (guint i,
+                 guint slot)
+{
+  g_autofree char *view = redis_cli (&nodes[i], "CLUSTER", "NODES", NULL);
+  g_auto(GStrv) lines = g_strsplit (view, "\n", -1);
+
+  for (guint l = 0; lines[l] != NULL; l++)
+    {
+      g_auto(GStrv) fields = g_strsplit (g_strstrip (lines[l]), " ", -1);
+
+      if (g_strv_length (fields) < 9 || strstr (fields[2], "myself") == NULL)
+        continue;
+      for (guint f = 8; fields[f] != NULL; f++)
+        {
+          const char *dash = strchr (fields[f], '-');
+          guint64 first, last;
+
+          if (fields[f][0] == '[')
+            continue;
+          first = g_ascii_strtoull (fields[f], NULL, 10);
+          last = dash != NULL ? g_ascii_strtoull (dash + 1, NULL, 10) : first;
+          if (slot >= first && slot <= last)
+            return TRUE;
+        }
+    }
+  return FALSE;
+}
+
+/* The node index serving @slot: the master that says it holds it.
+ * (CLUSTER COUNTKEYSINSLOT cannot tell: every node answers it.) */
 static guint
 master_of_slot (guint slot)
 {
   for (guint i = 0; i < N_NODES; i++)
-    if (node_is_master (i))
-      {
-        g_autofree char *n = NULL;
-        g_autofree char *s = g_strdup_printf ("%u", slot);
-
-        /* COUNTKEYSINSLOT answers on the slot's master only; the others redirect */
-        n = redis_cli (&nodes[i], "CLUSTER", "COUNTKEYSINSLOT", s, NULL);
-        if (!g_str_has_prefix (n, "MOVED") && !g_str_has_prefix (n, "ERR") && *n != '\0')
-          return i;
-      }
+    if (node_is_master (i) && node_holds_slot (i, slot))
+      return i;
   g_assert_not_reached ();
   return 0;
 }

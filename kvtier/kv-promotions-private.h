@@ -34,7 +34,6 @@ typedef struct
    * primary entry when the promotion reserves it; NULL for none (always
    * where a pointer has fewer than 64 bits). */
   GHashTable *lazy_promoting;
-  guint64 lazy_stamp;           /* the hook's word for the lookup in progress */
   guint n_lazy_tiers;
   /* Lazy promotions found by this step's lookups, submitted at its end:
    * until then the step's stores leave them room, as they would a slot

@@ -181,14 +181,16 @@ initiate_promotion (KvTieringManager *self,
   return TRUE;
 }
 
-/* *@promoted_stamp: the stamp word of the primary entry a promotion
- * made, for the metrics hook; left NULL otherwise. */
+/* *@promoted_stamp: for the metrics hook, the stamp word of the primary
+ * entry a promotion made, or @lazy_word for a lazy promotion (its key has
+ * no entry yet, see KvPromotions.lazy_promoting); left NULL otherwise. */
 static KvLookupResult
 lookup_secondary (KvTieringManager *self,
                   KvKey            *key,
                   KvRequest        *request,
                   guint             exclude_tier,
-                  guint64         **promoted_stamp)
+                  guint64         **promoted_stamp,
+                  guint64          *lazy_word)
 {
   KvTierFilter *filter = kv_request_get_load_tier_filter (request);
   gboolean any_retry = FALSE;
@@ -221,16 +223,10 @@ lookup_secondary (KvTieringManager *self,
             return KV_LOOKUP_RESULT_MISS;
           if (!initiate_promotion (self, i, key, request))
             return KV_LOOKUP_RESULT_MISS;
-          /* a lazy promotion's key has no entry yet: it keeps the word
-           * (see KvPromotions.lazy_promoting) */
-          if (self->hooks != NULL)
-            {
-              self->promotions.lazy_stamp = 0;
-              if (!slot->lazy)
-                *promoted_stamp = _kv_primary_tier_stamp_of (self->primary, key);
-              else if (LAZY_STAMPS)
-                *promoted_stamp = &self->promotions.lazy_stamp;
-            }
+          if (self->hooks != NULL && !slot->lazy)
+            *promoted_stamp = _kv_primary_tier_stamp_of (self->primary, key);
+          else if (self->hooks != NULL && LAZY_STAMPS)
+            *promoted_stamp = lazy_word;
           return KV_LOOKUP_RESULT_HIT_PENDING;
         case KV_LOOKUP_RESULT_RETRY:
           /* keep asking: a later tier's HIT still wins */
@@ -314,8 +310,11 @@ lookup_beyond_primary_hit (KvTieringManager *self,
                            KvRequest        *request,
                            guint             exclude_tier,
                            KvLookupResult    primary_result,
-                           guint64         **promoted_stamp)
+                           guint64         **promoted_stamp,
+                           guint64          *lazy_word)
 {
+  gboolean lazy_key;
+
   /* A pending primary key is being written or promoted already: asking the
    * secondary tiers again would promote it twice. (Metrics count no
    * pending lookup.) */
@@ -325,23 +324,20 @@ lookup_beyond_primary_hit (KvTieringManager *self,
   /* So is a lazy promotion's key, which holds no primary slot yet (pending
    * for the metrics too); a request whose lazy promotion found no room
    * recomputes. */
-  if (self->promotions.n_lazy_tiers > 0 &&
-      g_hash_table_size (self->promotions.lazy_promoting) > 0 &&
-      g_hash_table_contains (self->promotions.lazy_promoting, key))
-    {
-      if (kv_request_get_state (request, &self->promotions.promotion_failed_tag) == NULL)
-        return pending_or_released (self, key, request);
-      if (self->hooks != NULL)
-        self->hooks->primary_lookup (self->hooks_data, request, key, KV_LOOKUP_RESULT_MISS, NULL);
-      return KV_LOOKUP_RESULT_MISS;
-    }
+  lazy_key = self->promotions.n_lazy_tiers > 0 &&
+             g_hash_table_size (self->promotions.lazy_promoting) > 0 &&
+             g_hash_table_contains (self->promotions.lazy_promoting, key);
+  if (lazy_key && kv_request_get_state (request, &self->promotions.promotion_failed_tag) == NULL)
+    return pending_or_released (self, key, request);
 
   if (self->hooks != NULL)
     self->hooks->primary_lookup (self->hooks_data, request, key, KV_LOOKUP_RESULT_MISS, NULL);
+  if (lazy_key)
+    return KV_LOOKUP_RESULT_MISS;
   /* A promotion that starts now starts no wait: the request's next lookup
    * of the chunk, a step later at most, does. The lookup that finds a chunk
    * in a tier stays free of the bookkeeping. */
-  return lookup_secondary (self, key, request, exclude_tier, promoted_stamp);
+  return lookup_secondary (self, key, request, exclude_tier, promoted_stamp, lazy_word);
 }
 
 /* A key the primary tier did not answer HIT for: out of line (in this
@@ -355,15 +351,17 @@ _kv_tiering_manager_lookup_beyond_primary_hit (KvTieringManager *self,
                                                KvLookupResult    primary_result)
 {
   guint64 *promoted_stamp = NULL;
+  guint64 lazy_word = 0;
   KvLookupResult result = lookup_beyond_primary_hit (self, key, request, exclude_tier,
-                                                     primary_result, &promoted_stamp);
+                                                     primary_result, &promoted_stamp, &lazy_word);
 
   if (self->hooks != NULL)
     {
       self->hooks->lookup_settled (self->hooks_data, promoted_stamp);
-      if (promoted_stamp == &self->promotions.lazy_stamp && self->promotions.lazy_stamp != 0)
+      /* the lazy promotion's key keeps what the hook wrote */
+      if (lazy_word != 0)
         g_hash_table_insert (self->promotions.lazy_promoting, kv_key_ref (key),
-                             STAMP_TO_POINTER (self->promotions.lazy_stamp));
+                             STAMP_TO_POINTER (lazy_word));
     }
   return result;
 }

@@ -600,15 +600,39 @@ primary_spill (KvTieringMetrics *m,
     record_resolved (m, owner, stamp_label (stamp), key);
 }
 
-/* The held observations go to the tables: the lookup made no entry to
- * keep them in. */
+/* @stamp, what a request counted of @key, goes into @word (a primary
+ * entry's stamp word: what it held first goes to the tables), or, with
+ * @word NULL, into the tables. */
 static void
-release_held (KvTieringMetrics *m)
+move_stamp (KvTieringMetrics *m,
+            KvKey            *key,
+            guint64           stamp,
+            guint64          *word)
 {
-  record_resolved (m, m->held_state, 0, m->held_key);
-  if (m->held_label != 0)
-    record_resolved (m, m->held_state, m->held_label, m->held_key);
+  if (word == NULL)
+    {
+      primary_spill (m, key, stamp);
+      return;
+    }
+  /* a new entry's word is 0 */
+  if (*word != 0)
+    primary_spill (m, key, *word);
+  *word = stamp;
+}
+
+/* The observations the lookup held go into @word, the stamp word of the
+ * entry it made for a promotion, or, with @word NULL (it made none), into
+ * the tables. */
+static void
+settle_held (KvTieringMetrics *m,
+             guint64          *word)
+{
+  KvKey *key = m->held_key;
+
+  if (key == NULL)
+    return;
   m->held_key = NULL;
+  move_stamp (m, key, m->held_state->serial | ((guint64) m->held_label << STAMP_SERIAL_BITS), word);
   m->held_label = 0;
 }
 
@@ -627,8 +651,7 @@ hold_primary_miss (KvTieringMetrics *m,
                                                     : get_request_state (m, request, kv_request_get_id (request));
 
   /* a lookup that never settled (not the manager's way) loses nothing */
-  if (m->held_key != NULL)
-    release_held (m);
+  settle_held (m, NULL);
   if (!state->accounting)
     return;
   /* counted before: a primary observation is always resolved */
@@ -1164,37 +1187,14 @@ hook_stamp_moved (gpointer  data,
                   guint64   stamp,
                   guint64  *word)
 {
-  KvTieringMetrics *m = data;
-
-  if (word == NULL)
-    {
-      primary_spill (m, key, stamp);
-      return;
-    }
-  /* a new entry's word is 0; what another one held is kept first */
-  if (*word != 0)
-    primary_spill (m, key, *word);
-  *word = stamp;
+  move_stamp (data, key, stamp, word);
 }
 
 static void
 hook_lookup_settled (gpointer  data,
                      guint64  *promoted_stamp)
 {
-  KvTieringMetrics *m = data;
-  KvKey *key = m->held_key;
-
-  if (key == NULL)
-    return;
-  if (promoted_stamp == NULL)
-    {
-      release_held (m);
-      return;
-    }
-  m->held_key = NULL;
-  hook_stamp_moved (m, key, m->held_state->serial | ((guint64) m->held_label << STAMP_SERIAL_BITS),
-                    promoted_stamp);
-  m->held_label = 0;
+  settle_held (data, promoted_stamp);
 }
 
 static void
